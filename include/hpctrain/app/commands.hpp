@@ -1,0 +1,18 @@
+// The hpctrain sub-commands. Each takes the arguments after its name and returns the process exit code; errors are
+// thrown (see core/error.hpp) and reported once by main.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace hpctrain {
+
+class MpiEnvironment;
+
+using Arguments = std::vector<std::string>;
+
+int train_command(const Arguments& args, const MpiEnvironment& mpi);
+int data_command(const Arguments& args, const MpiEnvironment& mpi);  // data generate | inspect
+int version_command(const MpiEnvironment& mpi);
+
+}  // namespace hpctrain

@@ -1,0 +1,117 @@
+// The typed, validated form of an input deck (TOML). Every key a deck may contain is a field here; docs/input-reference.md
+// lists each with its type, default and meaning, and a test checks the two against each other.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace hpctrain {
+
+// Where a key was written, for error messages ("deck.toml:12:5").
+struct SourcePosition {
+  int line = 0;
+  int column = 0;
+};
+
+struct LayerSpec {
+  std::string type;          // linear, relu, gelu, tanh, leaky_relu, layernorm, dropout
+  std::string name;          // unique; default "<type><index>" e.g. "linear0"
+  std::int64_t out = 0;      // linear: output features (required)
+  std::int64_t in = 0;       // linear: expected input features; 0 = inferred from the previous layer or the data
+  bool bias = true;          // linear
+  double p = 0.5;            // dropout probability
+  double negative_slope = 0.01;  // leaky_relu
+  double eps = 1e-5;         // layernorm
+  SourcePosition position;   // of the layer's table in the deck
+};
+
+struct RunSection {
+  std::uint64_t seed = 0;
+  std::string output;        // default: runs/<deck file stem>
+  std::string device = "cpu";  // cpu | cuda | auto
+  std::int64_t threads = 0;  // per rank; 0 = cores available to the rank / ranks on its node (OMP_NUM_THREADS wins)
+};
+
+struct ModelSection {
+  std::vector<LayerSpec> layers;
+  std::string loss = "cross_entropy";  // cross_entropy | mse
+};
+
+struct DataSection {
+  std::string train;             // HDF5 file (required)
+  std::string validation;        // HDF5 file (optional)
+  std::string features = "/features";
+  std::string labels = "/labels";    // cross_entropy: integer class labels (N)
+  std::string targets = "/targets";  // mse: float targets (N x K)
+  std::int64_t batch_size = 64;      // global batch over all ranks
+  std::int64_t eval_batch_size = 0;  // global; 0 = batch_size
+  bool shuffle = true;
+  bool drop_last = false;
+};
+
+struct TrainSection {
+  std::int64_t steps = 0;   // optimizer steps; exactly one of steps/epochs must be set
+  std::int64_t epochs = 0;
+  std::int64_t log_every = 10;
+  std::int64_t eval_every = 0;  // 0 = evaluate only at the end
+};
+
+struct OptimizerSection {
+  std::string type = "adamw";  // adamw | sgd
+  double lr = 1e-3;
+  double weight_decay = 0.0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double momentum = 0.0;
+  bool nesterov = false;
+  double grad_clip = 0.0;  // max global gradient norm; 0 = no clipping
+};
+
+struct ScheduleSection {
+  std::string type = "constant";  // constant | cosine | step
+  std::int64_t warmup_steps = 0;  // linear warm-up from 0 (all types)
+  double min_lr = 0.0;            // cosine: final learning rate
+  std::int64_t step_size = 1000;  // step: decay every step_size steps
+  double gamma = 0.1;             // step: decay factor
+};
+
+struct PrecisionSection {
+  std::string mode = "fp32";        // fp32 | bf16 | fp16
+  std::string loss_scale = "auto";  // auto (dynamic for fp16, none otherwise) | dynamic | none | a fixed number as text
+  double init_scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  std::int64_t growth_interval = 2000;
+  std::int64_t max_skipped_steps = 100;  // consecutive skipped steps before the run stops
+};
+
+struct RunConfig {
+  RunSection run;
+  ModelSection model;
+  DataSection data;
+  TrainSection train;
+  OptimizerSection optimizer;
+  ScheduleSection schedule;
+  PrecisionSection precision;
+
+  std::string deck_path;                          // as given on the command line
+  std::map<std::string, SourcePosition> positions;  // "section.key" -> where it was written
+
+  // "deck.toml:12:5" for a key (or just the file name when the key came from a default or --set).
+  [[nodiscard]] std::string where(const std::string& dotted_key) const;
+};
+
+// Parse and validate a deck; overrides are "section.key=value" strings from --set (value parsed as TOML, bare words as
+// strings). Throws InputError with file:line:column, the key, and what to do.
+RunConfig load_run_config(const std::string& deck_path, const std::vector<std::string>& overrides = {});
+RunConfig parse_run_config(const std::string& deck_text, const std::string& deck_path,
+                           const std::vector<std::string>& overrides = {});
+
+// The resolved deck as TOML (every key, defaults filled in), written to OUTPUT/config.toml.
+std::string to_toml(const RunConfig& config);
+
+// Every dotted key the parser accepts ("run.seed", "model.layers[].out", ...), for the documentation test.
+std::vector<std::string> accepted_keys();
+
+}  // namespace hpctrain

@@ -1,0 +1,39 @@
+// The MPI world of one hpctrain process: initialisation, ranks, the node-local rank (for device choice and threads),
+// and the one place where an error ends every rank.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+namespace hpctrain {
+
+class Error;
+
+class MpiEnvironment {
+ public:
+  MpiEnvironment(int* argc, char*** argv);  // MPI_Init_thread (funneled)
+  ~MpiEnvironment();                        // MPI_Finalize unless aborted
+  MpiEnvironment(const MpiEnvironment&) = delete;
+  MpiEnvironment& operator=(const MpiEnvironment&) = delete;
+
+  [[nodiscard]] int rank() const { return rank_; }
+  [[nodiscard]] int size() const { return size_; }
+  [[nodiscard]] int local_rank() const { return local_rank_; }  // rank among the ranks on this node
+  [[nodiscard]] int local_size() const { return local_size_; }
+  [[nodiscard]] bool is_root() const { return rank_ == 0; }
+  [[nodiscard]] MPI_Comm world() const { return MPI_COMM_WORLD; }
+
+  // Print the error once (by the rank that saw it; by rank 0 alone when every rank sees it) and end every rank.
+  [[noreturn]] void abort_on(const Error& error) const;
+  // The same for an unexpected exception.
+  [[noreturn]] void abort_on(const std::string& message, int exit_code) const;
+
+ private:
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+};
+
+// "[rank 3] " in multi-rank runs, "" otherwise.
+std::string rank_prefix(int rank, int size);
+
+}  // namespace hpctrain

@@ -1,0 +1,144 @@
+// The kernel interface. Every compute step of training goes through one Backend; the CPU backend (loops + oneDNN) and
+// the CUDA backend (own kernels + cuBLASLt) implement it, and tests compare them on the same inputs.
+//
+// Conventions:
+// - Pointers and TensorViews refer to backend memory (host memory for the CPU backend, device memory for CUDA).
+// - Matrices are row-major. Activations are (rows = samples in the batch, cols = features).
+// - Storage dtypes: activations f32/bf16/f16 (or f64 in gradient checks); parameters, gradients and optimizer state are
+//   f32 (f64 in gradient checks), i.e. "master" dtype. Arithmetic is fp32 (fp64 for f64 storage) whatever the storage.
+// - `accumulate` means "add into the output" (gradient accumulation); otherwise the output is overwritten.
+// - Scalars that change during training (loss scale, learning rate, skip flag) are read from a StepScalars in backend
+//   memory, never passed by value, so a captured CUDA graph can replay a step without the host.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "hpctrain/core/tensor.hpp"
+
+namespace hpctrain {
+
+enum class Activation : std::uint8_t { relu, gelu, tanh, leaky_relu };
+
+// Training scalars that live in backend memory for the whole run. Plain data: copied to the host only to log or
+// checkpoint.
+struct StepScalars {
+  float loss_scale = 1.0f;          // current loss scale (1 when scaling is off)
+  std::int32_t growth_tracker = 0;  // consecutive finite steps since the last scale change
+  std::int32_t found_nonfinite = 0; // this step: 1 if any (all-reduced) gradient is Inf/NaN -> skip the update
+  std::int32_t applied_steps = 0;   // optimizer updates actually applied (AdamW bias correction)
+  float learning_rate = 0.0f;       // written by the host before each step
+  float grad_norm = 0.0f;           // global L2 norm of the unscaled gradients (before clipping)
+  float clip_coefficient = 1.0f;    // min(1, max_norm / (grad_norm + 1e-6)), or 1 without clipping
+  std::int32_t consecutive_skips = 0;
+};
+
+// Dynamic loss scaling parameters (PyTorch GradScaler semantics).
+struct LossScalerConfig {
+  bool enabled = false;       // false: scale stays fixed at its initial value (1 for fp32/bf16)
+  bool dynamic = true;        // false: fixed scale, never changed
+  float growth_factor = 2.0f;
+  float backoff_factor = 0.5f;
+  std::int32_t growth_interval = 2000;
+};
+
+enum class OptimizerType : std::uint8_t { sgd, adamw };
+
+struct OptimizerHyper {
+  OptimizerType type = OptimizerType::adamw;
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // AdamW
+  float momentum = 0.0f;                            // SGD
+  bool nesterov = false;                            // SGD
+  float weight_decay = 0.0f;  // decoupled for AdamW (p -= lr*wd*p); L2 added to the gradient for SGD, as in PyTorch
+  float max_grad_norm = 0.0f; // 0: no clipping
+};
+
+// Element-wise loss outputs accumulated by the loss kernels (in backend memory); the caller zeroes them.
+struct LossSums {
+  float loss_sum = 0.0f;  // sum over rows of the per-sample loss
+  float correct = 0.0f;   // classification: rows whose argmax equals the label
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  [[nodiscard]] virtual std::string name() const = 0;
+
+  // ---- memory ----
+  virtual void* allocate(std::size_t bytes) = 0;  // aligned to 64 bytes; contents undefined
+  virtual void deallocate(void* pointer) = 0;
+  virtual void copy_to_backend(void* destination, const void* host_source, std::size_t bytes) = 0;
+  virtual void copy_to_host(void* host_destination, const void* source, std::size_t bytes) = 0;
+  virtual void copy(void* destination, const void* source, std::size_t bytes) = 0;  // within backend memory
+  virtual void zero(void* pointer, std::size_t bytes) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- conversions ----
+  // dst = src element-wise, converting dtypes (same shape).
+  virtual void cast(const TensorView& source, const TensorView& destination) = 0;
+
+  // ---- matrix products ----
+  // c = op(a) * op(b) [+ bias broadcast over rows] [+ c if accumulate]; op(x) = x or x^T.
+  // a, b: activations/weights of one 16-bit or f32 dtype (or f64); c: any dtype; bias: master dtype (f32 or f64), length
+  // c.cols, or null. Accumulation is in fp32 (fp64 for f64).
+  virtual void gemm(const TensorView& a, bool transpose_a, const TensorView& b, bool transpose_b, const TensorView& c,
+                    const void* bias, bool accumulate) = 0;
+  // dbias[j] (+)= sum_i dy[i][j]; dbias in master dtype.
+  virtual void bias_gradient(const TensorView& dy, void* dbias, DType master, bool accumulate) = 0;
+
+  // ---- element-wise ----
+  // y = f(x); alpha is leaky_relu's negative slope.
+  virtual void activation_forward(Activation kind, float alpha, const TensorView& x, const TensorView& y) = 0;
+  // dx = f'(x) * dy (x is the forward input). dx may alias dy.
+  virtual void activation_backward(Activation kind, float alpha, const TensorView& x, const TensorView& dy,
+                                   const TensorView& dx) = 0;
+  // Inverted dropout: y = x * keep / (1 - p), keep = uniform(seed, step, layer, sample_ids[row] * cols + col) >= p.
+  // sample_ids are the global indices of the batch's rows (backend memory), so the mask does not depend on the rank
+  // count. The backward regenerates the same mask (no mask is stored). dx may alias dy, y may alias x.
+  virtual void dropout_forward(float p, std::uint64_t seed, std::uint32_t step, std::uint32_t layer,
+                               const std::int64_t* sample_ids, const TensorView& x, const TensorView& y) = 0;
+  virtual void dropout_backward(float p, std::uint64_t seed, std::uint32_t step, std::uint32_t layer,
+                                const std::int64_t* sample_ids, const TensorView& dy, const TensorView& dx) = 0;
+
+  // ---- normalisation (statistics and arithmetic in fp32, or fp64 for f64 storage) ----
+  // Per row: y = (x - mean) * rstd * gamma + beta. gamma, beta: master dtype (length cols); mean, rstd: master dtype
+  // (length rows), kept for the backward.
+  virtual void layernorm_forward(const TensorView& x, const void* gamma, const void* beta, float eps,
+                                 const TensorView& y, void* mean, void* rstd) = 0;
+  virtual void layernorm_backward(const TensorView& x, const TensorView& dy, const void* gamma, const void* mean,
+                                  const void* rstd, const TensorView& dx, void* dgamma, void* dbeta,
+                                  bool accumulate) = 0;
+
+  // ---- losses (fp32 math; fp64 for f64) ----
+  // Softmax cross-entropy on integer labels (backend memory, one per row, in [0, cols)).
+  // sums += (sum of -log softmax(x)[label], rows whose argmax == label). If dlogits.data is not null:
+  // dlogits = (softmax(x) - onehot) * (*grad_scale); dlogits may alias logits. grad_scale points into backend memory
+  // (for training: loss_scale / global_batch), master dtype... always float.
+  virtual void softmax_cross_entropy(const TensorView& logits, const std::int32_t* labels, const float* grad_scale,
+                                     const TensorView& dlogits, LossSums* sums) = 0;
+  // Mean squared error: per-sample loss = mean_k (pred - target)^2; targets have pred's shape, in master dtype.
+  // dpred = 2 (pred - target) / cols * (*grad_scale).
+  virtual void mean_squared_error(const TensorView& pred, const void* targets, const float* grad_scale,
+                                  const TensorView& dpred, LossSums* sums) = 0;
+
+  // ---- optimizer (flat fp32 buffers) ----
+  // Global statistics of the (all-reduced, still scaled) gradients: sets scalars->found_nonfinite, grad_norm
+  // (unscaled: sqrt(sum g^2) / loss_scale) and clip_coefficient. The reduction order is fixed (deterministic).
+  virtual void gradient_statistics(const float* gradients, std::int64_t count, const OptimizerHyper& hyper,
+                                   StepScalars* scalars) = 0;
+  // One fused pass: unscale, clip, update parameters and state, refresh the 16-bit working copy (if working.data is not
+  // null; working has `count` elements). Does nothing when scalars->found_nonfinite. state1: momentum / AdamW m;
+  // state2: AdamW v (may be null for SGD). decay: whether weight decay applies to this range.
+  virtual void optimizer_step(const OptimizerHyper& hyper, bool decay, float* parameters, const float* gradients,
+                              float* state1, float* state2, std::int64_t count, const TensorView& working,
+                              const StepScalars* scalars) = 0;
+  // Loss scaler update after the optimizer: growth/backoff, counters, applied_steps. Single-thread work.
+  virtual void finish_step(const LossScalerConfig& config, StepScalars* scalars) = 0;
+};
+
+// The CPU backend (always built).
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace hpctrain

@@ -1,0 +1,45 @@
+// hpctrain's entry point: MPI start-up, sub-command dispatch, and the one place where errors are caught and reported.
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "hpctrain/app/commands.hpp"
+#include "hpctrain/core/error.hpp"
+#include "hpctrain/dist/mpi_environment.hpp"
+
+namespace {
+
+const char* const usage_text =
+    "usage: hpctrain <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  train DECK.toml [--set section.key=value]... [--output DIR]   train a model\n"
+    "  data generate KIND ... --output FILE.h5                       write a synthetic dataset\n"
+    "  data inspect FILE.h5                                          describe a dataset file\n"
+    "  --version                                                     version and build facts\n"
+    "\n"
+    "Run 'hpctrain <command> --help' for a command's options. Launch with mpiexec/srun for several ranks.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  hpctrain::MpiEnvironment mpi(&argc, &argv);
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+      if (mpi.is_root()) std::fputs(usage_text, args.empty() ? stderr : stdout);
+      return args.empty() ? hpctrain::exit_input_error : 0;
+    }
+    const std::string& command = args[0];
+    const hpctrain::Arguments rest(args.begin() + 1, args.end());
+    if (command == "--version" || command == "version") return hpctrain::version_command(mpi);
+    if (command == "train") return hpctrain::train_command(rest, mpi);
+    if (command == "data") return hpctrain::data_command(rest, mpi);
+    throw hpctrain::InputError("unknown command '" + command + "'", "run 'hpctrain --help' for the list of commands");
+  } catch (const hpctrain::Error& error) {
+    mpi.abort_on(error);
+  } catch (const std::exception& error) {
+    mpi.abort_on(std::string("unexpected failure: ") + error.what(), hpctrain::exit_runtime_error);
+  }
+}
