@@ -58,3 +58,29 @@ void MpiEnvironment::abort_on(const std::string& message, int exit_code) const {
 }
 
 }  // namespace hpctrain
+
+namespace hpctrain {
+
+void run_on_root(const MpiEnvironment& mpi, const std::function<void()>& action) {
+  std::string message, hint;
+  int exit_code = 0;
+  if (mpi.is_root()) {
+    try {
+      action();
+    } catch (const Error& error) {
+      message = error.what();
+      hint = error.hint();
+      exit_code = error.exit_code();
+    }
+  }
+  int lengths[3] = {static_cast<int>(message.size()), static_cast<int>(hint.size()), exit_code};
+  HPCTRAIN_MPI_CHECK(MPI_Bcast(lengths, 3, MPI_INT, 0, mpi.world()));
+  if (lengths[2] == 0) return;
+  message.resize(static_cast<std::size_t>(lengths[0]));
+  hint.resize(static_cast<std::size_t>(lengths[1]));
+  HPCTRAIN_MPI_CHECK(MPI_Bcast(message.data(), lengths[0], MPI_CHAR, 0, mpi.world()));
+  HPCTRAIN_MPI_CHECK(MPI_Bcast(hint.data(), lengths[1], MPI_CHAR, 0, mpi.world()));
+  throw Error(message, ErrorScope::all_ranks, hint, lengths[2]);
+}
+
+}  // namespace hpctrain

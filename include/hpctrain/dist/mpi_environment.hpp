@@ -37,3 +37,11 @@ class MpiEnvironment {
 std::string rank_prefix(int rank, int size);
 
 }  // namespace hpctrain
+
+#include <functional>
+
+namespace hpctrain {
+// Run `action` on rank 0 only (creating a directory, writing a file); if it throws, every rank throws the same error,
+// so rank 0 alone prints it and no rank waits forever for the others.
+void run_on_root(const MpiEnvironment& mpi, const std::function<void()>& action);
+}  // namespace hpctrain

@@ -25,20 +25,20 @@ enum class Activation : std::uint8_t { relu, gelu, tanh, leaky_relu };
 // Training scalars that live in backend memory for the whole run. Plain data: copied to the host only to log or
 // checkpoint.
 struct StepScalars {
-  float loss_scale = 1.0f;          // current loss scale (1 when scaling is off)
-  std::int32_t growth_tracker = 0;  // consecutive finite steps since the last scale change
-  std::int32_t found_nonfinite = 0; // this step: 1 if any (all-reduced) gradient is Inf/NaN -> skip the update
-  std::int32_t applied_steps = 0;   // optimizer updates actually applied (AdamW bias correction)
-  float learning_rate = 0.0f;       // written by the host before each step
-  float grad_norm = 0.0f;           // global L2 norm of the unscaled gradients (before clipping)
-  float clip_coefficient = 1.0f;    // min(1, max_norm / (grad_norm + 1e-6)), or 1 without clipping
+  float loss_scale = 1.0f;           // current loss scale (1 when scaling is off)
+  std::int32_t growth_tracker = 0;   // consecutive finite steps since the last scale change
+  std::int32_t found_nonfinite = 0;  // this step: 1 if any (all-reduced) gradient is Inf/NaN -> skip the update
+  std::int32_t applied_steps = 0;    // optimizer updates actually applied (AdamW bias correction)
+  float learning_rate = 0.0f;        // written by the host before each step
+  float grad_norm = 0.0f;            // global L2 norm of the unscaled gradients (before clipping)
+  float clip_coefficient = 1.0f;     // min(1, max_norm / (grad_norm + 1e-6)), or 1 without clipping
   std::int32_t consecutive_skips = 0;
 };
 
 // Dynamic loss scaling parameters (PyTorch GradScaler semantics).
 struct LossScalerConfig {
-  bool enabled = false;       // false: scale stays fixed at its initial value (1 for fp32/bf16)
-  bool dynamic = true;        // false: fixed scale, never changed
+  bool enabled = false;  // false: scale stays fixed at its initial value (1 for fp32/bf16)
+  bool dynamic = true;   // false: fixed scale, never changed
   float growth_factor = 2.0f;
   float backoff_factor = 0.5f;
   std::int32_t growth_interval = 2000;
@@ -51,14 +51,15 @@ struct OptimizerHyper {
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // AdamW
   float momentum = 0.0f;                            // SGD
   bool nesterov = false;                            // SGD
-  float weight_decay = 0.0f;  // decoupled for AdamW (p -= lr*wd*p); L2 added to the gradient for SGD, as in PyTorch
-  float max_grad_norm = 0.0f; // 0: no clipping
+  float weight_decay = 0.0f;   // decoupled for AdamW (p -= lr*wd*p); L2 added to the gradient for SGD, as in PyTorch
+  float max_grad_norm = 0.0f;  // 0: no clipping
 };
 
 // Element-wise loss outputs accumulated by the loss kernels (in backend memory); the caller zeroes them.
+// Double, so that sums over many batches keep their precision and f64 finite-difference checks can difference the loss.
 struct LossSums {
-  float loss_sum = 0.0f;  // sum over rows of the per-sample loss
-  float correct = 0.0f;   // classification: rows whose argmax equals the label
+  double loss_sum = 0.0;  // sum over rows of the per-sample loss
+  double correct = 0.0;   // classification: rows whose argmax equals the label
 };
 
 class Backend {
@@ -81,8 +82,8 @@ class Backend {
 
   // ---- matrix products ----
   // c = op(a) * op(b) [+ bias broadcast over rows] [+ c if accumulate]; op(x) = x or x^T.
-  // a, b: activations/weights of one 16-bit or f32 dtype (or f64); c: any dtype; bias: master dtype (f32 or f64), length
-  // c.cols, or null. Accumulation is in fp32 (fp64 for f64).
+  // a, b: activations/weights of one 16-bit or f32 dtype (or f64); c: any dtype; bias: master dtype (f32 or f64),
+  // length c.cols, or null. Accumulation is in fp32 (fp64 for f64).
   virtual void gemm(const TensorView& a, bool transpose_a, const TensorView& b, bool transpose_b, const TensorView& c,
                     const void* bias, bool accumulate) = 0;
   // dbias[j] (+)= sum_i dy[i][j]; dbias in master dtype.

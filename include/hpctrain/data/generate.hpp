@@ -1,0 +1,56 @@
+// Synthetic datasets for tests, examples and benchmarks: Gaussian blobs, interleaved spirals, smooth nonlinear
+// regression.
+//
+// Every value is a pure function of (parameters, seed, sample index), drawn from the counter-based generator of
+// core/rng.hpp, so a dataset is reproducible bit for bit, any block of rows can be generated on its own, and files of
+// any size are written in bounded memory.
+//
+// File layout: /features (N, F) float32; /labels (N) int32 in [0, C) for blobs and spirals, or /targets (N, K) float32
+// for regression; root attributes kind, seed, samples, features, classes or outputs, noise, created_by.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hpctrain {
+
+enum class SyntheticKind {
+  blobs,       // C Gaussian clusters; centres uniform in [-10, 10]^F; noise = standard deviation around a centre
+  spirals,     // C interleaved spiral arms in a plane of radius 1; noise = standard deviation added to every feature;
+               // with F > 2 the plane is a random 2-D subspace of R^F, so every feature carries signal
+  regression,  // x ~ N(0, I_F); y_k = sum_m a_km sin(w_km . x + phase_km) + noise * N(0, 1), K outputs
+};
+
+struct SyntheticSpec {
+  SyntheticKind kind = SyntheticKind::blobs;
+  std::int64_t samples = 0;
+  std::int64_t features = 2;
+  std::int64_t classes = 3;  // blobs, spirals
+  std::int64_t outputs = 1;  // regression
+  double noise = 1.0;
+  std::uint64_t seed = 0;
+};
+
+// Throws InputError naming the valid kinds.
+SyntheticKind parse_synthetic_kind(const std::string& name);
+const char* synthetic_kind_name(SyntheticKind kind);
+std::vector<std::string> synthetic_kind_names();
+bool is_classification(SyntheticKind kind);
+
+// The defaults of one kind: blobs F=2 C=3 noise 1; spirals F=2 C=3 noise 0.05; regression F=4 K=1 noise 0.1.
+SyntheticSpec default_synthetic_spec(SyntheticKind kind);
+
+// Throws InputError when a parameter is out of range (samples >= 1, classes >= 2, spirals need features >= 2, ...).
+void validate_synthetic_spec(const SyntheticSpec& spec);
+
+// Rows [first, first + count) of the dataset described by spec. features: (count, F). For classification labels is
+// (count) and targets is unused; for regression targets is (count, K) and labels is unused (either may be null then).
+void generate_rows(const SyntheticSpec& spec, std::int64_t first, std::int64_t count, float* features,
+                   std::int32_t* labels, float* targets);
+
+// Writes the whole dataset to path (created or truncated), block by block; the caller picks the name (see data generate
+// for the write-then-rename that keeps half files away from the real name).
+void write_synthetic_dataset(const SyntheticSpec& spec, const std::string& path);
+
+}  // namespace hpctrain

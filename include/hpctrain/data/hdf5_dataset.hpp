@@ -1,0 +1,71 @@
+// One dataset of one HDF5 file, opened read-only, read by rows: the data loader's view of /features, /labels, /targets.
+//
+// A row is one sample: the dataset's first dimension counts samples and the remaining dimensions make up one sample
+// (a (N, 28, 28) dataset has rows of 784 values). Reads select exactly the requested rows in the file (hyperslab
+// selections), so a rank never reads more than its share, and HDF5 converts whatever type is stored (uint8, int16,
+// int32, float16, float32, float64, ...) to the type asked for. Not thread-safe: one object per reading thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hpctrain/io/hdf5.hpp"
+
+namespace hpctrain {
+
+class Hdf5Dataset {
+ public:
+  // Throws InputError when the file is missing or not HDF5, or when the dataset is missing (listing those there are),
+  // is a group, is a scalar or does not hold numbers.
+  Hdf5Dataset(const std::string& file, const std::string& dataset_path);
+
+  [[nodiscard]] const std::string& file() const { return file_name_; }
+  [[nodiscard]] const std::string& path() const { return dataset_path_; }
+  [[nodiscard]] std::int64_t samples() const { return shape_.front(); }
+  [[nodiscard]] const std::vector<std::int64_t>& shape() const { return shape_; }
+  // Values per sample: the product of every dimension but the first (1 for a 1-D dataset).
+  [[nodiscard]] std::int64_t sample_size() const { return sample_size_; }
+  // The stored type, as io/hdf5.hpp names it ("uint8", "int32", "float32", ...).
+  [[nodiscard]] const std::string& type_name() const { return type_name_; }
+  [[nodiscard]] bool stores_integers() const { return stores_integers_; }
+
+  // Reads rows indices[0..count) into out, row after row: out is (count, sample_size()). Indices may come in any order
+  // and repeat; each must lie in [0, samples()). Only those rows are read from the file, in one H5Dread.
+  void read_rows(const std::int64_t* indices, std::int64_t count, float* out);
+  void read_rows(const std::int64_t* indices, std::int64_t count, std::int32_t* out);  // labels
+
+  // Reads the rows [first, first + count) into out, (count, sample_size()).
+  void read_range(std::int64_t first, std::int64_t count, float* out);
+  void read_range(std::int64_t first, std::int64_t count, std::int32_t* out);
+
+ private:
+  void read_rows_as(hid_t memory_type, std::size_t value_bytes, const std::int64_t* indices, std::int64_t count,
+                    void* out);
+  void read_range_as(hid_t memory_type, std::int64_t first, std::int64_t count, void* out);
+  // Selects rows[0..count) (strictly increasing): one hyperslab per run of consecutive rows, OR-ed together. Returns
+  // the dataspace holding the selection (file_space_, or combined_selection_ for many runs).
+  hid_t select_rows(const std::int64_t* rows, std::int64_t count);
+  void select_runs(hid_t space, std::size_t first_run, std::size_t end_run);
+  H5Handle combine_runs(std::size_t first_run, std::size_t end_run);
+  // Reads the rows selected in `selection` (selected_rows of them, in file order) into out.
+  void read_selection(hid_t memory_type, hid_t selection, std::int64_t selected_rows, void* out);
+
+  std::string file_name_, dataset_path_;
+  H5Handle file_, dataset_, file_space_;  // kept open for the life of the object: many small reads
+  H5Handle combined_selection_;           // the selection of the latest read with many runs
+  std::vector<std::int64_t> shape_;
+  std::int64_t sample_size_ = 1;
+  std::string type_name_;
+  bool stores_integers_ = false;
+
+  // Scratch reused across reads: once warmed up, a read allocates nothing of ours (HDF5 still does, a little).
+  std::vector<std::pair<std::int64_t, std::int64_t>> sorted_requests_;  // (row, position in the request)
+  std::vector<std::pair<std::int64_t, std::int64_t>> runs_;             // (first row, rows) of consecutive rows
+  std::vector<std::int64_t> unique_rows_;                               // (unique rows): sorted, no repeats
+  std::vector<std::int64_t> slot_of_request_;                           // (count): which unique row each request gets
+  std::vector<unsigned char> gathered_;                                 // (unique rows, sample_size) in file order
+};
+
+}  // namespace hpctrain

@@ -1,0 +1,365 @@
+// The arithmetic of the kernels, written once for every backend: per-element functions (activations and their
+// derivatives, dropout's keep decision, the AdamW and SGD updates of one parameter, the loss-scaler update, the clip
+// coefficient) and per-row functions (softmax cross-entropy, mean squared error, layer normalisation).
+//
+// Every function is HPCTRAIN_HD, so the CUDA backend's kernels are thin loops over threads around the very functions
+// the CPU backend runs and the CPU tests check against double-precision references and finite differences. Functions
+// are templated on the compute type C (float, or double in gradient checks) or on the storage type T (float, bf16,
+// fp16, double; arithmetic in compute_t<T>).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "hpctrain/core/half.hpp"
+#include "hpctrain/core/host_device.hpp"
+#include "hpctrain/core/rng.hpp"
+#include "hpctrain/kernels/backend.hpp"
+
+namespace hpctrain::kernel_math {
+
+// ---- elementary functions, overloaded on the compute type ----
+// The global C functions (expf, exp, ...) exist both for the host compiler and in CUDA device code; std:: overloads do
+// not all exist on the device.
+HPCTRAIN_HD float exponential(float x) { return ::expf(x); }
+HPCTRAIN_HD double exponential(double x) { return ::exp(x); }
+HPCTRAIN_HD float natural_log(float x) { return ::logf(x); }
+HPCTRAIN_HD double natural_log(double x) { return ::log(x); }
+HPCTRAIN_HD float square_root(float x) { return ::sqrtf(x); }
+HPCTRAIN_HD double square_root(double x) { return ::sqrt(x); }
+HPCTRAIN_HD float hyperbolic_tangent(float x) { return ::tanhf(x); }
+HPCTRAIN_HD double hyperbolic_tangent(double x) { return ::tanh(x); }
+HPCTRAIN_HD float error_function(float x) { return ::erff(x); }
+HPCTRAIN_HD double error_function(double x) { return ::erf(x); }
+
+// Finite test on the bits: independent of -ffast-math and of which isfinite overloads a compiler provides.
+HPCTRAIN_HD bool is_finite(float x) { return (float_bits(x) & 0x7f800000u) != 0x7f800000u; }
+HPCTRAIN_HD bool is_finite(double x) {
+#if defined(__CUDA_ARCH__)
+  const auto bits = static_cast<std::uint64_t>(__double_as_longlong(x));
+#else
+  std::uint64_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+#endif
+  return (bits & 0x7ff0000000000000ull) != 0x7ff0000000000000ull;
+}
+
+// ---- activations: value and derivative with respect to the input x ----
+// relu passes NaN through (like PyTorch), so a blown-up forward still shows as a non-finite loss.
+template <class C>
+HPCTRAIN_HD C relu(C x) {
+  return x < C(0) ? C(0) : x;
+}
+// 0 at x == 0, as PyTorch (gradient * (output > 0)).
+template <class C>
+HPCTRAIN_HD C relu_derivative(C x) {
+  return x > C(0) ? C(1) : C(0);
+}
+
+// Exact GELU, PyTorch's default nn.GELU(): x * Phi(x) with Phi the standard normal CDF.
+template <class C>
+HPCTRAIN_HD C gelu(C x) {
+  const C inv_sqrt2 = C(0.70710678118654752440);
+  return C(0.5) * x * (C(1) + error_function(x * inv_sqrt2));
+}
+// d/dx x Phi(x) = Phi(x) + x phi(x), phi the standard normal density.
+template <class C>
+HPCTRAIN_HD C gelu_derivative(C x) {
+  const C inv_sqrt2 = C(0.70710678118654752440);
+  const C inv_sqrt_2pi = C(0.39894228040143267794);
+  const C cdf = C(0.5) * (C(1) + error_function(x * inv_sqrt2));
+  const C density = inv_sqrt_2pi * exponential(C(-0.5) * x * x);
+  return cdf + x * density;
+}
+
+template <class C>
+HPCTRAIN_HD C tanh_activation(C x) {
+  return hyperbolic_tangent(x);
+}
+// The backward gets the forward input, not the output, so tanh is recomputed.
+template <class C>
+HPCTRAIN_HD C tanh_derivative(C x) {
+  const C t = hyperbolic_tangent(x);
+  return C(1) - t * t;
+}
+
+// alpha: slope for x <= 0 (PyTorch's negative_slope).
+template <class C>
+HPCTRAIN_HD C leaky_relu(C x, C alpha) {
+  return x > C(0) ? x : alpha * x;
+}
+template <class C>
+HPCTRAIN_HD C leaky_relu_derivative(C x, C alpha) {
+  return x > C(0) ? C(1) : alpha;
+}
+
+// By kind. Kernels prefer to switch once outside their loop and call the functions above directly.
+template <class C>
+HPCTRAIN_HD C activation_value(Activation kind, C alpha, C x) {
+  switch (kind) {
+    case Activation::relu:
+      return relu(x);
+    case Activation::gelu:
+      return gelu(x);
+    case Activation::tanh:
+      return tanh_activation(x);
+    case Activation::leaky_relu:
+      return leaky_relu(x, alpha);
+  }
+  return x;
+}
+template <class C>
+HPCTRAIN_HD C activation_derivative(Activation kind, C alpha, C x) {
+  switch (kind) {
+    case Activation::relu:
+      return relu_derivative(x);
+    case Activation::gelu:
+      return gelu_derivative(x);
+    case Activation::tanh:
+      return tanh_derivative(x);
+    case Activation::leaky_relu:
+      return leaky_relu_derivative(x, alpha);
+  }
+  return C(1);
+}
+
+// ---- dropout ----
+// Philox has a 64-bit key and a 128-bit counter. The element index (64 bits), the layer and the purpose fill the
+// counter, so the step goes into the key: dropout_key derives a key from (seed, step) with one Philox call, done once
+// per kernel launch rather than per element.
+HPCTRAIN_HD std::uint64_t dropout_key(std::uint64_t seed, std::uint32_t step) {
+  const Philox4 derived = philox4x32(step, 0u, 0u, static_cast<std::uint32_t>(RngPurpose::dropout), seed);
+  return (static_cast<std::uint64_t>(derived.v[1]) << 32) | derived.v[0];
+}
+
+// One Philox call yields four numbers, so four consecutive elements share a counter (element_index / 4) and each takes
+// its lane: kernels that walk consecutive elements (the CPU loop) make one call per four elements, and every element's
+// number is still a pure function of its global index.
+HPCTRAIN_HD Philox4 dropout_group_bits(std::uint64_t key, std::uint32_t layer, std::uint64_t group) {
+  return philox4x32(static_cast<std::uint32_t>(group), static_cast<std::uint32_t>(group >> 32), layer,
+                    static_cast<std::uint32_t>(RngPurpose::dropout), key);
+}
+
+// The lane of element_index in its group's bits; a select chain, not v[lane], which would put the array in local
+// memory on the GPU.
+HPCTRAIN_HD std::uint32_t dropout_lane_bits(const Philox4& bits, std::uint64_t element_index) {
+  const unsigned lane = static_cast<unsigned>(element_index & 3u);
+  return lane == 0 ? bits.v[0] : lane == 1 ? bits.v[1] : lane == 2 ? bits.v[2] : bits.v[3];
+}
+
+// Uniform in [0, 1) for one element.
+HPCTRAIN_HD float dropout_uniform(std::uint64_t key, std::uint32_t layer, std::uint64_t element_index) {
+  return uniform_from_bits(dropout_lane_bits(dropout_group_bits(key, layer, element_index >> 2), element_index));
+}
+
+// Keep decision with a key from dropout_key; p is the drop probability.
+HPCTRAIN_HD bool dropout_keep_with_key(std::uint64_t key, std::uint32_t layer, std::uint64_t element_index, float p) {
+  return dropout_uniform(key, layer, element_index) >= p;
+}
+
+// Keep decision for element `element_index` (global: sample_id * cols + col) of dropout layer `layer` at `step`.
+HPCTRAIN_HD bool dropout_keep(std::uint64_t seed, std::uint32_t step, std::uint32_t layer, std::uint64_t element_index,
+                              float p) {
+  return dropout_keep_with_key(dropout_key(seed, step), layer, element_index, p);
+}
+
+// Factor applied to kept elements (inverted dropout); dropped elements are multiplied by 0, so a NaN input stays NaN as
+// in PyTorch. p >= 1 drops everything.
+template <class C>
+HPCTRAIN_HD C dropout_scale(float p) {
+  return p < 1.0f ? C(1) / (C(1) - C(p)) : C(0);
+}
+
+// ---- optimizers: the update of one parameter ----
+// Per-step constants of AdamW, computed once per launch. The bias corrections are computed in double: 1 - beta2^t in
+// fp32 loses most of its digits for small t.
+template <class C>
+struct AdamWConstants {
+  C learning_rate;
+  C lr_weight_decay;  // lr * weight_decay (0 where weight decay does not apply)
+  C beta1, one_minus_beta1;
+  C beta2, one_minus_beta2;
+  C eps;
+  C bias_correction1;  // 1 - beta1^t
+  C bias_correction2;  // 1 - beta2^t
+};
+
+// step: t = applied_steps + 1 (1 on the first update).
+template <class C>
+HPCTRAIN_HD AdamWConstants<C> adamw_constants(C learning_rate, C beta1, C beta2, C eps, C weight_decay,
+                                              std::int32_t step) {
+  AdamWConstants<C> k;
+  k.learning_rate = learning_rate;
+  k.lr_weight_decay = learning_rate * weight_decay;
+  k.beta1 = beta1;
+  k.one_minus_beta1 = C(1) - beta1;
+  k.beta2 = beta2;
+  k.one_minus_beta2 = C(1) - beta2;
+  k.eps = eps;
+  k.bias_correction1 = static_cast<C>(1.0 - ::pow(static_cast<double>(beta1), static_cast<double>(step)));
+  k.bias_correction2 = static_cast<C>(1.0 - ::pow(static_cast<double>(beta2), static_cast<double>(step)));
+  return k;
+}
+
+// PyTorch AdamW: decoupled weight decay first, then the moments, then the bias-corrected step.
+template <class C>
+HPCTRAIN_HD void adamw_update(C& parameter, C& first_moment, C& second_moment, C gradient, const AdamWConstants<C>& k) {
+  parameter -= k.lr_weight_decay * parameter;
+  first_moment = k.beta1 * first_moment + k.one_minus_beta1 * gradient;
+  second_moment = k.beta2 * second_moment + k.one_minus_beta2 * gradient * gradient;
+  const C first_hat = first_moment / k.bias_correction1;
+  const C second_hat = second_moment / k.bias_correction2;
+  parameter -= k.learning_rate * first_hat / (square_root(second_hat) + k.eps);
+}
+
+// PyTorch SGD (dampening 0): L2 weight decay added to the gradient; the momentum buffer starts as the first gradient
+// (first_step: no update applied yet, i.e. applied_steps == 0); Nesterov looks ahead along the buffer.
+// momentum_buffer is neither read nor written when momentum == 0.
+template <class C>
+HPCTRAIN_HD void sgd_update(C& parameter, C& momentum_buffer, C gradient, C learning_rate, C momentum, C weight_decay,
+                            bool nesterov, bool first_step) {
+  C direction = gradient;
+  if (weight_decay != C(0)) direction += weight_decay * parameter;
+  if (momentum != C(0)) {
+    momentum_buffer = first_step ? direction : momentum * momentum_buffer + direction;
+    direction = nesterov ? direction + momentum * momentum_buffer : momentum_buffer;
+  }
+  parameter -= learning_rate * direction;
+}
+
+// PyTorch clip_grad_norm_: min(1, max_norm / (norm + 1e-6)); 1 without clipping (max_norm <= 0) and when the norm is
+// not finite (the step is skipped anyway).
+template <class C>
+HPCTRAIN_HD C clip_coefficient(C grad_norm, C max_norm) {
+  if (!(max_norm > C(0))) return C(1);
+  const C coefficient = max_norm / (grad_norm + C(1e-6));
+  return coefficient < C(1) ? coefficient : C(1);
+}
+
+// ---- loss scaler (PyTorch GradScaler's _amp_update_scale_) ----
+// After a skipped step (non-finite gradients) the scale backs off and the growth tracker restarts; after
+// growth_interval finite steps in a row the scale grows, unless that would overflow. With scaling disabled or static
+// the scale and tracker stay as they are; applied_steps and consecutive_skips are counted in every mode (bias
+// correction, divergence detection).
+HPCTRAIN_HD void update_loss_scale(const LossScalerConfig& config, StepScalars& scalars) {
+  const bool dynamic = config.enabled && config.dynamic;
+  if (scalars.found_nonfinite) {
+    scalars.consecutive_skips += 1;
+    if (dynamic) {
+      scalars.loss_scale *= config.backoff_factor;
+      scalars.growth_tracker = 0;
+    }
+    return;
+  }
+  scalars.applied_steps += 1;
+  scalars.consecutive_skips = 0;
+  if (!dynamic) return;
+  const std::int32_t successful = scalars.growth_tracker + 1;
+  if (successful >= config.growth_interval) {
+    const float grown = scalars.loss_scale * config.growth_factor;
+    if (is_finite(grown)) scalars.loss_scale = grown;
+    scalars.growth_tracker = 0;
+  } else {
+    scalars.growth_tracker = successful;
+  }
+}
+
+// ---- rows ----
+// Softmax cross-entropy of one row (cols logits, integer label), numerically stable by subtracting the row maximum.
+// loss = -log softmax(x)[label]; correct: the first index of the maximum (ties -> lowest index) equals the label.
+// If dlogits is not null: dlogits = (softmax(x) - onehot(label)) * grad_scale; it may alias logits (every element is
+// read before it is written).
+template <class T>
+HPCTRAIN_HD void softmax_cross_entropy_row(const T* logits, std::int64_t cols, std::int32_t label,
+                                           compute_t<T> grad_scale, T* dlogits, compute_t<T>* loss, bool* correct) {
+  using C = compute_t<T>;
+  C max_value = load(logits[0]);
+  std::int64_t argmax = 0;
+  for (std::int64_t j = 1; j < cols; ++j) {
+    const C value = load(logits[j]);
+    if (value > max_value) {  // strict: ties keep the lowest index
+      max_value = value;
+      argmax = j;
+    }
+  }
+  C sum = C(0);
+  for (std::int64_t j = 0; j < cols; ++j) sum += exponential(load(logits[j]) - max_value);
+  const C log_sum = natural_log(sum);
+  *loss = log_sum - (load(logits[label]) - max_value);
+  *correct = argmax == label;
+  if (dlogits == nullptr) return;
+  const C inverse_sum = C(1) / sum;
+  for (std::int64_t j = 0; j < cols; ++j) {
+    C probability = exponential(load(logits[j]) - max_value) * inverse_sum;
+    if (j == label) probability -= C(1);
+    dlogits[j] = store<T>(probability * grad_scale);
+  }
+}
+
+// Mean squared error of one row: returns mean_j (pred - target)^2; if dpred is not null, dpred = 2 (pred - target) /
+// cols * grad_scale (may alias pred). target is in the master dtype, which is the compute type.
+template <class T>
+HPCTRAIN_HD compute_t<T> mean_squared_error_row(const T* pred, const compute_t<T>* target, std::int64_t cols,
+                                                compute_t<T> grad_scale, T* dpred) {
+  using C = compute_t<T>;
+  const C gradient_factor = C(2) * grad_scale / static_cast<C>(cols);
+  C sum = C(0);
+  for (std::int64_t j = 0; j < cols; ++j) {
+    const C difference = load(pred[j]) - target[j];
+    sum += difference * difference;
+    if (dpred != nullptr) dpred[j] = store<T>(difference * gradient_factor);
+  }
+  return sum / static_cast<C>(cols);
+}
+
+// Layer normalisation of one row (PyTorch: biased variance, eps inside the square root), two passes for accuracy.
+// y = (x - mean) * rstd * gamma + beta; gamma/beta null mean 1/0. mean and rstd are returned for the backward.
+// y may alias x.
+template <class T>
+HPCTRAIN_HD void layernorm_forward_row(const T* x, std::int64_t cols, const compute_t<T>* gamma,
+                                       const compute_t<T>* beta, compute_t<T> eps, T* y, compute_t<T>* mean_out,
+                                       compute_t<T>* rstd_out) {
+  using C = compute_t<T>;
+  C sum = C(0);
+  for (std::int64_t j = 0; j < cols; ++j) sum += load(x[j]);
+  const C mean = sum / static_cast<C>(cols);
+  C squares = C(0);
+  for (std::int64_t j = 0; j < cols; ++j) {
+    const C centred = load(x[j]) - mean;
+    squares += centred * centred;
+  }
+  const C rstd = C(1) / square_root(squares / static_cast<C>(cols) + eps);
+  for (std::int64_t j = 0; j < cols; ++j) {
+    const C normalised = (load(x[j]) - mean) * rstd;
+    const C scaled = gamma != nullptr ? normalised * gamma[j] : normalised;
+    y[j] = store<T>(beta != nullptr ? scaled + beta[j] : scaled);
+  }
+  *mean_out = mean;
+  *rstd_out = rstd;
+}
+
+// Input gradient of layer normalisation for one row: with xhat = (x - mean) rstd and g = dy * gamma,
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)). dx may alias dy. (dgamma, dbeta are column sums over rows, done by
+// the kernel.)
+template <class T>
+HPCTRAIN_HD void layernorm_backward_row(const T* x, const T* dy, std::int64_t cols, const compute_t<T>* gamma,
+                                        compute_t<T> mean, compute_t<T> rstd, T* dx) {
+  using C = compute_t<T>;
+  C sum_g = C(0), sum_g_xhat = C(0);
+  for (std::int64_t j = 0; j < cols; ++j) {
+    const C xhat = (load(x[j]) - mean) * rstd;
+    const C g = gamma != nullptr ? load(dy[j]) * gamma[j] : load(dy[j]);
+    sum_g += g;
+    sum_g_xhat += g * xhat;
+  }
+  const C mean_g = sum_g / static_cast<C>(cols);
+  const C mean_g_xhat = sum_g_xhat / static_cast<C>(cols);
+  for (std::int64_t j = 0; j < cols; ++j) {
+    const C xhat = (load(x[j]) - mean) * rstd;
+    const C g = gamma != nullptr ? load(dy[j]) * gamma[j] : load(dy[j]);
+    dx[j] = store<T>(rstd * (g - mean_g - xhat * mean_g_xhat));
+  }
+}
+
+}  // namespace hpctrain::kernel_math

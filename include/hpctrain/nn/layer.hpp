@@ -1,0 +1,105 @@
+// A layer of a sequential model. Layers own no memory: the Model hands them views into its flat parameter, gradient and
+// activation buffers, and they call the Backend for all arithmetic.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hpctrain/kernels/backend.hpp"
+
+namespace hpctrain {
+
+struct LayerSpec;
+
+// What a layer needs to know about the step it is running in.
+struct StepContext {
+  Backend* backend = nullptr;
+  bool training = true;
+  std::uint64_t seed = 0;
+  std::uint32_t step = 0;                    // optimizer step (keys dropout masks)
+  const std::int64_t* sample_ids = nullptr;  // (rows) global sample index of each row, backend memory
+  std::int64_t rows = 0;                     // samples in this (possibly partial) batch
+};
+
+// A named parameter tensor with PyTorch's shape (linear weight: out x in).
+struct ParameterSpec {
+  std::string name;  // "weight", "bias"
+  std::vector<std::int64_t> shape;
+  bool decays = true;  // weight decay applies (weights) or not (biases, norm parameters)
+};
+
+// Where a layer's parameters live: element offsets into the model's flat buffers, one per ParameterSpec.
+struct ParameterBinding {
+  void* master = nullptr;     // fp32 master parameters (f64 in gradient checks)
+  void* gradients = nullptr;  // same dtype and layout as master
+  void* working = nullptr;    // 16-bit working copy for matrix products; == master when no copy is kept
+  DType master_dtype = DType::f32;
+  DType working_dtype = DType::f32;
+  std::vector<std::int64_t> offsets;
+};
+
+class Layer {
+ public:
+  Layer(std::string name, std::int64_t input_width, std::int64_t output_width)
+      : name_(std::move(name)), input_width_(input_width), output_width_(output_width) {}
+  virtual ~Layer() = default;
+
+  [[nodiscard]] const std::string& name() const { return name_; }
+  [[nodiscard]] virtual std::string type() const = 0;
+  [[nodiscard]] std::int64_t input_width() const { return input_width_; }
+  [[nodiscard]] std::int64_t output_width() const { return output_width_; }
+
+  [[nodiscard]] virtual std::vector<ParameterSpec> parameters() const { return {}; }
+  void bind(ParameterBinding binding) { binding_ = std::move(binding); }
+  // Fill the master parameters (host memory, laid out as bind() says) the way PyTorch initialises this layer.
+  virtual void initialize(float* host_master, std::uint64_t seed, std::uint32_t layer_index) const {}
+  // Per-row statistics kept between forward and backward (layernorm), in master elements per row.
+  [[nodiscard]] virtual std::int64_t saved_per_row() const { return 0; }
+  // saved: (saved_per_row, max_rows) master elements reserved for this layer.
+  void bind_saved(void* saved, std::int64_t max_rows) {
+    saved_ = saved;
+    saved_max_rows_ = max_rows;
+  }
+
+  // y = layer(x); x: (rows, input_width), y: (rows, output_width), both in the activation dtype.
+  virtual void forward(const StepContext& context, std::uint32_t layer_index, const TensorView& x,
+                       const TensorView& y) = 0;
+  // dx = d loss / dx; parameter gradients written (or added, when accumulate) into the gradient buffer.
+  // x and y are the forward's input and output; dx may alias dy for element-wise layers (see in_place_backward).
+  virtual void backward(const StepContext& context, std::uint32_t layer_index, const TensorView& x, const TensorView& y,
+                        const TensorView& dy, const TensorView& dx, bool accumulate) = 0;
+  // Element-wise layers may write dx over dy, saving a buffer swap.
+  [[nodiscard]] virtual bool in_place_backward() const { return false; }
+
+ protected:
+  [[nodiscard]] void* master(std::size_t index) const { return offset(binding_.master, binding_.master_dtype, index); }
+  [[nodiscard]] void* gradient(std::size_t index) const {
+    return offset(binding_.gradients, binding_.master_dtype, index);
+  }
+  [[nodiscard]] void* working(std::size_t index) const {
+    return offset(binding_.working, binding_.working_dtype, index);
+  }
+  [[nodiscard]] DType master_dtype() const { return binding_.master_dtype; }
+  [[nodiscard]] DType working_dtype() const { return binding_.working_dtype; }
+  // Row block `block` of the saved statistics: (max_rows) master elements.
+  [[nodiscard]] void* saved(std::int64_t block) const {
+    return static_cast<char*>(saved_) + block * saved_max_rows_ * static_cast<std::int64_t>(dtype_size(master_dtype()));
+  }
+
+ private:
+  [[nodiscard]] void* offset(void* base, DType dtype, std::size_t index) const {
+    return static_cast<char*>(base) + binding_.offsets.at(index) * static_cast<std::int64_t>(dtype_size(dtype));
+  }
+  std::string name_;
+  std::int64_t input_width_, output_width_;
+  ParameterBinding binding_;
+  void* saved_ = nullptr;
+  std::int64_t saved_max_rows_ = 0;
+};
+
+// Build a layer from its deck entry; input_width is what flows into it. Throws InputError for impossible shapes.
+std::unique_ptr<Layer> make_layer(const LayerSpec& spec, std::int64_t input_width, const std::string& deck_location);
+
+}  // namespace hpctrain

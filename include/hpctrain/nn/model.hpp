@@ -1,0 +1,92 @@
+// A sequential model over flat buffers: one allocation each for the master parameters, their gradients, the 16-bit
+// working copy, the activations of every layer and the backward scratch, all made at set-up for the largest batch.
+// Parameters are laid out layer after layer in forward order, so the backward pass completes a suffix of the gradient
+// buffer after each layer: that is what lets gradient buckets be all-reduced while backward goes on.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hpctrain/nn/layer.hpp"
+
+namespace hpctrain {
+
+struct ModelSection;
+
+struct ModelBuffers {
+  DType activation_dtype = DType::f32;  // storage of activations and their gradients (16-bit in mixed precision)
+  DType master_dtype = DType::f32;      // parameters, gradients, optimizer state
+  std::int64_t max_rows = 0;            // largest batch this model will see (per rank)
+};
+
+// A parameter tensor as stored in the flat buffer, for checkpoints and summaries.
+struct ParameterEntry {
+  std::string layer;
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::int64_t offset = 0;
+  std::int64_t count = 0;
+  bool decays = true;
+};
+
+class Model {
+ public:
+  // Layers from the deck; input_width from the data. deck_location names the deck for error messages.
+  Model(const ModelSection& spec, std::int64_t input_width, Backend& backend, ModelBuffers buffers,
+        const std::string& deck_path);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  [[nodiscard]] std::int64_t input_width() const { return input_width_; }
+  [[nodiscard]] std::int64_t output_width() const { return layers_.back()->output_width(); }
+  [[nodiscard]] std::int64_t parameter_count() const { return parameter_count_; }
+  [[nodiscard]] const std::vector<ParameterEntry>& parameter_entries() const { return entries_; }
+  [[nodiscard]] const ModelBuffers& buffers() const { return buffers_; }
+  [[nodiscard]] std::size_t layer_count() const { return layers_.size(); }
+  [[nodiscard]] const Layer& layer(std::size_t index) const { return *layers_[index]; }
+  // Element offset of the first parameter of layer `index` (or of the next layer that has parameters).
+  [[nodiscard]] std::int64_t parameter_begin(std::size_t index) const { return parameter_begin_[index]; }
+
+  // Flat buffers in backend memory.
+  [[nodiscard]] void* master() const { return master_; }
+  [[nodiscard]] void* gradients() const { return gradients_; }
+  [[nodiscard]] TensorView working_copy() const;  // data == nullptr when the matrix products read the master directly
+
+  // PyTorch-style initialisation from the counter-based generator, identical for every rank count.
+  void initialize(std::uint64_t seed);
+  // Refresh the 16-bit working copy from the master parameters (the optimizer does this itself after each step).
+  void refresh_working_copy();
+
+  // The input batch buffer to fill: (rows, input_width) in the activation dtype.
+  [[nodiscard]] TensorView input(std::int64_t rows) const;
+  // Forward over context.rows rows of input(); returns the output (rows, output_width).
+  TensorView forward(const StepContext& context);
+  // Backward from the gradient of the loss with respect to the output, which the loss wrote over forward()'s output.
+  // after_layer(begin) is called when every parameter gradient at [begin, parameter_count) is final.
+  void backward(const StepContext& context, bool accumulate, const std::function<void(std::int64_t)>& after_layer);
+
+  // A printed summary: layer, type, output shape, parameters.
+  [[nodiscard]] std::string summary() const;
+  [[nodiscard]] std::size_t activation_bytes() const { return activation_bytes_; }
+
+ private:
+  Backend& backend_;
+  ModelBuffers buffers_;
+  std::int64_t input_width_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<ParameterEntry> entries_;
+  std::vector<std::int64_t> parameter_begin_;
+  std::int64_t parameter_count_ = 0;
+  void* master_ = nullptr;
+  void* gradients_ = nullptr;
+  void* working_ = nullptr;
+  std::vector<void*> activations_;         // activations_[i]: input of layer i; activations_[L]: the output
+  void* saved_ = nullptr;                  // per-row statistics of layers that keep them
+  void* scratch_[2] = {nullptr, nullptr};  // backward ping-pong buffers (max_rows, widest layer)
+  std::size_t activation_bytes_ = 0;
+};
+
+}  // namespace hpctrain

@@ -1,0 +1,41 @@
+// The optimizer over the model's flat buffers: its state vectors (SGD momentum; AdamW m and v) and one fused update per
+// run of parameters that share a weight-decay setting.
+#pragma once
+
+#include <vector>
+
+#include "hpctrain/kernels/backend.hpp"
+
+namespace hpctrain {
+
+class Model;
+struct OptimizerSection;
+
+class Optimizer {
+ public:
+  Optimizer(const OptimizerSection& section, Model& model, Backend& backend);
+  ~Optimizer();
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  [[nodiscard]] const OptimizerHyper& hyper() const { return hyper_; }
+  // Statistics of the all-reduced gradients (norm, non-finite flag, clip coefficient) into scalars.
+  void gradient_statistics(StepScalars* scalars);
+  // The fused update (skipped on the backend when scalars->found_nonfinite).
+  void step(const StepScalars* scalars);
+  [[nodiscard]] float* state(int index) const { return state_[index]; }  // nullptr if unused
+  [[nodiscard]] std::size_t state_bytes() const;
+
+ private:
+  struct Range {
+    std::int64_t offset, count;
+    bool decay;
+  };
+  Model& model_;
+  Backend& backend_;
+  OptimizerHyper hyper_;
+  std::vector<Range> ranges_;  // consecutive parameters with the same decay setting, merged
+  float* state_[2] = {nullptr, nullptr};
+};
+
+}  // namespace hpctrain

@@ -1,0 +1,22 @@
+// Learning-rate schedules: constant, linear warm-up + cosine, step decay (all with optional linear warm-up).
+#pragma once
+
+#include <cstdint>
+
+namespace hpctrain {
+
+struct ScheduleSection;
+
+class LearningRateSchedule {
+ public:
+  LearningRateSchedule(const ScheduleSection& schedule, double base_lr, std::int64_t total_steps);
+  // The learning rate of optimizer step `step` (0-based).
+  [[nodiscard]] double at(std::int64_t step) const;
+
+ private:
+  enum class Kind { constant, cosine, step } kind_;
+  double base_lr_, min_lr_, gamma_;
+  std::int64_t warmup_, step_size_, total_;
+};
+
+}  // namespace hpctrain

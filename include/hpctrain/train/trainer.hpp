@@ -1,0 +1,39 @@
+// The trainer: sets up data, model, optimizer and outputs from a validated deck, then runs the training loop
+// (forward, loss, backward with overlapped gradient all-reduce, loss scaling, fused optimizer), evaluation, logging and
+// metrics.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "hpctrain/config/run_config.hpp"
+#include "hpctrain/dist/mpi_environment.hpp"
+
+namespace hpctrain {
+
+struct TrainSummary {
+  std::int64_t steps = 0;
+  double final_train_loss = 0.0;
+  double final_eval_loss = 0.0;
+  double final_eval_accuracy = -1.0;  // -1 without classification or validation data
+  double samples_per_second = 0.0;    // median over the logged intervals
+  double seconds = 0.0;
+  std::string output_directory;
+};
+
+class Trainer {
+ public:
+  Trainer(const RunConfig& config, const MpiEnvironment& mpi);
+  ~Trainer();
+  TrainSummary run();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Threads per rank: OMP_NUM_THREADS if set, else run.threads, else the cores this rank may use divided among the ranks
+// of its node (a launcher that binds each rank already gives it its own cores).
+int choose_thread_count(const RunConfig& config, const MpiEnvironment& mpi);
+
+}  // namespace hpctrain

@@ -1,0 +1,63 @@
+// `hpctrain train DECK.toml [--set section.key=value]... [--output DIR]`
+#include <cstdio>
+
+#include "hpctrain/app/commands.hpp"
+#include "hpctrain/config/run_config.hpp"
+#include "hpctrain/core/error.hpp"
+#include "hpctrain/dist/mpi_environment.hpp"
+#include "hpctrain/train/trainer.hpp"
+
+namespace hpctrain {
+
+namespace {
+const char* const train_usage =
+    "usage: hpctrain train DECK.toml [--set section.key=value]... [--output DIR]\n"
+    "\n"
+    "Train the model described by the input deck DECK.toml (see docs/input-reference.md).\n"
+    "\n"
+    "options:\n"
+    "  --set section.key=value   override a deck key (repeatable), e.g. --set precision.mode=bf16\n"
+    "  --output DIR              write results to DIR (overrides run.output)\n"
+    "  --help                    show this help\n"
+    "\n"
+    "Outputs in the output directory: config.toml (the resolved deck), metrics.h5, train.log.\n"
+    "Launch with e.g. 'mpiexec -n 4 hpctrain train deck.toml'; data.batch_size is the global batch.\n";
+}  // namespace
+
+int train_command(const Arguments& args, const MpiEnvironment& mpi) {
+  std::string deck;
+  std::vector<std::string> overrides;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    auto value = [&](const char* option) -> std::string {
+      HPCTRAIN_VERIFY(i + 1 < args.size(), InputError, option << " needs a value", "see 'hpctrain train --help'");
+      return args[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      if (mpi.is_root()) std::fputs(train_usage, stdout);
+      return 0;
+    } else if (arg == "--set") {
+      overrides.push_back(value("--set"));
+    } else if (arg.rfind("--set=", 0) == 0) {
+      overrides.push_back(arg.substr(6));
+    } else if (arg == "--output") {
+      overrides.push_back("run.output=" + value("--output"));
+    } else if (arg.rfind("--output=", 0) == 0) {
+      overrides.push_back("run.output=" + arg.substr(9));
+    } else if (!arg.empty() && arg[0] == '-') {
+      throw InputError("hpctrain train: unknown option '" + arg + "'", "see 'hpctrain train --help'");
+    } else {
+      HPCTRAIN_VERIFY(deck.empty(), InputError,
+                      "hpctrain train: more than one deck given ('" << deck << "' and '" << arg << "')",
+                      "train one deck per run");
+      deck = arg;
+    }
+  }
+  HPCTRAIN_VERIFY(!deck.empty(), InputError, "hpctrain train: no input deck given", "usage: hpctrain train DECK.toml");
+  const RunConfig config = load_run_config(deck, overrides);
+  Trainer trainer(config, mpi);
+  trainer.run();
+  return 0;
+}
+
+}  // namespace hpctrain

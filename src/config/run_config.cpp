@@ -1,0 +1,1140 @@
+// The input-deck parser: TOML text plus --set overrides in, a validated RunConfig out (and back to TOML again).
+//
+// One schema (sections, their keys and value kinds, the layer keys per layer type) drives everything here: reading,
+// unknown-key suggestions, to_toml and accepted_keys. Adding a field to run_config.hpp means adding one line to the
+// schema, one range check in validate() if it has a range, and a row in docs/input-reference.md (a test checks that).
+//
+// Every error is an InputError whose message starts with where the value came from ("deck.toml:12:5" or
+// "--set optimizer.lr=-1"), names the key, and says what would be valid; the hint says what to write instead.
+#include "hpctrain/config/run_config.hpp"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <variant>
+
+#include "hpctrain/core/error.hpp"
+
+namespace hpctrain {
+namespace {
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Schema
+// ---------------------------------------------------------------------------------------------------------------------
+
+// How a key's TOML value is read. `number` accepts integers too; `loss_scale` is a word or a positive number.
+enum class ValueKind { integer, number, boolean, string, loss_scale, layers };
+
+// Where a key's value lives inside a RunConfig (or a LayerSpec). monostate for model.layers, which is read separately.
+using FieldRef = std::variant<std::monostate, std::int64_t*, std::uint64_t*, double*, bool*, std::string*>;
+
+template <auto section_member, auto field_member>
+FieldRef bind_field(RunConfig& config) {
+  return &((config.*section_member).*field_member);
+}
+
+template <auto field_member>
+FieldRef bind_layer_field(LayerSpec& layer) {
+  return &(layer.*field_member);
+}
+
+FieldRef bind_nothing(RunConfig&) { return std::monostate{}; }
+
+struct FieldSpec {
+  std::string_view key;  // within its section
+  ValueKind kind;
+  FieldRef (*bind)(RunConfig&);
+  std::vector<std::string_view> allowed_words = {};  // enumerations: the only valid values
+};
+
+struct SectionSpec {
+  std::string_view name;
+  std::vector<FieldSpec> fields;
+};
+
+// Sections and keys in the order to_toml writes them (and the documentation lists them).
+const std::vector<SectionSpec>& schema() {
+  using Kind = ValueKind;
+  using Config = RunConfig;
+  static const std::vector<SectionSpec> sections = {
+      {"run",
+       {
+           {"seed", Kind::integer, bind_field<&Config::run, &RunSection::seed>},
+           {"output", Kind::string, bind_field<&Config::run, &RunSection::output>},
+           {"device", Kind::string, bind_field<&Config::run, &RunSection::device>, {"cpu", "cuda", "auto"}},
+           {"threads", Kind::integer, bind_field<&Config::run, &RunSection::threads>},
+       }},
+      {"model",
+       {
+           {"layers", Kind::layers, bind_nothing},
+           {"loss", Kind::string, bind_field<&Config::model, &ModelSection::loss>, {"cross_entropy", "mse"}},
+       }},
+      {"data",
+       {
+           {"train", Kind::string, bind_field<&Config::data, &DataSection::train>},
+           {"validation", Kind::string, bind_field<&Config::data, &DataSection::validation>},
+           {"features", Kind::string, bind_field<&Config::data, &DataSection::features>},
+           {"labels", Kind::string, bind_field<&Config::data, &DataSection::labels>},
+           {"targets", Kind::string, bind_field<&Config::data, &DataSection::targets>},
+           {"batch_size", Kind::integer, bind_field<&Config::data, &DataSection::batch_size>},
+           {"eval_batch_size", Kind::integer, bind_field<&Config::data, &DataSection::eval_batch_size>},
+           {"shuffle", Kind::boolean, bind_field<&Config::data, &DataSection::shuffle>},
+           {"drop_last", Kind::boolean, bind_field<&Config::data, &DataSection::drop_last>},
+       }},
+      {"train",
+       {
+           {"steps", Kind::integer, bind_field<&Config::train, &TrainSection::steps>},
+           {"epochs", Kind::integer, bind_field<&Config::train, &TrainSection::epochs>},
+           {"log_every", Kind::integer, bind_field<&Config::train, &TrainSection::log_every>},
+           {"eval_every", Kind::integer, bind_field<&Config::train, &TrainSection::eval_every>},
+       }},
+      {"optimizer",
+       {
+           {"type", Kind::string, bind_field<&Config::optimizer, &OptimizerSection::type>, {"adamw", "sgd"}},
+           {"lr", Kind::number, bind_field<&Config::optimizer, &OptimizerSection::lr>},
+           {"weight_decay", Kind::number, bind_field<&Config::optimizer, &OptimizerSection::weight_decay>},
+           {"beta1", Kind::number, bind_field<&Config::optimizer, &OptimizerSection::beta1>},
+           {"beta2", Kind::number, bind_field<&Config::optimizer, &OptimizerSection::beta2>},
+           {"eps", Kind::number, bind_field<&Config::optimizer, &OptimizerSection::eps>},
+           {"momentum", Kind::number, bind_field<&Config::optimizer, &OptimizerSection::momentum>},
+           {"nesterov", Kind::boolean, bind_field<&Config::optimizer, &OptimizerSection::nesterov>},
+           {"grad_clip", Kind::number, bind_field<&Config::optimizer, &OptimizerSection::grad_clip>},
+       }},
+      {"schedule",
+       {
+           {"type",
+            Kind::string,
+            bind_field<&Config::schedule, &ScheduleSection::type>,
+            {"constant", "cosine", "step"}},
+           {"warmup_steps", Kind::integer, bind_field<&Config::schedule, &ScheduleSection::warmup_steps>},
+           {"min_lr", Kind::number, bind_field<&Config::schedule, &ScheduleSection::min_lr>},
+           {"step_size", Kind::integer, bind_field<&Config::schedule, &ScheduleSection::step_size>},
+           {"gamma", Kind::number, bind_field<&Config::schedule, &ScheduleSection::gamma>},
+       }},
+      {"precision",
+       {
+           {"mode", Kind::string, bind_field<&Config::precision, &PrecisionSection::mode>, {"fp32", "bf16", "fp16"}},
+           {"loss_scale", Kind::loss_scale, bind_field<&Config::precision, &PrecisionSection::loss_scale>},
+           {"init_scale", Kind::number, bind_field<&Config::precision, &PrecisionSection::init_scale>},
+           {"growth_factor", Kind::number, bind_field<&Config::precision, &PrecisionSection::growth_factor>},
+           {"backoff_factor", Kind::number, bind_field<&Config::precision, &PrecisionSection::backoff_factor>},
+           {"growth_interval", Kind::integer, bind_field<&Config::precision, &PrecisionSection::growth_interval>},
+           {"max_skipped_steps", Kind::integer, bind_field<&Config::precision, &PrecisionSection::max_skipped_steps>},
+       }},
+  };
+  return sections;
+}
+
+// The largest finite fp32 value: loss scales are applied in fp32.
+constexpr double largest_float = 3.4028234663852886e38;
+
+// The words precision.loss_scale accepts besides a positive number.
+const std::vector<std::string_view> loss_scale_words = {"auto", "dynamic", "none"};
+
+struct LayerFieldSpec {
+  std::string_view key;
+  ValueKind kind;
+  FieldRef (*bind)(LayerSpec&);
+};
+
+const std::vector<LayerFieldSpec>& layer_fields() {
+  using Kind = ValueKind;
+  static const std::vector<LayerFieldSpec> fields = {
+      {"type", Kind::string, bind_layer_field<&LayerSpec::type>},
+      {"name", Kind::string, bind_layer_field<&LayerSpec::name>},
+      {"out", Kind::integer, bind_layer_field<&LayerSpec::out>},
+      {"in", Kind::integer, bind_layer_field<&LayerSpec::in>},
+      {"bias", Kind::boolean, bind_layer_field<&LayerSpec::bias>},
+      {"p", Kind::number, bind_layer_field<&LayerSpec::p>},
+      {"negative_slope", Kind::number, bind_layer_field<&LayerSpec::negative_slope>},
+      {"eps", Kind::number, bind_layer_field<&LayerSpec::eps>},
+  };
+  return fields;
+}
+
+// Which keys each layer type takes besides `type` and `name` (which every layer takes).
+struct LayerTypeSpec {
+  std::string_view type;
+  std::vector<std::string_view> keys;
+};
+
+const std::vector<LayerTypeSpec>& layer_types() {
+  static const std::vector<LayerTypeSpec> types = {
+      {"linear", {"out", "in", "bias"}},  {"relu", {}},           {"gelu", {}},       {"tanh", {}},
+      {"leaky_relu", {"negative_slope"}}, {"layernorm", {"eps"}}, {"dropout", {"p"}},
+  };
+  return types;
+}
+
+const SectionSpec* find_section(std::string_view name) {
+  for (const auto& section : schema())
+    if (section.name == name) return &section;
+  return nullptr;
+}
+
+const FieldSpec* find_field(const SectionSpec& section, std::string_view key) {
+  for (const auto& field : section.fields)
+    if (field.key == key) return &field;
+  return nullptr;
+}
+
+const LayerFieldSpec* find_layer_field(std::string_view key) {
+  for (const auto& field : layer_fields())
+    if (field.key == key) return &field;
+  return nullptr;
+}
+
+const LayerTypeSpec* find_layer_type(std::string_view type) {
+  for (const auto& spec : layer_types())
+    if (spec.type == type) return &spec;
+  return nullptr;
+}
+
+bool layer_type_accepts(const LayerTypeSpec& spec, std::string_view key) {
+  return key == "type" || key == "name" || std::find(spec.keys.begin(), spec.keys.end(), key) != spec.keys.end();
+}
+
+template <class Range>
+std::string join(const Range& words, std::string_view separator = ", ") {
+  std::string text;
+  for (const auto& word : words) {
+    if (!text.empty()) text += separator;
+    text += word;
+  }
+  return text;
+}
+
+std::vector<std::string_view> section_keys(const SectionSpec& section) {
+  std::vector<std::string_view> keys;
+  for (const auto& field : section.fields) keys.push_back(field.key);
+  return keys;
+}
+
+std::vector<std::string_view> all_layer_keys() {
+  std::vector<std::string_view> keys;
+  for (const auto& field : layer_fields()) keys.push_back(field.key);
+  return keys;
+}
+
+std::vector<std::string_view> all_layer_type_names() {
+  std::vector<std::string_view> names;
+  for (const auto& spec : layer_types()) names.push_back(spec.type);
+  return names;
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// "Did you mean": the closest valid name to a misspelt one
+// ---------------------------------------------------------------------------------------------------------------------
+
+// Edit distance counting insertions, deletions, substitutions and swaps of neighbours ("lamdba" -> "lambda" is 1).
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t substitution = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + substitution});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+std::string lowercase(std::string_view text) {
+  std::string lower(text);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower;
+}
+
+// "learning_rate" -> "lr": lets the common long spellings find our short keys (and "wd" find "weight_decay").
+std::string initials(std::string_view text) {
+  if (text.find('_') == std::string_view::npos) return {};
+  std::string letters;
+  bool at_word_start = true;
+  for (char c : text) {
+    if (c == '_') {
+      at_word_start = true;
+    } else if (at_word_start) {
+      letters += c;
+      at_word_start = false;
+    }
+  }
+  return letters;
+}
+
+// How far a typed name is from a valid one (lower is closer); nullopt when too far to be worth suggesting.
+std::optional<double> match_cost(std::string_view typed_text, std::string_view valid_text) {
+  const std::string typed = lowercase(typed_text), valid = lowercase(valid_text);
+  if (typed == valid) return 0.0;
+  if (initials(typed) == valid || initials(valid) == typed) return 0.5;
+  double cost = static_cast<double>(edit_distance(typed, valid));
+  // "batch" for "batch_size", "grad_clip_norm" for "grad_clip": one word more or less.
+  if (!typed.empty() && (valid.find(typed) != std::string::npos || typed.find(valid) != std::string::npos))
+    cost = std::min(cost, 1.5);
+  const double tolerance = std::max(2.0, static_cast<double>(typed.size()) / 3.0);
+  if (cost > tolerance) return std::nullopt;
+  return cost;
+}
+
+// Candidates are (name shown to the user, name compared against, extra cost); the first of equally close ones wins.
+struct Suggestion {
+  std::string shown;
+  std::string compared;
+  double extra_cost = 0.0;
+};
+
+std::optional<std::string> closest(std::string_view typed, const std::vector<Suggestion>& candidates) {
+  std::optional<std::string> best;
+  double best_cost = 1e9;
+  for (const auto& candidate : candidates) {
+    const auto cost = match_cost(typed, candidate.compared);
+    if (cost && *cost + candidate.extra_cost < best_cost) {
+      best_cost = *cost + candidate.extra_cost;
+      best = candidate.shown;
+    }
+  }
+  return best;
+}
+
+std::string did_you_mean(const std::optional<std::string>& suggestion) {
+  return suggestion ? "; did you mean '" + *suggestion + "'?" : std::string{};
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Formatting values (for messages and for to_toml)
+// ---------------------------------------------------------------------------------------------------------------------
+
+// Shortest text that reads back as the same double ("0.1", "1e-08", "65536").
+std::string shortest_number_text(double value) {
+  char buffer[64];
+  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
+  return std::string(buffer, result.ptr);
+}
+
+// A TOML float literal: like shortest_number_text but always recognisably a float ("3.0", not "3").
+std::string toml_float(double value) {
+  std::string text = shortest_number_text(value);
+  if (text.find_first_of(".eEn") == std::string::npos) text += ".0";  // 'n' covers inf and nan
+  return text;
+}
+
+// A TOML basic string literal with the characters TOML requires escaped.
+std::string toml_string(std::string_view text) {
+  std::string quoted = "\"";
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    switch (c) {
+      case '"':
+        quoted += "\\\"";
+        break;
+      case '\\':
+        quoted += "\\\\";
+        break;
+      case '\n':
+        quoted += "\\n";
+        break;
+      case '\t':
+        quoted += "\\t";
+        break;
+      case '\r':
+        quoted += "\\r";
+        break;
+      default:
+        if (byte < 0x20 || byte == 0x7f) {
+          char escape[8];
+          std::snprintf(escape, sizeof escape, "\\u%04X", static_cast<unsigned>(byte));
+          quoted += escape;
+        } else {
+          quoted += c;
+        }
+    }
+  }
+  return quoted + "\"";
+}
+
+// The TOML literal for a field's current value (loss_scale is always written as a string: "auto", "1024", ...).
+std::string toml_literal(const FieldRef& target) {
+  struct Writer {
+    std::string operator()(std::monostate) const { return {}; }
+    std::string operator()(const std::int64_t* value) const { return std::to_string(*value); }
+    std::string operator()(const std::uint64_t* value) const { return std::to_string(*value); }
+    std::string operator()(const double* value) const { return toml_float(*value); }
+    std::string operator()(const bool* value) const { return *value ? "true" : "false"; }
+    std::string operator()(const std::string* value) const { return toml_string(*value); }
+  };
+  return std::visit(Writer{}, target);
+}
+
+// A short description of what a TOML value is, for "expected X, got Y" messages.
+std::string describe(const toml::node& node) {
+  constexpr std::size_t max_shown = 40;
+  auto shorten = [&](std::string text) {
+    if (text.size() > max_shown) text = text.substr(0, max_shown) + "...";
+    return text;
+  };
+  if (const auto* value = node.as_string()) return "a string (" + shorten(toml_string(value->get())) + ")";
+  if (const auto* value = node.as_integer()) return "an integer (" + std::to_string(value->get()) + ")";
+  if (const auto* value = node.as_floating_point()) return "a float (" + toml_float(value->get()) + ")";
+  if (const auto* value = node.as_boolean())
+    return std::string("a boolean (") + (value->get() ? "true" : "false") + ")";
+  if (node.is_table()) return "a table";
+  if (node.is_array()) return "an array";
+  if (node.is_date()) return "a date";
+  if (node.is_time()) return "a time";
+  if (node.is_date_time()) return "a date-time";
+  return "an unknown kind of value";
+}
+
+std::string_view expected_description(ValueKind kind) {
+  switch (kind) {
+    case ValueKind::integer:
+      return "an integer";
+    case ValueKind::number:
+      return "a number";
+    case ValueKind::boolean:
+      return "a boolean (true or false)";
+    case ValueKind::string:
+      return "a string";
+    case ValueKind::loss_scale:
+      return "a string (auto, dynamic, none) or a positive number";
+    case ValueKind::layers:
+      return "an array of tables";
+  }
+  return "a value";
+}
+
+// Example values for keys whose default is empty, so that type-error hints always show something writable.
+std::string example_literal(std::string_view dotted_key, const std::string& default_literal) {
+  if (dotted_key == "data.train") return "\"data/train.h5\"";
+  if (dotted_key == "data.validation") return "\"data/validation.h5\"";
+  if (dotted_key == "run.output") return "\"runs/my_run\"";
+  if (dotted_key == "model.layers[].type") return "\"linear\"";
+  if (dotted_key == "model.layers[].name") return "\"encoder\"";
+  if (dotted_key == "model.layers[].out") return "64";
+  return default_literal;
+}
+
+// The number a loss_scale text means, when it is one (whole text, finite).
+std::optional<double> parse_number_text(std::string_view text) {
+  double value = 0.0;
+  const auto result = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (result.ec != std::errc() || result.ptr != text.data() + text.size() || !std::isfinite(value)) return std::nullopt;
+  return value;
+}
+
+std::string trim(std::string_view text) {
+  const auto first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos) return {};
+  const auto last = text.find_last_not_of(" \t\r\n");
+  return std::string(text.substr(first, last - first + 1));
+}
+
+SourcePosition position_of(const toml::source_region& region) {
+  return SourcePosition{static_cast<int>(region.begin.line), static_cast<int>(region.begin.column)};
+}
+
+// A table's entries in the order they were written (toml++ keeps keys sorted); keys without a source position
+// (inserted by --set) come last.
+std::vector<std::pair<const toml::key*, const toml::node*>> in_document_order(const toml::table& table) {
+  std::vector<std::pair<const toml::key*, const toml::node*>> entries;
+  for (const auto& [key, node] : table) entries.emplace_back(&key, &node);
+  auto order = [](const toml::key* key) {
+    const auto& begin = key->source().begin;
+    return std::pair<long, long>(begin.line == 0 ? LONG_MAX : static_cast<long>(begin.line),
+                                 static_cast<long>(begin.column));
+  };
+  std::stable_sort(entries.begin(), entries.end(),
+                   [&](const auto& left, const auto& right) { return order(left.first) < order(right.first); });
+  return entries;
+}
+
+std::string layer_key(std::size_t index, std::string_view key) {
+  return "model.layers[" + std::to_string(index) + "]" + (key.empty() ? std::string{} : "." + std::string(key));
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// The reader
+// ---------------------------------------------------------------------------------------------------------------------
+
+class DeckReader {
+ public:
+  explicit DeckReader(std::string deck_path) : deck_path_(std::move(deck_path)) { config_.deck_path = deck_path_; }
+
+  RunConfig read(std::string_view deck_text, const std::vector<std::string>& overrides) {
+    toml::table root = parse_deck(deck_text);
+    for (const auto& override_text : overrides) apply_override(root, override_text);
+    read_root(root);
+    validate();
+    fill_defaults_and_resolve_paths();
+    return std::move(config_);
+  }
+
+ private:
+  std::string deck_path_;
+  RunConfig config_;
+  std::map<std::string, std::string> set_by_override_;      // dotted key -> the --set argument that gave its value
+  std::vector<std::vector<std::string>> layer_keys_given_;  // per layer, the keys the deck or --set wrote
+
+  // ---- errors ----
+
+  [[noreturn]] void fail(const std::string& where, const std::string& problem, const std::string& hint) const {
+    throw InputError(where + ": " + problem, hint);
+  }
+
+  std::string location(const SourcePosition& position) const {
+    if (position.line <= 0) return deck_path_;
+    return deck_path_ + ":" + std::to_string(position.line) + ":" + std::to_string(position.column);
+  }
+
+  const std::string* override_for(const std::string& dotted_key) const {
+    if (auto it = set_by_override_.find(dotted_key); it != set_by_override_.end()) return &it->second;
+    // Everything inside a model.layers array given by --set came from that --set.
+    if (dotted_key.rfind("model.layers[", 0) == 0)
+      if (auto it = set_by_override_.find("model.layers"); it != set_by_override_.end()) return &it->second;
+    return nullptr;
+  }
+
+  // "deck.toml:12:5", "--set optimizer.lr=-1", or just the deck path for a default.
+  std::string location(const std::string& dotted_key) const {
+    if (const auto* override_text = override_for(dotted_key)) return "--set " + *override_text;
+    const auto it = config_.positions.find(dotted_key);
+    return location(it == config_.positions.end() ? SourcePosition{} : it->second);
+  }
+
+  // The default of a key as TOML text ("0.001", "\"cpu\""), for hints.
+  static std::string default_literal(std::string_view section_name, const FieldSpec& field) {
+    RunConfig defaults;
+    return example_literal(std::string(section_name) + "." + std::string(field.key),
+                           toml_literal(field.bind(defaults)));
+  }
+
+  static std::string default_literal(const LayerFieldSpec& field) {
+    LayerSpec defaults;
+    return example_literal("model.layers[]." + std::string(field.key), toml_literal(field.bind(defaults)));
+  }
+
+  [[noreturn]] void type_error(const std::string& dotted_key, ValueKind kind, const toml::node& node,
+                               const std::string& example) const {
+    fail(location(dotted_key),
+         dotted_key + " must be " + std::string(expected_description(kind)) + ", got " + describe(node),
+         "write it like " + example + (kind == ValueKind::string ? " (strings need quotes)" : " (no quotes)"));
+  }
+
+  [[noreturn]] void range_error(const std::string& dotted_key, const std::string& rule, const std::string& got,
+                                const std::string& hint) const {
+    fail(location(dotted_key), dotted_key + " must be " + rule + " (got " + got + ")", hint);
+  }
+
+  [[noreturn]] void unknown_key(const std::string& where, const SectionSpec& section, std::string_view key) const {
+    std::vector<Suggestion> candidates;
+    for (const auto& field : section.fields)
+      candidates.push_back({std::string(section.name) + "." + std::string(field.key), std::string(field.key)});
+    // The same key in another section ([train] lr = ... means optimizer.lr) is a likely slip too.
+    for (const auto& other : schema())
+      if (other.name != section.name && find_field(other, key))
+        candidates.push_back({std::string(other.name) + "." + std::string(key), std::string(key), 1.0});
+    const std::string dotted = std::string(section.name) + "." + std::string(key);
+    fail(where, "unknown key '" + dotted + "'" + did_you_mean(closest(key, candidates)),
+         "valid keys in [" + std::string(section.name) + "]: " + join(section_keys(section)) +
+             " (docs/input-reference.md describes each)");
+  }
+
+  // is_table: written as [name] (or name.key = ...); is_array_of_tables: as [[name]]; neither: a plain key.
+  [[noreturn]] void unknown_section(const std::string& where, std::string_view name, bool is_table,
+                                    bool is_array_of_tables = false) const {
+    std::vector<Suggestion> candidates;
+    std::vector<std::string> section_names;
+    for (const auto& section : schema()) {
+      candidates.push_back({"[" + std::string(section.name) + "]", std::string(section.name)});
+      section_names.push_back("[" + std::string(section.name) + "]");
+    }
+    if (!is_table && !is_array_of_tables) {
+      // A key written before any [section] header: suggest the section that has it.
+      std::vector<Suggestion> keys;
+      for (const auto& section : schema())
+        for (const auto& field : section.fields)
+          keys.push_back({std::string(section.name) + "." + std::string(field.key), std::string(field.key)});
+      const auto suggestion = closest(name, keys);
+      fail(where, "key '" + std::string(name) + "' is not inside any section" + did_you_mean(suggestion),
+           suggestion ? "move it below the [" + suggestion->substr(0, suggestion->find('.')) + "] header"
+                      : "every key belongs to a section: " + join(section_names));
+    }
+    candidates.push_back({"[[model.layers]]", "layers"});
+    const std::string shown = is_array_of_tables ? "[[" + std::string(name) + "]]" : "[" + std::string(name) + "]";
+    fail(where, "unknown section '" + shown + "'" + did_you_mean(closest(name, candidates)),
+         "valid sections: " + join(section_names) + " and [[model.layers]] for each layer");
+  }
+
+  [[noreturn]] void unknown_layer_key(const std::string& where, std::size_t index, std::string_view key) const {
+    std::vector<Suggestion> candidates;
+    for (const auto& field : layer_fields())
+      candidates.push_back({layer_key(index, field.key), std::string(field.key)});
+    fail(where, "unknown key '" + layer_key(index, key) + "'" + did_you_mean(closest(key, candidates)),
+         "valid layer keys: " + join(all_layer_keys()) + " (which ones a layer takes depends on its type)");
+  }
+
+  // ---- TOML text ----
+
+  toml::table parse_deck(std::string_view deck_text) const {
+    try {
+      return toml::parse(deck_text, std::string_view(deck_path_));
+    } catch (const toml::parse_error& error) {
+      fail(location(position_of(error.source())), "TOML syntax error: " + std::string(error.description()),
+           "fix the TOML at that line and column (strings need quotes, e.g. device = \"cpu\"; see "
+           "docs/input-reference.md)");
+    }
+  }
+
+  // ---- --set overrides: applied to the parsed TOML tree, so they pass through exactly the same checks ----
+
+  void apply_override(toml::table& root, const std::string& override_text) {
+    const std::string where = "--set " + override_text;
+    const auto equals = override_text.find('=');
+    if (equals == std::string::npos)
+      fail(where, "expected section.key=value", "for example --set optimizer.lr=0.01 or --set precision.mode=bf16");
+    const std::string key = trim(std::string_view(override_text).substr(0, equals));
+    const std::string raw_value = trim(std::string_view(override_text).substr(equals + 1));
+
+    if (key.rfind("model.layers[", 0) == 0) {
+      apply_layer_override(root, where, key, raw_value, override_text);
+      return;
+    }
+    const auto dot = key.find('.');
+    if (dot == std::string::npos)
+      fail(where, "'" + key + "' is not a section.key name",
+           "name the key with its section, for example --set optimizer.lr=0.01");
+    const std::string section_name = key.substr(0, dot), field_key = key.substr(dot + 1);
+    const SectionSpec* section = find_section(section_name);
+    if (!section) unknown_section(where, section_name, true);
+    const FieldSpec* field = find_field(*section, field_key);
+    if (!field) unknown_key(where, *section, field_key);
+
+    toml::node* section_node = root.get(section_name);
+    if (!section_node) {
+      root.insert(section_name, toml::table{});
+      section_node = root.get(section_name);
+    }
+    auto* section_table = section_node->as_table();
+    if (!section_table)
+      fail(location(position_of(section_node->source())),
+           "'" + section_name + "' must be a section, got " + describe(*section_node),
+           "write it as a [" + section_name + "] table");
+    insert_override_value(*section_table, field_key, field->kind, raw_value);
+    if (field->kind == ValueKind::layers) {
+      // A new layer list replaces any earlier per-layer overrides.
+      std::erase_if(set_by_override_, [](const auto& entry) { return entry.first.rfind("model.layers[", 0) == 0; });
+    }
+    set_by_override_[key] = override_text;
+  }
+
+  void apply_layer_override(toml::table& root, const std::string& where, const std::string& key,
+                            const std::string& raw_value, const std::string& override_text) {
+    // model.layers[INDEX].KEY
+    const std::string_view rest = std::string_view(key).substr(std::string_view("model.layers[").size());
+    const auto close = rest.find(']');
+    std::size_t index = 0;
+    const auto digits = rest.substr(0, close == std::string_view::npos ? 0 : close);
+    const auto parsed = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+    if (close == std::string_view::npos || digits.empty() || parsed.ptr != digits.data() + digits.size() ||
+        rest.substr(close + 1, 1) != ".")
+      fail(where, "'" + key + "' is not a layer key",
+           "write it like --set model.layers[2].out=128 (layers count from 0)");
+    const std::string field_key(rest.substr(close + 2));
+    const LayerFieldSpec* field = find_layer_field(field_key);
+    if (!field) unknown_layer_key(where, index, field_key);
+
+    auto* layers = root.at_path("model.layers").as_array();
+    const std::size_t count = layers ? layers->size() : 0;
+    if (index >= count)
+      fail(where,
+           "there is no model.layers[" + std::to_string(index) + "]: the deck defines " + std::to_string(count) +
+               " layer" + (count == 1 ? "" : "s"),
+           count ? "layers count from 0, so the last one is model.layers[" + std::to_string(count - 1) + "]"
+                 : "define the layers in the deck; --set can change them but not add them");
+    auto* layer_table = layers->get(index)->as_table();
+    if (!layer_table) return;  // reading the layers reports the malformed entry with its position
+    insert_override_value(*layer_table, field_key, field->kind, raw_value);
+    set_by_override_[layer_key(index, field_key)] = override_text;
+  }
+
+  // The value is read as TOML (`key = VALUE`); text that is not valid TOML is taken as a plain string, so bare words
+  // work (--set precision.mode=bf16). For string keys any bare text is the string (--set run.output=2024 is "2024").
+  static void insert_override_value(toml::table& table, const std::string& key, ValueKind kind,
+                                    const std::string& raw_value) {
+    std::optional<toml::table> parsed;
+    try {
+      parsed = toml::parse("value = " + raw_value);
+    } catch (const toml::parse_error&) {
+    }
+    const toml::node* node = parsed && parsed->size() == 1 ? parsed->get("value") : nullptr;
+    if (!node || (kind == ValueKind::string && !node->is_string())) {
+      table.insert_or_assign(key, raw_value);
+      return;
+    }
+    node->visit([&](const auto& concrete) { table.insert_or_assign(key, concrete); });
+  }
+
+  // ---- reading the tree ----
+
+  void record_position(const std::string& dotted_key, const toml::source_region& region) {
+    if (override_for(dotted_key) || region.begin.line == 0) return;
+    config_.positions[dotted_key] = position_of(region);
+  }
+
+  void read_root(const toml::table& root) {
+    for (const auto& [key, node] : in_document_order(root)) {
+      const std::string name(key->str());
+      const SectionSpec* section = find_section(name);
+      const std::string where = location(position_of(key->source()));
+      if (!section) unknown_section(where, name, node->is_table(), node->is_array_of_tables());
+      const auto* table = node->as_table();
+      if (!table)
+        fail(where, "'" + name + "' must be a section, got " + describe(*node),
+             "write a [" + name + "] header and put its keys below it");
+      record_position(name, key->source());
+      read_section(*section, *table);
+    }
+  }
+
+  void read_section(const SectionSpec& section, const toml::table& table) {
+    for (const auto& [key, node] : in_document_order(table)) {
+      const std::string short_key(key->str());
+      const std::string dotted = std::string(section.name) + "." + short_key;
+      const FieldSpec* field = find_field(section, short_key);
+      if (!field)
+        unknown_key(override_for(dotted) ? location(dotted) : location(position_of(key->source())), section, short_key);
+      record_position(dotted, key->source());
+      if (field->kind == ValueKind::layers) {
+        read_layers(*node);
+      } else {
+        assign(field->kind, field->bind(config_), *node, dotted,
+               short_key + " = " + default_literal(section.name, *field));
+      }
+    }
+  }
+
+  void assign(ValueKind kind, const FieldRef& target, const toml::node& node, const std::string& dotted_key,
+              const std::string& example) {
+    switch (kind) {
+      case ValueKind::integer: {
+        const auto* value = node.as_integer();
+        if (!value) type_error(dotted_key, kind, node, example);
+        if (auto* unsigned_target = std::get_if<std::uint64_t*>(&target)) {
+          if (value->get() < 0)
+            range_error(dotted_key, ">= 0", std::to_string(value->get()), "use a non-negative integer");
+          **unsigned_target = static_cast<std::uint64_t>(value->get());
+        } else {
+          *std::get<std::int64_t*>(target) = value->get();
+        }
+        return;
+      }
+      case ValueKind::number: {
+        double number = 0.0;
+        if (const auto* integer = node.as_integer()) {
+          number = static_cast<double>(integer->get());
+        } else if (const auto* floating = node.as_floating_point()) {
+          number = floating->get();
+        } else {
+          type_error(dotted_key, kind, node, example);
+        }
+        if (!std::isfinite(number))
+          range_error(dotted_key, "a finite number", toml_float(number), "inf and nan are not meaningful here");
+        *std::get<double*>(target) = number;
+        return;
+      }
+      case ValueKind::boolean: {
+        const auto* value = node.as_boolean();
+        if (!value) type_error(dotted_key, kind, node, example);
+        *std::get<bool*>(target) = value->get();
+        return;
+      }
+      case ValueKind::string: {
+        const auto* value = node.as_string();
+        if (!value) type_error(dotted_key, kind, node, example);
+        *std::get<std::string*>(target) = value->get();
+        return;
+      }
+      case ValueKind::loss_scale: {
+        std::string text;
+        if (const auto* value = node.as_string()) {
+          text = value->get();
+        } else if (const auto* integer = node.as_integer()) {
+          text = std::to_string(integer->get());
+        } else if (const auto* floating = node.as_floating_point()) {
+          text = toml_float(floating->get());
+        } else {
+          type_error(dotted_key, kind, node, "loss_scale = \"auto\" or loss_scale = 1024");
+        }
+        *std::get<std::string*>(target) = text;
+        return;
+      }
+      case ValueKind::layers:
+        return;  // read by read_layers
+    }
+  }
+
+  void read_layers(const toml::node& node) {
+    const std::string layers_hint =
+        "write each layer as a [[model.layers]] table (double brackets), or layers = [ {type = \"linear\", out = 64}, "
+        "{type = \"relu\"} ] under [model]";
+    const auto* array = node.as_array();
+    if (!array)
+      fail(location("model.layers"), "model.layers must be an array of tables, got " + describe(node), layers_hint);
+    config_.model.layers.assign(array->size(), LayerSpec{});
+    layer_keys_given_.assign(array->size(), {});
+    for (std::size_t index = 0; index < array->size(); ++index) {
+      const toml::node& element = *array->get(index);
+      const auto* table = element.as_table();
+      const std::string layer_name = layer_key(index, "");
+      if (!override_for(layer_name) && element.source().begin.line > 0) {
+        config_.model.layers[index].position = position_of(element.source());
+        config_.positions[layer_name] = position_of(element.source());
+      }
+      if (!table) fail(location(layer_name), layer_name + " must be a table, got " + describe(element), layers_hint);
+      for (const auto& [key, value] : in_document_order(*table)) {
+        const std::string short_key(key->str());
+        const std::string dotted = layer_key(index, short_key);
+        const LayerFieldSpec* field = find_layer_field(short_key);
+        if (!field)
+          unknown_layer_key(override_for(dotted) ? location(dotted) : location(position_of(key->source())), index,
+                            short_key);
+        record_position(dotted, key->source());
+        assign(field->kind, field->bind(config_.model.layers[index]), *value, dotted,
+               short_key + " = " + default_literal(*field));
+        layer_keys_given_[index].push_back(short_key);
+      }
+    }
+  }
+
+  // ---- validation: enumerations, ranges, layers, relations between keys ----
+
+  void check_word(const std::string& dotted_key, const std::string& value,
+                  const std::vector<std::string_view>& allowed) const {
+    if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return;
+    std::vector<Suggestion> candidates;
+    for (const auto word : allowed) candidates.push_back({std::string(word), std::string(word)});
+    // Other names for our values; spelling distance alone would suggest "cpu" for "gpu".
+    static const std::vector<std::pair<std::string_view, std::string_view>> synonyms = {{"gpu", "cuda"},
+                                                                                        {"float32", "fp32"},
+                                                                                        {"float", "fp32"},
+                                                                                        {"bfloat16", "bf16"},
+                                                                                        {"float16", "fp16"},
+                                                                                        {"half", "fp16"},
+                                                                                        {"adam", "adamw"},
+                                                                                        {"ce", "cross_entropy"},
+                                                                                        {"l2", "mse"},
+                                                                                        {"cos", "cosine"},
+                                                                                        {"layer_norm", "layernorm"},
+                                                                                        {"leakyrelu", "leaky_relu"},
+                                                                                        {"fully_connected", "linear"},
+                                                                                        {"dense", "linear"}};
+    for (const auto& [other_name, word] : synonyms)
+      if (lowercase(value) == other_name && std::find(allowed.begin(), allowed.end(), word) != allowed.end())
+        candidates.insert(candidates.begin(), {std::string(word), std::string(value)});
+    fail(location(dotted_key),
+         dotted_key + " must be one of " + join(allowed) + " (got " + toml_string(value) + ")" +
+             did_you_mean(closest(value, candidates)),
+         "set " + dotted_key + " to one of: " + join(allowed));
+  }
+
+  // Range checks name the rule and the default, which is always a valid value.
+  void check_integer(const std::string& dotted_key, std::int64_t value, std::int64_t minimum) const {
+    if (value >= minimum) return;
+    range_error(dotted_key, ">= " + std::to_string(minimum), std::to_string(value),
+                "use an integer >= " + std::to_string(minimum) + default_hint(dotted_key));
+  }
+
+  void check_number(const std::string& dotted_key, double value, bool ok, const std::string& rule) const {
+    if (ok) return;
+    range_error(dotted_key, rule, shortest_number_text(value), "use a value " + rule + default_hint(dotted_key));
+  }
+
+  std::string default_hint(const std::string& dotted_key) const {
+    const auto dot = dotted_key.find('.');
+    if (dotted_key.rfind("model.layers[", 0) == 0) {
+      const auto* field = find_layer_field(dotted_key.substr(dotted_key.rfind('.') + 1));
+      return field ? " (default " + default_literal(*field) + ")" : std::string{};
+    }
+    const SectionSpec* section = find_section(dotted_key.substr(0, dot));
+    const FieldSpec* field = section ? find_field(*section, dotted_key.substr(dot + 1)) : nullptr;
+    return field ? " (default " + default_literal(section->name, *field) + ")" : std::string{};
+  }
+
+  void validate() {
+    const RunConfig& config = config_;
+    for (const auto& section : schema())
+      for (const auto& field : section.fields)
+        if (!field.allowed_words.empty()) {
+          RunConfig copy = config;  // bind needs a mutable config; the copy is only read
+          check_word(std::string(section.name) + "." + std::string(field.key),
+                     *std::get<std::string*>(field.bind(copy)), field.allowed_words);
+        }
+
+    check_integer("run.threads", config.run.threads, 0);
+    if (override_for("run.output") || config.positions.count("run.output"))
+      if (config.run.output.empty())
+        range_error("run.output", "a directory path", "an empty string",
+                    "leave run.output out to get runs/<deck name>");
+
+    validate_layers();
+
+    if (config.data.train.empty())
+      fail(location("data.train"), "data.train is missing: the training data file is required",
+           "add under [data]: train = \"path/to/train.h5\" (relative paths are resolved as described in "
+           "docs/input-reference.md)");
+    for (const std::string key : {"data.features", "data.labels", "data.targets"}) {
+      const std::string& value = key == "data.features" ? config.data.features
+                                 : key == "data.labels" ? config.data.labels
+                                                        : config.data.targets;
+      if (value.empty())
+        range_error(key, "an HDF5 dataset path", "an empty string", "use a dataset path such as \"/features\"");
+    }
+    check_integer("data.batch_size", config.data.batch_size, 1);
+    check_integer("data.eval_batch_size", config.data.eval_batch_size, 0);
+
+    check_integer("train.steps", config.train.steps, 0);
+    check_integer("train.epochs", config.train.epochs, 0);
+    if (config.train.steps == 0 && config.train.epochs == 0) {
+      const std::string where =
+          location(config.positions.count("train.steps") || override_for("train.steps")     ? "train.steps"
+                   : config.positions.count("train.epochs") || override_for("train.epochs") ? "train.epochs"
+                                                                                            : "train");
+      fail(where, "train.steps and train.epochs are both 0: set exactly one of them to a positive number",
+           "add under [train]: steps = 1000 (optimizer steps) or epochs = 10 (passes over data.train)");
+    }
+    if (config.train.steps > 0 && config.train.epochs > 0) {
+      const std::string key = override_for("train.steps") ? "train.steps" : "train.epochs";
+      fail(location(key),
+           "train.steps (" + std::to_string(config.train.steps) + ") and train.epochs (" +
+               std::to_string(config.train.epochs) + ") are both set: set exactly one of them",
+           "remove one of them (or set it to 0, e.g. --set train.epochs=0)");
+    }
+    check_integer("train.log_every", config.train.log_every, 1);
+    check_integer("train.eval_every", config.train.eval_every, 0);
+
+    const OptimizerSection& optimizer = config.optimizer;
+    check_number("optimizer.lr", optimizer.lr, optimizer.lr > 0, "> 0");
+    check_number("optimizer.weight_decay", optimizer.weight_decay, optimizer.weight_decay >= 0, ">= 0");
+    check_number("optimizer.beta1", optimizer.beta1, optimizer.beta1 >= 0 && optimizer.beta1 < 1, "in [0, 1)");
+    check_number("optimizer.beta2", optimizer.beta2, optimizer.beta2 >= 0 && optimizer.beta2 < 1, "in [0, 1)");
+    check_number("optimizer.eps", optimizer.eps, optimizer.eps > 0, "> 0");
+    check_number("optimizer.momentum", optimizer.momentum, optimizer.momentum >= 0, ">= 0");
+    check_number("optimizer.grad_clip", optimizer.grad_clip, optimizer.grad_clip >= 0, ">= 0");
+    if (optimizer.type == "sgd" && optimizer.nesterov && optimizer.momentum == 0)
+      fail(location("optimizer.nesterov"), "optimizer.nesterov = true needs optimizer.momentum > 0 (it is 0)",
+           "set optimizer.momentum, e.g. momentum = 0.9, or remove nesterov");
+
+    const ScheduleSection& schedule = config.schedule;
+    check_integer("schedule.warmup_steps", schedule.warmup_steps, 0);
+    check_number("schedule.min_lr", schedule.min_lr, schedule.min_lr >= 0, ">= 0");
+    if (schedule.type == "cosine" && schedule.min_lr > optimizer.lr)
+      fail(location("schedule.min_lr"),
+           "schedule.min_lr (" + shortest_number_text(schedule.min_lr) + ") is larger than optimizer.lr (" +
+               shortest_number_text(optimizer.lr) + "): a cosine schedule decays from lr down to min_lr",
+           "use a schedule.min_lr <= optimizer.lr");
+    check_integer("schedule.step_size", schedule.step_size, 1);
+    check_number("schedule.gamma", schedule.gamma, schedule.gamma > 0, "> 0");
+
+    const PrecisionSection& precision = config.precision;
+    if (std::find(loss_scale_words.begin(), loss_scale_words.end(), precision.loss_scale) == loss_scale_words.end()) {
+      const auto number = parse_number_text(precision.loss_scale);
+      // Scales are applied in fp32, so a fixed scale must be a positive fp32 value.
+      if (!number || *number <= 0 || *number > largest_float) {
+        std::vector<Suggestion> candidates;
+        for (const auto word : loss_scale_words) candidates.push_back({std::string(word), std::string(word)});
+        fail(location("precision.loss_scale"),
+             "precision.loss_scale must be auto, dynamic, none or a positive number up to 3.4028235e+38 (got " +
+                 toml_string(precision.loss_scale) + ")" +
+                 (number ? "" : did_you_mean(closest(precision.loss_scale, candidates))),
+             "auto means dynamic for fp16 and none otherwise; a number is a fixed scale, e.g. loss_scale = 1024");
+      }
+      config_.precision.loss_scale = shortest_number_text(*number);  // one spelling per value: "1e3" -> "1000"
+    }
+    check_number("precision.init_scale", precision.init_scale,
+                 precision.init_scale > 0 && precision.init_scale <= largest_float, "in (0, 3.4028235e+38]");
+    check_number("precision.growth_factor", precision.growth_factor, precision.growth_factor > 1, "> 1");
+    check_number("precision.backoff_factor", precision.backoff_factor,
+                 precision.backoff_factor > 0 && precision.backoff_factor < 1, "in (0, 1)");
+    check_integer("precision.growth_interval", precision.growth_interval, 1);
+    check_integer("precision.max_skipped_steps", precision.max_skipped_steps, 1);
+  }
+
+  void validate_layers() {
+    auto& layers = config_.model.layers;
+    if (layers.empty())
+      fail(location("model.layers"),
+           "model.layers is " +
+               std::string(config_.positions.count("model.layers") || override_for("model.layers") ? "empty"
+                                                                                                   : "missing") +
+               ": the model needs at least one layer",
+           "add layers, for example:\n[[model.layers]]\ntype = \"linear\"\nout = 64\n\n[[model.layers]]\ntype = "
+           "\"relu\"");
+    std::map<std::string, std::size_t> index_by_name;
+    for (std::size_t index = 0; index < layers.size(); ++index) {
+      LayerSpec& layer = layers[index];
+      const std::string table_key = layer_key(index, "");
+      const auto& given = layer_keys_given_[index];
+      if (std::find(given.begin(), given.end(), "type") == given.end())
+        fail(location(table_key), table_key + " has no type",
+             "add type = \"...\" with one of: " + join(all_layer_type_names()));
+      const LayerTypeSpec* type = find_layer_type(layer.type);
+      if (!type) check_word(layer_key(index, "type"), layer.type, all_layer_type_names());
+
+      for (const auto& key : given) {
+        if (layer_type_accepts(*type, key)) continue;
+        std::vector<std::string_view> owners;
+        for (const auto& other : layer_types())
+          if (layer_type_accepts(other, key)) owners.push_back(other.type);
+        std::vector<std::string_view> accepted = {"type", "name"};
+        accepted.insert(accepted.end(), type->keys.begin(), type->keys.end());
+        fail(location(layer_key(index, key)),
+             layer_key(index, key) + " does not apply to a " + layer.type + " layer (" + key + " is for " +
+                 join(owners, " and ") + " layers)",
+             "remove it; a " + layer.type + " layer takes: " + join(accepted));
+      }
+      if (layer.type == "linear") {
+        if (std::find(given.begin(), given.end(), "out") == given.end())
+          fail(location(table_key), table_key + " (linear) needs out, its number of output features",
+               "add out = <number of output features>, e.g. out = 64");
+        check_integer(layer_key(index, "out"), layer.out, 1);
+        check_integer(layer_key(index, "in"), layer.in, 0);
+      }
+      if (layer.type == "dropout")
+        check_number(layer_key(index, "p"), layer.p, layer.p >= 0 && layer.p < 1, "in [0, 1)");
+      if (layer.type == "layernorm") check_number(layer_key(index, "eps"), layer.eps, layer.eps > 0, "> 0");
+
+      if (std::find(given.begin(), given.end(), "name") == given.end()) {
+        layer.name = layer.type + std::to_string(index);
+      } else if (layer.name.empty() ||
+                 layer.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
+                     std::string::npos) {
+        range_error(layer_key(index, "name"), "made of letters, digits, _ and -", toml_string(layer.name),
+                    "names label the layer's parameters in logs and checkpoints; e.g. name = \"encoder_1\"");
+      }
+      const auto [existing, inserted] = index_by_name.emplace(layer.name, index);
+      if (!inserted) {
+        const std::string first = layer_key(existing->second, "");
+        fail(location(std::find(given.begin(), given.end(), "name") != given.end() ? layer_key(index, "name")
+                                                                                   : table_key),
+             "duplicate layer name '" + layer.name + "': " + table_key + " and " + first + " (" + location(first) +
+                 ") both use it",
+             "give every layer a unique name; a layer without a name is called <type><index>, e.g. linear0");
+      }
+    }
+  }
+
+  // ---- defaults that depend on the deck, and data paths ----
+
+  // Relative data paths: used as they are when they exist from the current directory, otherwise taken relative to the
+  // deck's directory. Either way the result is made absolute, so the resolved deck (to_toml) reads the same data
+  // from wherever it is loaded.
+  std::string resolve_data_path(const std::string& path) const {
+    namespace fs = std::filesystem;
+    if (path.empty()) return path;
+    const fs::path given(path);
+    if (given.is_absolute()) return given.lexically_normal().string();
+    std::error_code error;
+    if (fs::exists(given, error)) return fs::absolute(given, error).lexically_normal().string();
+    return fs::absolute(fs::path(deck_path_).parent_path() / given, error).lexically_normal().string();
+  }
+
+  void fill_defaults_and_resolve_paths() {
+    if (config_.run.output.empty()) {
+      std::string stem = std::filesystem::path(deck_path_).stem().string();
+      config_.run.output = "runs/" + (stem.empty() ? std::string("deck") : stem);
+    }
+    config_.data.train = resolve_data_path(config_.data.train);
+    config_.data.validation = resolve_data_path(config_.data.validation);
+  }
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Public functions
+// ---------------------------------------------------------------------------------------------------------------------
+
+std::string RunConfig::where(const std::string& dotted_key) const {
+  const auto it = positions.find(dotted_key);
+  if (it == positions.end() || it->second.line <= 0) return deck_path;
+  return deck_path + ":" + std::to_string(it->second.line) + ":" + std::to_string(it->second.column);
+}
+
+RunConfig parse_run_config(const std::string& deck_text, const std::string& deck_path,
+                           const std::vector<std::string>& overrides) {
+  return DeckReader(deck_path).read(deck_text, overrides);
+}
+
+RunConfig load_run_config(const std::string& deck_path, const std::vector<std::string>& overrides) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const std::string cwd = fs::current_path(error).string();
+  const auto status = fs::status(deck_path, error);
+  if (!fs::exists(status))
+    throw InputError(deck_path + ": the input deck does not exist",
+                     "check the path; a relative path is taken from the current directory (" + cwd + ")");
+  if (fs::is_directory(status))
+    throw InputError(deck_path + ": is a directory, not an input deck",
+                     "pass the deck's TOML file, e.g. " + (fs::path(deck_path) / "deck.toml").string());
+  std::ifstream file(deck_path, std::ios::binary);
+  if (!file)
+    throw InputError(deck_path + ": cannot read the input deck (" + std::strerror(errno) + ")",
+                     "check the file's permissions");
+  std::ostringstream text;
+  text << file.rdbuf();
+  if (file.bad()) throw InputError(deck_path + ": reading the input deck failed", "check the file and its file system");
+  return parse_run_config(text.str(), deck_path, overrides);
+}
+
+std::string to_toml(const RunConfig& config) {
+  RunConfig copy = config;  // the field bindings need a mutable config; nothing is changed
+  std::ostringstream out;
+  std::string source = config.deck_path;
+  std::replace_if(
+      source.begin(), source.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; }, '?');
+  out << "# Resolved hpctrain input deck: every key with its value, defaults filled in.\n";
+  out << "# Read from: " << source << "\n";
+  for (const auto& section : schema()) {
+    out << "\n[" << section.name << "]\n";
+    for (const auto& field : section.fields) {
+      if (field.kind == ValueKind::layers) continue;  // written after the section's plain keys, as [[model.layers]]
+      out << field.key << " = " << toml_literal(field.bind(copy)) << "\n";
+    }
+    if (section.name != "model") continue;
+    for (auto& layer : copy.model.layers) {
+      out << "\n[[model.layers]]\n";
+      const LayerTypeSpec* type = find_layer_type(layer.type);
+      for (const auto& field : layer_fields())
+        if (type ? layer_type_accepts(*type, field.key) : (field.key == "type" || field.key == "name"))
+          out << field.key << " = " << toml_literal(field.bind(layer)) << "\n";
+    }
+  }
+  return out.str();
+}
+
+std::vector<std::string> accepted_keys() {
+  std::vector<std::string> keys;
+  for (const auto& section : schema())
+    for (const auto& field : section.fields) keys.push_back(std::string(section.name) + "." + std::string(field.key));
+  for (const auto& field : layer_fields()) keys.push_back("model.layers[]." + std::string(field.key));
+  return keys;
+}
+
+}  // namespace hpctrain

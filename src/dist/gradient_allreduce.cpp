@@ -1,0 +1,65 @@
+// Bucketed gradient all-reduce with MPI_Iallreduce.
+#include "hpctrain/dist/gradient_allreduce.hpp"
+
+#include <algorithm>
+
+#include "hpctrain/core/error.hpp"
+
+namespace hpctrain {
+
+GradientAllreduce::GradientAllreduce(MPI_Comm communicator, float* gradients, std::int64_t count,
+                                     const std::vector<std::int64_t>& layer_begins, std::int64_t bucket_bytes)
+    : communicator_(communicator), gradients_(gradients), count_(count) {
+  HPCTRAIN_MPI_CHECK(MPI_Comm_size(communicator, &ranks_));
+  // Walk layer boundaries from the end; close a bucket once it holds at least bucket_bytes.
+  const std::int64_t bucket_elements =
+      std::max<std::int64_t>(bucket_bytes / static_cast<std::int64_t>(sizeof(float)), 1);
+  std::vector<std::int64_t> boundaries(layer_begins.begin(), layer_begins.end());
+  boundaries.push_back(0);
+  std::sort(boundaries.begin(), boundaries.end());
+  boundaries.erase(std::unique(boundaries.begin(), boundaries.end()), boundaries.end());
+  std::int64_t end = count;
+  for (auto it = boundaries.rbegin(); it != boundaries.rend(); ++it) {
+    const std::int64_t begin = *it;
+    if (begin >= end) continue;
+    if (end - begin >= bucket_elements || begin == 0) {
+      buckets_.push_back({begin, end});
+      end = begin;
+    }
+  }
+  requests_.assign(buckets_.size(), MPI_REQUEST_NULL);
+}
+
+GradientAllreduce::~GradientAllreduce() {
+  // Never leave a request in flight on the way out (an exception during backward).
+  for (auto& request : requests_)
+    if (request != MPI_REQUEST_NULL) MPI_Wait(&request, MPI_STATUS_IGNORE);
+}
+
+void GradientAllreduce::begin_step() { started_ = 0; }
+
+void GradientAllreduce::ready_from(std::int64_t begin) {
+  if (ranks_ == 1) return;
+  while (started_ < buckets_.size() && buckets_[started_].begin >= begin) {
+    const Bucket& bucket = buckets_[started_];
+    HPCTRAIN_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, gradients_ + bucket.begin,
+                                      static_cast<int>(bucket.end - bucket.begin), MPI_FLOAT, MPI_SUM, communicator_,
+                                      &requests_[started_]));
+    ++started_;
+  }
+  // Give MPI a chance to progress the buckets already in flight while backward continues.
+  if (started_ > 0) {
+    int done = 0;
+    HPCTRAIN_MPI_CHECK(MPI_Testall(static_cast<int>(started_), requests_.data(), &done, MPI_STATUSES_IGNORE));
+  }
+}
+
+void GradientAllreduce::finish() {
+  if (ranks_ == 1) return;
+  ready_from(0);
+  const double start = MPI_Wtime();
+  HPCTRAIN_MPI_CHECK(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+  wait_seconds_ += MPI_Wtime() - start;
+}
+
+}  // namespace hpctrain

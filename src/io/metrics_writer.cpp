@@ -1,0 +1,116 @@
+// metrics.h5 writer: one extendible 1-D dataset per column, a flush after every row.
+#include "hpctrain/io/metrics_writer.hpp"
+
+#include <cmath>
+#include <set>
+
+#include "hpctrain/core/error.hpp"
+
+namespace hpctrain {
+
+namespace {
+
+// Rows per chunk: 8 KiB of 8-byte values. Small enough that a flush per row rewrites little, large enough that a long
+// run does not end up with millions of chunks.
+constexpr hsize_t rows_per_chunk = 1024;
+
+std::string column_path(const std::string& group, const std::string& column) { return "/" + group + "/" + column; }
+
+}  // namespace
+
+MetricsWriter::MetricsWriter(const std::string& path) : path_(path), file_(create_file(path)) {}
+
+void MetricsWriter::define(const std::string& group, const std::vector<std::pair<std::string, MetricKind>>& columns) {
+  const auto lock = lock_hdf5();
+  HPCTRAIN_ASSERT(file_.valid(), "metrics file '" << path_ << "' is closed");
+  HPCTRAIN_ASSERT(!group.empty() && !group.starts_with('/') && !group.ends_with('/'),
+                  "bad metrics group name '" << group << "'");
+  HPCTRAIN_ASSERT(!tables_.contains(group), "metrics group '" << group << "' is defined twice");
+  HPCTRAIN_ASSERT(!columns.empty(), "metrics group '" << group << "' has no columns");
+  std::set<std::string> names;
+  for (const auto& [name, kind] : columns) {
+    HPCTRAIN_ASSERT(!name.empty() && name.find('/') == std::string::npos, "bad metrics column name '" << name << "'");
+    HPCTRAIN_ASSERT(names.insert(name).second, "metrics column '" << name << "' appears twice in '" << group << "'");
+  }
+
+  // "eval/validation" needs "eval" first; a group may also already exist as the parent of one defined earlier.
+  if (!link_exists(file_.get(), "/" + group)) {
+    H5Handle link_creation(HPCTRAIN_H5_CHECK(H5Pcreate(H5P_LINK_CREATE)));
+    HPCTRAIN_H5_CHECK(H5Pset_create_intermediate_group(link_creation.get(), 1));
+    H5Handle created(HPCTRAIN_H5_CHECK(
+        H5Gcreate2(file_.get(), ("/" + group).c_str(), link_creation.get(), H5P_DEFAULT, H5P_DEFAULT)));
+  }
+
+  const hsize_t empty = 0, unlimited = H5S_UNLIMITED;
+  H5Handle space(HPCTRAIN_H5_CHECK(H5Screate_simple(1, &empty, &unlimited)));
+  H5Handle creation(HPCTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+  HPCTRAIN_H5_CHECK(H5Pset_chunk(creation.get(), 1, &rows_per_chunk));
+  Table table;
+  for (const auto& [name, kind] : columns) {
+    const hid_t stored_type = kind == MetricKind::int64 ? H5T_STD_I64LE : H5T_IEEE_F64LE;
+    H5Handle dataset(HPCTRAIN_H5_CHECK(H5Dcreate2(file_.get(), column_path(group, name).c_str(), stored_type,
+                                                  space.get(), H5P_DEFAULT, creation.get(), H5P_DEFAULT)));
+    table.columns.push_back(Column{name, kind, std::move(dataset)});
+  }
+  tables_.emplace(group, std::move(table));
+  flush();  // empty tables show up in a run that dies before its first row
+}
+
+const MetricsWriter::Table& MetricsWriter::table(const std::string& group) const {
+  const auto found = tables_.find(group);
+  HPCTRAIN_ASSERT(found != tables_.end(), "metrics group '" << group << "' was not defined");
+  return found->second;
+}
+
+void MetricsWriter::append(const std::string& group, const std::vector<double>& values) {
+  const auto lock = lock_hdf5();
+  HPCTRAIN_ASSERT(file_.valid(), "metrics file '" << path_ << "' is closed");
+  const auto found = tables_.find(group);
+  HPCTRAIN_ASSERT(found != tables_.end(), "metrics group '" << group << "' was not defined");
+  Table& destination = found->second;
+  HPCTRAIN_ASSERT(values.size() == destination.columns.size(), "metrics group '"
+                                                                   << group << "' has " << destination.columns.size()
+                                                                   << " columns but the row has " << values.size());
+  const hsize_t new_rows = static_cast<hsize_t>(destination.rows) + 1;
+  const hsize_t row = static_cast<hsize_t>(destination.rows), one = 1;
+  H5Handle memory_space(HPCTRAIN_H5_CHECK(H5Screate_simple(1, &one, nullptr)));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const Column& column = destination.columns[i];
+    HPCTRAIN_H5_CHECK(H5Dset_extent(column.dataset.get(), &new_rows));
+    H5Handle file_space(HPCTRAIN_H5_CHECK(H5Dget_space(column.dataset.get())));
+    HPCTRAIN_H5_CHECK(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &row, nullptr, &one, nullptr));
+    if (column.kind == MetricKind::int64) {
+      HPCTRAIN_ASSERT(std::isfinite(values[i]) && std::abs(values[i]) < 9.2e18,
+                      "metrics column '" << group << "/" << column.name << "' holds integers but got " << values[i]);
+      const std::int64_t value = std::llround(values[i]);
+      HPCTRAIN_H5_CHECK(
+          H5Dwrite(column.dataset.get(), H5T_NATIVE_INT64, memory_space.get(), file_space.get(), H5P_DEFAULT, &value));
+    } else {
+      HPCTRAIN_H5_CHECK(H5Dwrite(column.dataset.get(), H5T_NATIVE_DOUBLE, memory_space.get(), file_space.get(),
+                                 H5P_DEFAULT, &values[i]));
+    }
+  }
+  destination.rows = static_cast<std::int64_t>(new_rows);
+  flush();
+}
+
+std::int64_t MetricsWriter::rows(const std::string& group) const { return table(group).rows; }
+
+void MetricsWriter::set_attribute(const std::string& name, const std::string& value) {
+  const auto lock = lock_hdf5();
+  HPCTRAIN_ASSERT(file_.valid(), "metrics file '" << path_ << "' is closed");
+  write_string_attribute(file_.get(), name, value);
+  flush();
+}
+
+void MetricsWriter::flush() { HPCTRAIN_H5_CHECK(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL)); }
+
+void MetricsWriter::close() {
+  const auto lock = lock_hdf5();
+  for (auto& [group, table] : tables_)
+    for (Column& column : table.columns) column.dataset.close();
+  tables_.clear();
+  file_.close();
+}
+
+}  // namespace hpctrain

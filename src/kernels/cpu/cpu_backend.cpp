@@ -1,0 +1,427 @@
+// The CPU backend: host memory, OpenMP loops around the shared arithmetic of kernels/math.hpp, and oneDNN for matrix
+// products (cpu_gemm.cpp). It is the reference the CUDA backend is tested against, so every kernel supports every
+// storage dtype (f32, bf16, f16, and f64 for gradient checks) with fp32 arithmetic (fp64 for f64).
+//
+// Reductions (gradient statistics, loss sums, column sums) have a fixed order whatever the thread count: results are
+// bit-identical for any OMP_NUM_THREADS. A backend is driven by one host thread at a time (like a CUDA stream); its
+// scratch buffers are not shared between concurrent calls.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "cpu_common.hpp"
+#include "cpu_gemm.hpp"
+#include "hpctrain/kernels/backend.hpp"
+#include "hpctrain/kernels/math.hpp"
+
+namespace hpctrain {
+namespace {
+
+namespace km = kernel_math;
+
+// Below this many elements a loop runs on one thread: the fork/join costs more than the work.
+constexpr std::int64_t parallel_threshold = 16384;
+// Columns summed together by one thread in column reductions (bias and layernorm parameter gradients).
+constexpr std::int64_t column_block = 64;
+// Elements per partial sum of the gradient statistics; the partials are added in order, so the result does not depend
+// on the thread count.
+constexpr std::int64_t statistics_chunk = 4096;
+
+void check_same_shape(const TensorView& a, const TensorView& b, const char* what) {
+  HPCTRAIN_ASSERT(a.rows == b.rows && a.cols == b.cols && a.dtype == b.dtype,
+                  what << ": shapes/dtypes differ: " << a.rows << "x" << a.cols << " " << dtype_name(a.dtype) << " vs "
+                       << b.rows << "x" << b.cols << " " << dtype_name(b.dtype));
+}
+
+// The master dtype that goes with a storage dtype: f64 for f64 (gradient checks), f32 otherwise.
+DType master_of(DType storage) { return storage == DType::f64 ? DType::f64 : DType::f32; }
+
+// out[j] (+)= sum over rows of value(i, j): threads own blocks of columns and add rows in order (deterministic).
+// Out is the master type (float or double), C the type the sums are formed in.
+template <class C, class Out, class Value>
+void column_sums(std::int64_t rows, std::int64_t cols, Out* out, bool accumulate, Value value) {
+  const std::int64_t blocks = (cols + column_block - 1) / column_block;
+#pragma omp parallel for schedule(static) if (rows * cols > parallel_threshold)
+  for (std::int64_t block = 0; block < blocks; ++block) {
+    const std::int64_t begin = block * column_block;
+    const std::int64_t end = std::min(cols, begin + column_block);
+    C sums[column_block] = {};
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t j = begin; j < end; ++j) sums[j - begin] += value(i, j);
+    for (std::int64_t j = begin; j < end; ++j)
+      out[j] = accumulate ? out[j] + static_cast<Out>(sums[j - begin]) : static_cast<Out>(sums[j - begin]);
+  }
+}
+
+// y[i] = f(x[i]) element-wise in the compute type; y may alias x.
+template <class T, class F>
+void map_elements(const T* x, T* y, std::int64_t count, F f) {
+#pragma omp parallel for schedule(static) if (count > parallel_threshold)
+  for (std::int64_t i = 0; i < count; ++i) y[i] = store<T>(f(load(x[i])));
+}
+
+// dx[i] = f'(x[i]) * dy[i]; dx may alias dy.
+template <class T, class F>
+void map_derivative(const T* x, const T* dy, T* dx, std::int64_t count, F derivative) {
+#pragma omp parallel for schedule(static) if (count > parallel_threshold)
+  for (std::int64_t i = 0; i < count; ++i) dx[i] = store<T>(derivative(load(x[i])) * load(dy[i]));
+}
+
+// Calls f with a functor for the value (or derivative) of the activation: the switch happens once, not per element.
+template <class C, class F>
+void with_activation(Activation kind, C alpha, bool derivative, F f) {
+  switch (kind) {
+    case Activation::relu:
+      return derivative ? f([](C x) { return km::relu_derivative(x); }) : f([](C x) { return km::relu(x); });
+    case Activation::gelu:
+      return derivative ? f([](C x) { return km::gelu_derivative(x); }) : f([](C x) { return km::gelu(x); });
+    case Activation::tanh:
+      return derivative ? f([](C x) { return km::tanh_derivative(x); }) : f([](C x) { return km::tanh_activation(x); });
+    case Activation::leaky_relu:
+      return derivative ? f([alpha](C x) { return km::leaky_relu_derivative(x, alpha); })
+                        : f([alpha](C x) { return km::leaky_relu(x, alpha); });
+  }
+  HPCTRAIN_ASSERT(false, "unknown activation " << static_cast<int>(kind));
+}
+
+// out = in * mask / (1 - p) with the mask regenerated from (seed, step, layer, global element index): the forward and
+// the backward of dropout are the same operation.
+template <class T>
+void apply_dropout(float p, std::uint64_t seed, std::uint32_t step, std::uint32_t layer, const std::int64_t* sample_ids,
+                   const T* in, T* out, std::int64_t rows, std::int64_t cols) {
+  using C = compute_t<T>;
+  const std::uint64_t key = km::dropout_key(seed, step);
+  const C scale = km::dropout_scale<C>(p);
+#pragma omp parallel for schedule(static) if (rows * cols > parallel_threshold)
+  for (std::int64_t row = 0; row < rows; ++row) {
+    const std::uint64_t first = static_cast<std::uint64_t>(sample_ids[row]) * static_cast<std::uint64_t>(cols);
+    // Philox gives four numbers per call: reuse them for the up to four consecutive elements of one group.
+    std::uint64_t group = std::numeric_limits<std::uint64_t>::max();
+    Philox4 bits{};
+    for (std::int64_t col = 0; col < cols; ++col) {
+      const std::uint64_t element = first + static_cast<std::uint64_t>(col);
+      if ((element >> 2) != group) {
+        group = element >> 2;
+        bits = km::dropout_group_bits(key, layer, group);
+      }
+      const bool keep = uniform_from_bits(km::dropout_lane_bits(bits, element)) >= p;
+      const std::int64_t index = row * cols + col;
+      out[index] = store<T>(load(in[index]) * (keep ? scale : C(0)));
+    }
+  }
+}
+
+class CpuBackend final : public Backend {
+ public:
+  [[nodiscard]] std::string name() const override { return "cpu"; }
+
+  // ---- memory: plain host memory ----
+  void* allocate(std::size_t bytes) override { return cpu::aligned_allocate(bytes); }
+  void deallocate(void* pointer) override { std::free(pointer); }
+  void copy_to_backend(void* destination, const void* host_source, std::size_t bytes) override {
+    if (bytes > 0) std::memcpy(destination, host_source, bytes);
+  }
+  void copy_to_host(void* host_destination, const void* source, std::size_t bytes) override {
+    if (bytes > 0) std::memcpy(host_destination, source, bytes);
+  }
+  void copy(void* destination, const void* source, std::size_t bytes) override {
+    if (bytes > 0 && destination != source) std::memmove(destination, source, bytes);
+  }
+  void zero(void* pointer, std::size_t bytes) override {
+    if (bytes > 0) std::memset(pointer, 0, bytes);
+  }
+  void synchronize() override {}
+
+  // ---- conversions ----
+  void cast(const TensorView& source, const TensorView& destination) override {
+    HPCTRAIN_ASSERT(source.size() == destination.size(),
+                    "cast: " << source.size() << " elements into " << destination.size());
+    if (source.dtype == destination.dtype) {
+      copy(destination.data, source.data, source.bytes());
+      return;
+    }
+    const std::int64_t count = source.size();
+    dispatch_dtype(source.dtype, [&]<class TS>() {
+      dispatch_dtype(destination.dtype, [&]<class TD>() {
+        const TS* in = static_cast<const TS*>(source.data);
+        TD* out = static_cast<TD*>(destination.data);
+#pragma omp parallel for schedule(static) if (count > parallel_threshold)
+        for (std::int64_t i = 0; i < count; ++i) out[i] = cpu::convert_value<TD>(in[i]);
+      });
+    });
+  }
+
+  // ---- matrix products ----
+  void gemm(const TensorView& a, bool transpose_a, const TensorView& b, bool transpose_b, const TensorView& c,
+            const void* bias, bool accumulate) override {
+    gemm_.run(a, transpose_a, b, transpose_b, c, bias, accumulate);
+  }
+
+  void bias_gradient(const TensorView& dy, void* dbias, DType master, bool accumulate) override {
+    HPCTRAIN_ASSERT(master == master_of(dy.dtype),
+                    "bias_gradient: master " << dtype_name(master) << " for " << dtype_name(dy.dtype) << " gradients");
+    dispatch_dtype(dy.dtype, [&]<class T>() {
+      using C = compute_t<T>;
+      const T* gradient = static_cast<const T*>(dy.data);  // (rows, cols)
+      const std::int64_t cols = dy.cols;
+      column_sums<C>(dy.rows, cols, static_cast<C*>(dbias), accumulate,
+                     [&](std::int64_t i, std::int64_t j) { return load(gradient[i * cols + j]); });
+    });
+  }
+
+  // ---- element-wise ----
+  void activation_forward(Activation kind, float alpha, const TensorView& x, const TensorView& y) override {
+    check_same_shape(x, y, "activation_forward");
+    dispatch_dtype(x.dtype, [&]<class T>() {
+      using C = compute_t<T>;
+      with_activation<C>(kind, static_cast<C>(alpha), false, [&](auto f) {
+        map_elements(static_cast<const T*>(x.data), static_cast<T*>(y.data), x.size(), f);
+      });
+    });
+  }
+
+  void activation_backward(Activation kind, float alpha, const TensorView& x, const TensorView& dy,
+                           const TensorView& dx) override {
+    check_same_shape(x, dy, "activation_backward");
+    check_same_shape(x, dx, "activation_backward");
+    dispatch_dtype(x.dtype, [&]<class T>() {
+      using C = compute_t<T>;
+      with_activation<C>(kind, static_cast<C>(alpha), true, [&](auto derivative) {
+        map_derivative(static_cast<const T*>(x.data), static_cast<const T*>(dy.data), static_cast<T*>(dx.data),
+                       x.size(), derivative);
+      });
+    });
+  }
+
+  void dropout_forward(float p, std::uint64_t seed, std::uint32_t step, std::uint32_t layer,
+                       const std::int64_t* sample_ids, const TensorView& x, const TensorView& y) override {
+    dropout(p, seed, step, layer, sample_ids, x, y, "dropout_forward");
+  }
+  void dropout_backward(float p, std::uint64_t seed, std::uint32_t step, std::uint32_t layer,
+                        const std::int64_t* sample_ids, const TensorView& dy, const TensorView& dx) override {
+    dropout(p, seed, step, layer, sample_ids, dy, dx, "dropout_backward");
+  }
+
+  // ---- normalisation ----
+  void layernorm_forward(const TensorView& x, const void* gamma, const void* beta, float eps, const TensorView& y,
+                         void* mean, void* rstd) override {
+    check_same_shape(x, y, "layernorm_forward");
+    HPCTRAIN_ASSERT(x.cols > 0, "layernorm_forward: no columns");
+    dispatch_dtype(x.dtype, [&]<class T>() {
+      using C = compute_t<T>;
+      const T* in = static_cast<const T*>(x.data);    // (rows, cols)
+      T* out = static_cast<T*>(y.data);               // (rows, cols)
+      const C* scale = static_cast<const C*>(gamma);  // (cols)
+      const C* shift = static_cast<const C*>(beta);   // (cols)
+      C* row_mean = static_cast<C*>(mean);            // (rows)
+      C* row_rstd = static_cast<C*>(rstd);            // (rows)
+      const std::int64_t cols = x.cols;
+#pragma omp parallel for schedule(static) if (x.size() > parallel_threshold)
+      for (std::int64_t i = 0; i < x.rows; ++i)
+        km::layernorm_forward_row(in + i * cols, cols, scale, shift, static_cast<C>(eps), out + i * cols, row_mean + i,
+                                  row_rstd + i);
+    });
+  }
+
+  void layernorm_backward(const TensorView& x, const TensorView& dy, const void* gamma, const void* mean,
+                          const void* rstd, const TensorView& dx, void* dgamma, void* dbeta, bool accumulate) override {
+    check_same_shape(x, dy, "layernorm_backward");
+    check_same_shape(x, dx, "layernorm_backward");
+    dispatch_dtype(x.dtype, [&]<class T>() {
+      using C = compute_t<T>;
+      const T* in = static_cast<const T*>(x.data);         // (rows, cols)
+      const T* gradient = static_cast<const T*>(dy.data);  // (rows, cols)
+      T* input_gradient = static_cast<T*>(dx.data);        // (rows, cols)
+      const C* scale = static_cast<const C*>(gamma);       // (cols)
+      const C* row_mean = static_cast<const C*>(mean);     // (rows)
+      const C* row_rstd = static_cast<const C*>(rstd);     // (rows)
+      const std::int64_t rows = x.rows, cols = x.cols;
+      // Parameter gradients first: dx may alias dy.
+      if (dgamma != nullptr)
+        column_sums<C>(rows, cols, static_cast<C*>(dgamma), accumulate, [&](std::int64_t i, std::int64_t j) {
+          return load(gradient[i * cols + j]) * ((load(in[i * cols + j]) - row_mean[i]) * row_rstd[i]);
+        });
+      if (dbeta != nullptr)
+        column_sums<C>(rows, cols, static_cast<C*>(dbeta), accumulate,
+                       [&](std::int64_t i, std::int64_t j) { return load(gradient[i * cols + j]); });
+#pragma omp parallel for schedule(static) if (x.size() > parallel_threshold)
+      for (std::int64_t i = 0; i < rows; ++i)
+        km::layernorm_backward_row(in + i * cols, gradient + i * cols, cols, scale, row_mean[i], row_rstd[i],
+                                   input_gradient + i * cols);
+    });
+  }
+
+  // ---- losses ----
+  void softmax_cross_entropy(const TensorView& logits, const std::int32_t* labels, const float* grad_scale,
+                             const TensorView& dlogits, LossSums* sums) override {
+    const bool with_gradient = dlogits.data != nullptr;
+    if (with_gradient) check_same_shape(logits, dlogits, "softmax_cross_entropy");
+    const std::int64_t rows = logits.rows, cols = logits.cols;
+    HPCTRAIN_ASSERT(cols > 0 || rows == 0, "softmax_cross_entropy: no classes");
+    for (std::int64_t i = 0; i < rows; ++i)
+      HPCTRAIN_VERIFY(labels[i] >= 0 && labels[i] < cols, InputError,
+                      "label " << labels[i] << " of batch row " << i << " is outside [0, " << cols << ")");
+    double* row_results = row_results_.reserve_elements<double>(static_cast<std::size_t>(2 * rows));  // (rows, 2)
+    dispatch_dtype(logits.dtype, [&]<class T>() {
+      using C = compute_t<T>;
+      const T* in = static_cast<const T*>(logits.data);  // (rows, cols)
+      T* out = static_cast<T*>(dlogits.data);            // (rows, cols) or null
+      const C scale = with_gradient ? static_cast<C>(*grad_scale) : C(0);
+#pragma omp parallel for schedule(static) if (rows * cols > parallel_threshold)
+      for (std::int64_t i = 0; i < rows; ++i) {
+        C loss{};
+        bool correct = false;
+        km::softmax_cross_entropy_row(in + i * cols, cols, labels[i], scale, with_gradient ? out + i * cols : nullptr,
+                                      &loss, &correct);
+        row_results[2 * i] = static_cast<double>(loss);
+        row_results[2 * i + 1] = correct ? 1.0 : 0.0;
+      }
+    });
+    add_row_results(row_results, rows, true, sums);
+  }
+
+  void mean_squared_error(const TensorView& pred, const void* targets, const float* grad_scale, const TensorView& dpred,
+                          LossSums* sums) override {
+    const bool with_gradient = dpred.data != nullptr;
+    if (with_gradient) check_same_shape(pred, dpred, "mean_squared_error");
+    const std::int64_t rows = pred.rows, cols = pred.cols;
+    HPCTRAIN_ASSERT(cols > 0 || rows == 0, "mean_squared_error: no columns");
+    double* row_results = row_results_.reserve_elements<double>(static_cast<std::size_t>(2 * rows));  // (rows, 2)
+    dispatch_dtype(pred.dtype, [&]<class T>() {
+      using C = compute_t<T>;
+      const T* in = static_cast<const T*>(pred.data);    // (rows, cols)
+      const C* target = static_cast<const C*>(targets);  // (rows, cols), master dtype
+      T* out = static_cast<T*>(dpred.data);              // (rows, cols) or null
+      const C scale = with_gradient ? static_cast<C>(*grad_scale) : C(0);
+#pragma omp parallel for schedule(static) if (rows * cols > parallel_threshold)
+      for (std::int64_t i = 0; i < rows; ++i) {
+        const C loss = km::mean_squared_error_row(in + i * cols, target + i * cols, cols, scale,
+                                                  with_gradient ? out + i * cols : nullptr);
+        row_results[2 * i] = static_cast<double>(loss);
+        row_results[2 * i + 1] = 0.0;
+      }
+    });
+    add_row_results(row_results, rows, false, sums);
+  }
+
+  // ---- optimizer ----
+  void gradient_statistics(const float* gradients, std::int64_t count, const OptimizerHyper& hyper,
+                           StepScalars* scalars) override {
+    const std::int64_t chunks = (count + statistics_chunk - 1) / statistics_chunk;
+    double* partial_sums = partial_sums_.reserve_elements<double>(static_cast<std::size_t>(chunks));  // (chunks)
+    unsigned char* partial_nonfinite = partial_flags_.reserve_elements<unsigned char>(static_cast<std::size_t>(chunks));
+#pragma omp parallel for schedule(static) if (count > parallel_threshold)
+    for (std::int64_t chunk = 0; chunk < chunks; ++chunk) {
+      const std::int64_t begin = chunk * statistics_chunk;
+      const std::int64_t end = std::min(count, begin + statistics_chunk);
+      double sum = 0.0;
+      bool nonfinite = false;
+      for (std::int64_t i = begin; i < end; ++i) {
+        const float g = gradients[i];
+        nonfinite |= !km::is_finite(g);
+        sum += static_cast<double>(g) * static_cast<double>(g);
+      }
+      partial_sums[chunk] = sum;
+      partial_nonfinite[chunk] = nonfinite ? 1 : 0;
+    }
+    double sum_of_squares = 0.0;
+    bool any_nonfinite = false;
+    for (std::int64_t chunk = 0; chunk < chunks; ++chunk) {  // in order: deterministic
+      sum_of_squares += partial_sums[chunk];
+      any_nonfinite |= partial_nonfinite[chunk] != 0;
+    }
+    const double norm = std::sqrt(sum_of_squares) / static_cast<double>(scalars->loss_scale);
+    scalars->found_nonfinite = any_nonfinite ? 1 : 0;
+    scalars->grad_norm = static_cast<float>(norm);
+    scalars->clip_coefficient =
+        any_nonfinite ? 1.0f : km::clip_coefficient(static_cast<float>(norm), hyper.max_grad_norm);
+  }
+
+  void optimizer_step(const OptimizerHyper& hyper, bool decay, float* parameters, const float* gradients, float* state1,
+                      float* state2, std::int64_t count, const TensorView& working,
+                      const StepScalars* scalars) override {
+    if (scalars->found_nonfinite) return;
+    if (working.data != nullptr)
+      HPCTRAIN_ASSERT(working.size() == count,
+                      "optimizer_step: working copy of " << working.size() << " elements for " << count);
+    const float inverse_loss_scale = 1.0f / scalars->loss_scale;
+    const float clip = scalars->clip_coefficient;
+    const float learning_rate = scalars->learning_rate;
+    const float weight_decay = decay ? hyper.weight_decay : 0.0f;
+    // The working copy's dtype is dispatched outside the loop; void means "no working copy".
+    const auto run = [&]<class W>(W* copy) {
+      if (hyper.type == OptimizerType::adamw) {
+        HPCTRAIN_ASSERT(state1 != nullptr && state2 != nullptr, "AdamW needs both moment buffers");
+        const auto constants = km::adamw_constants(learning_rate, hyper.beta1, hyper.beta2, hyper.eps, weight_decay,
+                                                   scalars->applied_steps + 1);
+#pragma omp parallel for schedule(static) if (count > parallel_threshold)
+        for (std::int64_t i = 0; i < count; ++i) {
+          const float g = gradients[i] * inverse_loss_scale * clip;
+          km::adamw_update(parameters[i], state1[i], state2[i], g, constants);
+          if constexpr (!std::is_void_v<W>) copy[i] = cpu::convert_value<W>(parameters[i]);
+        }
+      } else {
+        HPCTRAIN_ASSERT(hyper.momentum == 0.0f || state1 != nullptr, "SGD with momentum needs a momentum buffer");
+        const bool first_step = scalars->applied_steps == 0;
+        float unused_buffer = 0.0f;
+#pragma omp parallel for schedule(static) if (count > parallel_threshold) firstprivate(unused_buffer)
+        for (std::int64_t i = 0; i < count; ++i) {
+          const float g = gradients[i] * inverse_loss_scale * clip;
+          float& buffer = state1 != nullptr ? state1[i] : unused_buffer;
+          km::sgd_update(parameters[i], buffer, g, learning_rate, hyper.momentum, weight_decay, hyper.nesterov,
+                         first_step);
+          if constexpr (!std::is_void_v<W>) copy[i] = cpu::convert_value<W>(parameters[i]);
+        }
+      }
+    };
+    if (working.data == nullptr) {
+      run.template operator()<void>(nullptr);
+    } else {
+      dispatch_dtype(working.dtype, [&]<class W>() { run.template operator()<W>(static_cast<W*>(working.data)); });
+    }
+  }
+
+  void finish_step(const LossScalerConfig& config, StepScalars* scalars) override {
+    km::update_loss_scale(config, *scalars);
+  }
+
+ private:
+  void dropout(float p, std::uint64_t seed, std::uint32_t step, std::uint32_t layer, const std::int64_t* sample_ids,
+               const TensorView& in, const TensorView& out, const char* what) {
+    check_same_shape(in, out, what);
+    HPCTRAIN_ASSERT(p >= 0.0f && p <= 1.0f, what << ": probability " << p << " outside [0, 1]");
+    if (p == 0.0f) {  // identity
+      copy(out.data, in.data, in.bytes());
+      return;
+    }
+    dispatch_dtype(in.dtype, [&]<class T>() {
+      apply_dropout(p, seed, step, layer, sample_ids, static_cast<const T*>(in.data), static_cast<T*>(out.data),
+                    in.rows, in.cols);
+    });
+  }
+
+  // sums += (sum of the per-row losses, sum of the per-row correct flags), added in row order (deterministic).
+  static void add_row_results(const double* row_results, std::int64_t rows, bool count_correct, LossSums* sums) {
+    if (sums == nullptr) return;
+    double loss = 0.0, correct = 0.0;
+    for (std::int64_t i = 0; i < rows; ++i) {
+      loss += row_results[2 * i];
+      correct += row_results[2 * i + 1];
+    }
+    sums->loss_sum += loss;
+    if (count_correct) sums->correct += correct;
+  }
+
+  cpu::CpuGemm gemm_;
+  cpu::ScratchBuffer row_results_;    // (rows, 2) per-row loss and correct flag
+  cpu::ScratchBuffer partial_sums_;   // (chunks) gradient statistics
+  cpu::ScratchBuffer partial_flags_;  // (chunks)
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace hpctrain

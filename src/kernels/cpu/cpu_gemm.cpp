@@ -1,0 +1,276 @@
+// Matrix products of the CPU backend through oneDNN 2.6 matmul primitives (the 2.x API: op descriptor, then primitive
+// descriptor).
+//
+// Which path a product takes:
+// - f32 x f32 -> f32 and bf16 x bf16 -> f32 or bf16: one oneDNN primitive writes c directly (bias and accumulation
+//   included: bias as the primitive's bias, accumulation as a sum post-op). bf16 runs oneDNN's AVX512-BF16/AMX kernels.
+// - f16 inputs: widened to fp32 scratch first, then the f32 path (fp16 products are formed in fp32).
+// - any other output dtype: the primitive writes fp32 scratch, and one pass converts it into c (adding c's old value
+//   when accumulating), so rounding happens once, after the accumulation.
+// - f64: plain loops in double; only finite-difference gradient checks use it, on small matrices.
+// Transposes are strides in the memory descriptors, never copies.
+#include "cpu_gemm.hpp"
+
+#include <array>
+#include <dnnl.hpp>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+
+#include "cpu_common.hpp"
+#include "hpctrain/core/error.hpp"
+
+namespace hpctrain::cpu {
+namespace {
+
+using DnnlType = dnnl::memory::data_type;
+
+DnnlType dnnl_type(DType type) {
+  switch (type) {
+    case DType::f32:
+      return DnnlType::f32;
+    case DType::bf16:
+      return DnnlType::bf16;
+    case DType::f16:
+      return DnnlType::f16;
+    case DType::f64:
+      break;
+  }
+  HPCTRAIN_ASSERT(false, "oneDNN matmul has no " << dtype_name(type) << " path");
+}
+
+// Everything that decides a primitive: shapes, transposes, the dtypes oneDNN sees, bias, sum post-op.
+struct MatmulKey {
+  std::int64_t m = 0, n = 0, k = 0;
+  bool transpose_a = false, transpose_b = false;
+  DType input = DType::f32, output = DType::f32;
+  bool bias = false, accumulate = false;
+  bool operator==(const MatmulKey&) const = default;
+};
+
+struct MatmulKeyHash {
+  std::size_t operator()(const MatmulKey& key) const {
+    std::size_t hash = 0;
+    const auto mix = [&hash](std::uint64_t value) {
+      hash ^= std::hash<std::uint64_t>{}(value) + 0x9e3779b97f4a7c15ull + (hash << 6) + (hash >> 2);
+    };
+    mix(static_cast<std::uint64_t>(key.m));
+    mix(static_cast<std::uint64_t>(key.n));
+    mix(static_cast<std::uint64_t>(key.k));
+    mix((key.transpose_a ? 1u : 0u) | (key.transpose_b ? 2u : 0u) | (key.bias ? 4u : 0u) | (key.accumulate ? 8u : 0u) |
+        (static_cast<unsigned>(key.input) << 4) | (static_cast<unsigned>(key.output) << 8));
+    return hash;
+  }
+};
+
+// A created primitive with its memory objects. The memory objects have no buffer of their own; every call points them
+// at the caller's buffers, so a call creates no oneDNN object.
+struct Matmul {
+  dnnl::matmul primitive;
+  dnnl::memory source, weights, bias, destination, scratchpad;
+  std::size_t scratchpad_bytes = 0;
+  std::array<dnnl_exec_arg_t, 5> arguments{};
+  int argument_count = 0;
+};
+
+// Logical (rows, cols) matrix stored row-major, or stored transposed as (cols, rows): the transpose is in the strides.
+dnnl::memory::desc matrix_descriptor(std::int64_t rows, std::int64_t cols, bool stored_transposed, DnnlType type) {
+  const dnnl::memory::dims strides = stored_transposed ? dnnl::memory::dims{1, rows} : dnnl::memory::dims{cols, 1};
+  return dnnl::memory::desc({rows, cols}, type, strides);
+}
+
+template <class T>
+void widen_to_float(const T* source, float* destination, std::int64_t count) {
+#pragma omp parallel for schedule(static) if (count > 32768)
+  for (std::int64_t i = 0; i < count; ++i) destination[i] = load(source[i]);
+}
+
+// c = converted(result) [+ c]: the last step of the paths whose output dtype oneDNN does not write.
+template <class T>
+void store_result(const float* result, T* c, std::int64_t count, bool accumulate) {
+#pragma omp parallel for schedule(static) if (count > 32768)
+  for (std::int64_t i = 0; i < count; ++i) {
+    if constexpr (std::is_same_v<T, double>) {
+      c[i] = static_cast<double>(result[i]) + (accumulate ? c[i] : 0.0);
+    } else {
+      c[i] = store<T>(result[i] + (accumulate ? load(c[i]) : 0.0f));
+    }
+  }
+}
+
+// Reference-style loops for f64 inputs (gradient checks). Sums in double; c of any dtype.
+template <class TC>
+void gemm_double(const double* a, bool transpose_a, const double* b, bool transpose_b, TC* c, const double* bias,
+                 bool accumulate, std::int64_t m, std::int64_t n, std::int64_t k) {
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      double sum = bias != nullptr ? bias[j] : 0.0;
+      for (std::int64_t p = 0; p < k; ++p) {
+        const double a_ip = transpose_a ? a[p * m + i] : a[i * k + p];  // a: (m, k) or stored (k, m)
+        const double b_pj = transpose_b ? b[j * k + p] : b[p * n + j];  // b: (k, n) or stored (n, k)
+        sum += a_ip * b_pj;
+      }
+      if (accumulate) sum += static_cast<double>(load(c[i * n + j]));
+      c[i * n + j] = store_from_double<TC>(sum);
+    }
+  }
+}
+
+// k == 0: the product is empty, c = bias [+ c]. oneDNN is not asked about zero-sized reductions.
+template <class TC, class TB>
+void bias_only(TC* c, const TB* bias, bool accumulate, std::int64_t m, std::int64_t n) {
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      double value = bias != nullptr ? static_cast<double>(bias[j]) : 0.0;
+      if (accumulate) value += static_cast<double>(load(c[i * n + j]));
+      c[i * n + j] = store_from_double<TC>(value);
+    }
+}
+
+}  // namespace
+
+struct CpuGemm::Impl {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::unordered_map<MatmulKey, Matmul, MatmulKeyHash> primitives;
+  ScratchBuffer widened_a, widened_b;  // f16 inputs as fp32: (m, k), (k, n) in their stored layout
+  ScratchBuffer float_result;          // (m, n) fp32 result for output dtypes oneDNN does not write
+  ScratchBuffer scratchpad;            // oneDNN's own scratch (user-managed, so oneDNN allocates none per call)
+  std::mutex mutex;                    // the cache and the scratch buffers are shared by all calls
+
+  Matmul& matmul(const MatmulKey& key);
+  void execute(const MatmulKey& key, const void* a, const void* b, const void* bias, void* c);
+};
+
+Matmul& CpuGemm::Impl::matmul(const MatmulKey& key) {
+  const auto found = primitives.find(key);
+  if (found != primitives.end()) return found->second;
+  try {
+    const DnnlType input = dnnl_type(key.input);
+    const auto source_desc = matrix_descriptor(key.m, key.k, key.transpose_a, input);
+    const auto weights_desc = matrix_descriptor(key.k, key.n, key.transpose_b, input);
+    const auto destination_desc = matrix_descriptor(key.m, key.n, false, dnnl_type(key.output));
+    const auto bias_desc = matrix_descriptor(1, key.n, false, DnnlType::f32);
+    const auto op = key.bias ? dnnl::matmul::desc(source_desc, weights_desc, bias_desc, destination_desc)
+                             : dnnl::matmul::desc(source_desc, weights_desc, destination_desc);
+    dnnl::primitive_attr attributes;
+    attributes.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (key.accumulate) {
+      dnnl::post_ops post_ops;
+      post_ops.append_sum(1.0f);
+      attributes.set_post_ops(post_ops);
+    }
+    const dnnl::matmul::primitive_desc descriptor(op, attributes, engine);
+
+    Matmul created;
+    created.primitive = dnnl::matmul(descriptor);
+    created.source = dnnl::memory(source_desc, engine, DNNL_MEMORY_NONE);
+    created.weights = dnnl::memory(weights_desc, engine, DNNL_MEMORY_NONE);
+    created.destination = dnnl::memory(destination_desc, engine, DNNL_MEMORY_NONE);
+    created.arguments[0] = {DNNL_ARG_SRC, created.source.get()};
+    created.arguments[1] = {DNNL_ARG_WEIGHTS, created.weights.get()};
+    created.arguments[2] = {DNNL_ARG_DST, created.destination.get()};
+    created.argument_count = 3;
+    if (key.bias) {
+      created.bias = dnnl::memory(bias_desc, engine, DNNL_MEMORY_NONE);
+      created.arguments[created.argument_count++] = {DNNL_ARG_BIAS, created.bias.get()};
+    }
+    const auto scratchpad_desc = descriptor.scratchpad_desc();
+    created.scratchpad_bytes = scratchpad_desc.get_size();
+    if (created.scratchpad_bytes > 0) {
+      created.scratchpad = dnnl::memory(scratchpad_desc, engine, DNNL_MEMORY_NONE);
+      created.arguments[created.argument_count++] = {DNNL_ARG_SCRATCHPAD, created.scratchpad.get()};
+    }
+    return primitives.emplace(key, std::move(created)).first->second;
+  } catch (const dnnl::error& error) {
+    std::ostringstream detail;
+    detail << error.what() << " (status " << static_cast<int>(error.status) << ") for " << dtype_name(key.input) << " ("
+           << key.m << "x" << key.k << (key.transpose_a ? ", transposed" : "") << ") x (" << key.k << "x" << key.n
+           << (key.transpose_b ? ", transposed" : "") << ") -> " << dtype_name(key.output);
+    throw LibraryError("oneDNN", "matmul primitive creation", detail.str(), __FILE__, __LINE__);
+  }
+}
+
+void CpuGemm::Impl::execute(const MatmulKey& key, const void* a, const void* b, const void* bias, void* c) {
+  Matmul& entry = matmul(key);
+  // oneDNN takes non-const handles but only reads sources, weights and bias.
+  entry.source.set_data_handle(const_cast<void*>(a));
+  entry.weights.set_data_handle(const_cast<void*>(b));
+  entry.destination.set_data_handle(c);
+  if (key.bias) entry.bias.set_data_handle(const_cast<void*>(bias));
+  if (entry.scratchpad_bytes > 0) entry.scratchpad.set_data_handle(scratchpad.reserve(entry.scratchpad_bytes));
+  // The C entry point with the stored argument array: the C++ execute() builds a std::vector of arguments every call.
+  dnnl_status_t status =
+      dnnl_primitive_execute(entry.primitive.get(), stream.get(), entry.argument_count, entry.arguments.data());
+  if (status == dnnl_success) status = dnnl_stream_wait(stream.get());
+  if (status != dnnl_success)
+    throw LibraryError("oneDNN", "dnnl_primitive_execute(matmul)", "status " + std::to_string(static_cast<int>(status)),
+                       __FILE__, __LINE__);
+}
+
+CpuGemm::CpuGemm() : impl_(std::make_unique<Impl>()) {}
+CpuGemm::~CpuGemm() = default;
+
+std::size_t CpuGemm::cached_primitives() const {
+  const std::lock_guard lock(impl_->mutex);
+  return impl_->primitives.size();
+}
+
+void CpuGemm::run(const TensorView& a, bool transpose_a, const TensorView& b, bool transpose_b, const TensorView& c,
+                  const void* bias, bool accumulate) {
+  HPCTRAIN_ASSERT(a.dtype == b.dtype,
+                  "gemm inputs must share a dtype, got " << dtype_name(a.dtype) << " and " << dtype_name(b.dtype));
+  const std::int64_t m = transpose_a ? a.cols : a.rows;
+  const std::int64_t k = transpose_a ? a.rows : a.cols;
+  const std::int64_t k_of_b = transpose_b ? b.cols : b.rows;
+  const std::int64_t n = transpose_b ? b.rows : b.cols;
+  HPCTRAIN_ASSERT(k == k_of_b && c.rows == m && c.cols == n, "gemm shapes: op(a) " << m << "x" << k << ", op(b) "
+                                                                                   << k_of_b << "x" << n << ", c "
+                                                                                   << c.rows << "x" << c.cols);
+  if (m == 0 || n == 0) return;
+  const std::lock_guard lock(impl_->mutex);
+
+  if (a.dtype == DType::f64) {
+    dispatch_dtype(c.dtype, [&]<class TC>() {
+      gemm_double(static_cast<const double*>(a.data), transpose_a, static_cast<const double*>(b.data), transpose_b,
+                  static_cast<TC*>(c.data), static_cast<const double*>(bias), accumulate, m, n, k);
+    });
+    return;
+  }
+  if (k == 0) {
+    dispatch_dtype(c.dtype, [&]<class TC>() {
+      bias_only(static_cast<TC*>(c.data), static_cast<const float*>(bias), accumulate, m, n);
+    });
+    return;
+  }
+
+  // Inputs as oneDNN sees them: f32 or bf16 as they are, f16 widened to fp32.
+  const void* a_data = a.data;
+  const void* b_data = b.data;
+  DType input = a.dtype;
+  if (a.dtype == DType::f16) {
+    float* wide_a = impl_->widened_a.reserve_elements<float>(static_cast<std::size_t>(a.size()));
+    float* wide_b = impl_->widened_b.reserve_elements<float>(static_cast<std::size_t>(b.size()));
+    widen_to_float(static_cast<const fp16*>(a.data), wide_a, a.size());
+    widen_to_float(static_cast<const fp16*>(b.data), wide_b, b.size());
+    a_data = wide_a;
+    b_data = wide_b;
+    input = DType::f32;
+  }
+
+  MatmulKey key{m, n, k, transpose_a, transpose_b, input, c.dtype, bias != nullptr, accumulate};
+  const bool writes_c_directly = c.dtype == DType::f32 || (input == DType::bf16 && c.dtype == DType::bf16);
+  if (writes_c_directly) {
+    impl_->execute(key, a_data, b_data, bias, c.data);
+    return;
+  }
+  key.output = DType::f32;
+  key.accumulate = false;  // added while converting, in fp32, before the single rounding
+  float* result = impl_->float_result.reserve_elements<float>(static_cast<std::size_t>(m * n));
+  impl_->execute(key, a_data, b_data, bias, result);
+  dispatch_dtype(c.dtype, [&]<class TC>() { store_result(result, static_cast<TC*>(c.data), m * n, accumulate); });
+}
+
+}  // namespace hpctrain::cpu

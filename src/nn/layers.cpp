@@ -1,0 +1,169 @@
+// The layers of a sequential model: linear, element-wise activations, layernorm, dropout.
+#include <cmath>
+
+#include "hpctrain/config/run_config.hpp"
+#include "hpctrain/core/rng.hpp"
+#include "hpctrain/nn/layer.hpp"
+
+namespace hpctrain {
+
+namespace {
+
+TensorView matrix(void* data, DType dtype, std::int64_t rows, std::int64_t cols) { return {data, dtype, rows, cols}; }
+
+// y = x W^T + b, W: (out, in) as in PyTorch. Matrix products read the working copy of W (16-bit in bf16/fp16 runs);
+// gradients are written in the master dtype (fp32).
+class Linear final : public Layer {
+ public:
+  Linear(std::string name, std::int64_t in, std::int64_t out, bool bias)
+      : Layer(std::move(name), in, out), bias_(bias) {}
+  [[nodiscard]] std::string type() const override { return "linear"; }
+
+  [[nodiscard]] std::vector<ParameterSpec> parameters() const override {
+    std::vector<ParameterSpec> specs{{"weight", {output_width(), input_width()}, true}};
+    if (bias_) specs.push_back({"bias", {output_width()}, false});
+    return specs;
+  }
+
+  // PyTorch: kaiming_uniform(a = sqrt(5)) for the weight and U(-1/sqrt(in), 1/sqrt(in)) for the bias, i.e. both
+  // U(-bound, bound) with bound = 1/sqrt(in).
+  void initialize(float* host_master, std::uint64_t seed, std::uint32_t layer_index) const override {
+    const float bound = 1.0f / std::sqrt(static_cast<float>(input_width()));
+    const auto specs = parameters();
+    std::int64_t position = 0;
+    for (std::size_t p = 0; p < specs.size(); ++p) {
+      std::int64_t count = 1;
+      for (auto extent : specs[p].shape) count *= extent;
+      const std::uint32_t stream = layer_index * 8 + static_cast<std::uint32_t>(p);
+      for (std::int64_t i = 0; i < count; ++i)
+        host_master[position + i] =
+            (2.0f * random_uniform(seed, RngPurpose::init, stream, static_cast<std::uint64_t>(i)) - 1.0f) * bound;
+      position += count;
+    }
+  }
+
+  void forward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView& y) override {
+    // (rows, out) = (rows, in) x (out, in)^T + bias
+    const TensorView weight = matrix(working(0), working_dtype(), output_width(), input_width());
+    context.backend->gemm(x, false, weight, true, y, bias_ ? master(1) : nullptr, false);
+  }
+
+  void backward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView&, const TensorView& dy,
+                const TensorView& dx, bool accumulate) override {
+    Backend& backend = *context.backend;
+    // dW (out, in) (+)= dy^T (out, rows) x (rows, in)
+    const TensorView weight_gradient = matrix(gradient(0), master_dtype(), output_width(), input_width());
+    backend.gemm(dy, true, x, false, weight_gradient, nullptr, accumulate);
+    if (bias_) backend.bias_gradient(dy, gradient(1), master_dtype(), accumulate);
+    // dx (rows, in) = dy (rows, out) x W (out, in); the first layer's input needs no gradient
+    if (dx.data != nullptr) {
+      const TensorView weight = matrix(working(0), working_dtype(), output_width(), input_width());
+      backend.gemm(dy, false, weight, false, dx, nullptr, false);
+    }
+  }
+
+ private:
+  bool bias_;
+};
+
+class ActivationLayer final : public Layer {
+ public:
+  ActivationLayer(std::string name, std::int64_t width, Activation kind, float alpha, std::string type)
+      : Layer(std::move(name), width, width), kind_(kind), alpha_(alpha), type_(std::move(type)) {}
+  [[nodiscard]] std::string type() const override { return type_; }
+  [[nodiscard]] bool in_place_backward() const override { return true; }
+  void forward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView& y) override {
+    context.backend->activation_forward(kind_, alpha_, x, y);
+  }
+  void backward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView&, const TensorView& dy,
+                const TensorView& dx, bool) override {
+    if (dx.data != nullptr) context.backend->activation_backward(kind_, alpha_, x, dy, dx);
+  }
+
+ private:
+  Activation kind_;
+  float alpha_;
+  std::string type_;
+};
+
+class Dropout final : public Layer {
+ public:
+  Dropout(std::string name, std::int64_t width, float p) : Layer(std::move(name), width, width), p_(p) {}
+  [[nodiscard]] std::string type() const override { return "dropout"; }
+  [[nodiscard]] bool in_place_backward() const override { return true; }
+  void forward(const StepContext& context, std::uint32_t layer_index, const TensorView& x,
+               const TensorView& y) override {
+    if (context.training && p_ > 0.0f)
+      context.backend->dropout_forward(p_, context.seed, context.step, layer_index, context.sample_ids, x, y);
+    else
+      context.backend->copy(y.data, x.data, x.bytes());
+  }
+  void backward(const StepContext& context, std::uint32_t layer_index, const TensorView&, const TensorView&,
+                const TensorView& dy, const TensorView& dx, bool) override {
+    if (dx.data == nullptr) return;
+    if (p_ > 0.0f)
+      context.backend->dropout_backward(p_, context.seed, context.step, layer_index, context.sample_ids, dy, dx);
+    else if (dx.data != dy.data)
+      context.backend->copy(dx.data, dy.data, dy.bytes());
+  }
+
+ private:
+  float p_;
+};
+
+// Normalises each row in fp32; gamma and beta are read from the fp32 master parameters (no 16-bit copy).
+class LayerNorm final : public Layer {
+ public:
+  LayerNorm(std::string name, std::int64_t width, float eps) : Layer(std::move(name), width, width), eps_(eps) {}
+  [[nodiscard]] std::string type() const override { return "layernorm"; }
+  [[nodiscard]] std::vector<ParameterSpec> parameters() const override {
+    return {{"weight", {input_width()}, false}, {"bias", {input_width()}, false}};
+  }
+  void initialize(float* host_master, std::uint64_t, std::uint32_t) const override {
+    for (std::int64_t i = 0; i < input_width(); ++i) {
+      host_master[i] = 1.0f;                  // gamma
+      host_master[input_width() + i] = 0.0f;  // beta
+    }
+  }
+  [[nodiscard]] std::int64_t saved_per_row() const override { return 2; }  // mean, rstd
+
+  void forward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView& y) override {
+    context.backend->layernorm_forward(x, master(0), master(1), eps_, y, saved(0), saved(1));
+  }
+  void backward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView&, const TensorView& dy,
+                const TensorView& dx, bool accumulate) override {
+    context.backend->layernorm_backward(x, dy, master(0), saved(0), saved(1), dx, gradient(0), gradient(1), accumulate);
+  }
+
+ private:
+  float eps_;  // saved(0): row means, saved(1): reciprocal standard deviations
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_layer(const LayerSpec& spec, std::int64_t input_width, const std::string& deck_location) {
+  if (spec.type == "linear") {
+    HPCTRAIN_VERIFY(spec.in == 0 || spec.in == input_width, InputError,
+                    deck_location << ": layer '" << spec.name << "' expects " << spec.in << " input features, but "
+                                  << input_width << " arrive"
+                                  << (spec.in != 0 ? " (from the data or the previous layer)" : ""),
+                    "set 'in' to " + std::to_string(input_width) + " or remove it (it is inferred)");
+    return std::make_unique<Linear>(spec.name, input_width, spec.out, spec.bias);
+  }
+  if (spec.type == "relu")
+    return std::make_unique<ActivationLayer>(spec.name, input_width, Activation::relu, 0.0f, "relu");
+  if (spec.type == "gelu")
+    return std::make_unique<ActivationLayer>(spec.name, input_width, Activation::gelu, 0.0f, "gelu");
+  if (spec.type == "tanh")
+    return std::make_unique<ActivationLayer>(spec.name, input_width, Activation::tanh, 0.0f, "tanh");
+  if (spec.type == "leaky_relu")
+    return std::make_unique<ActivationLayer>(spec.name, input_width, Activation::leaky_relu,
+                                             static_cast<float>(spec.negative_slope), "leaky_relu");
+  if (spec.type == "dropout") return std::make_unique<Dropout>(spec.name, input_width, static_cast<float>(spec.p));
+  if (spec.type == "layernorm")
+    return std::make_unique<LayerNorm>(spec.name, input_width, static_cast<float>(spec.eps));
+  throw InputError(deck_location + ": unknown layer type '" + spec.type + "'",
+                   "use one of: linear, relu, gelu, tanh, leaky_relu, layernorm, dropout");
+}
+
+}  // namespace hpctrain

@@ -1,0 +1,174 @@
+// Sequential model: builds layers from the deck, lays out the flat buffers, runs forward and backward.
+#include "hpctrain/nn/model.hpp"
+
+#include <algorithm>
+#include <iomanip>
+#include <sstream>
+
+#include "hpctrain/config/run_config.hpp"
+
+namespace hpctrain {
+
+Model::Model(const ModelSection& spec, std::int64_t input_width, Backend& backend, ModelBuffers buffers,
+             const std::string& deck_path)
+    : backend_(backend), buffers_(buffers), input_width_(input_width) {
+  HPCTRAIN_ASSERT(!spec.layers.empty(), "a model needs layers");
+  HPCTRAIN_ASSERT(buffers_.max_rows > 0, "max_rows must be positive");
+  // Build the layers and lay out their parameters, in forward order.
+  std::int64_t width = input_width;
+  std::int64_t widest = width;
+  std::int64_t saved_rows_blocks = 0;
+  for (std::size_t i = 0; i < spec.layers.size(); ++i) {
+    const LayerSpec& layer_spec = spec.layers[i];
+    const std::string location =
+        deck_path + ":" + std::to_string(layer_spec.position.line) + ":" + std::to_string(layer_spec.position.column);
+    layers_.push_back(make_layer(layer_spec, width, location));
+    Layer& layer = *layers_.back();
+    parameter_begin_.push_back(parameter_count_);
+    for (const ParameterSpec& parameter : layer.parameters()) {
+      std::int64_t count = 1;
+      for (auto extent : parameter.shape) count *= extent;
+      entries_.push_back({layer.name(), parameter.name, parameter.shape, parameter_count_, count, parameter.decays});
+      parameter_count_ += count;
+    }
+    saved_rows_blocks += layer.saved_per_row();
+    width = layer.output_width();
+    widest = std::max(widest, width);
+  }
+  parameter_begin_.push_back(parameter_count_);
+
+  // Flat buffers.
+  const std::size_t master_size = dtype_size(buffers_.master_dtype);
+  const std::size_t parameter_bytes =
+      static_cast<std::size_t>(std::max<std::int64_t>(parameter_count_, 1)) * master_size;
+  master_ = backend_.allocate(parameter_bytes);
+  gradients_ = backend_.allocate(parameter_bytes);
+  const bool keep_working_copy = buffers_.activation_dtype != buffers_.master_dtype;
+  if (keep_working_copy)
+    working_ = backend_.allocate(static_cast<std::size_t>(std::max<std::int64_t>(parameter_count_, 1)) *
+                                 dtype_size(buffers_.activation_dtype));
+
+  // Activations: the input of every layer and the final output, each (max_rows, width).
+  const std::size_t activation_size = dtype_size(buffers_.activation_dtype);
+  std::int64_t layer_width = input_width;
+  for (std::size_t i = 0; i <= layers_.size(); ++i) {
+    const std::size_t bytes = static_cast<std::size_t>(buffers_.max_rows * layer_width) * activation_size;
+    activations_.push_back(backend_.allocate(bytes));
+    activation_bytes_ += bytes;
+    if (i < layers_.size()) layer_width = layers_[i]->output_width();
+  }
+  const std::size_t scratch_bytes = static_cast<std::size_t>(buffers_.max_rows * widest) * activation_size;
+  for (auto& scratch : scratch_) {
+    scratch = backend_.allocate(scratch_bytes);
+    activation_bytes_ += scratch_bytes;
+  }
+  if (saved_rows_blocks > 0) {
+    const std::size_t bytes = static_cast<std::size_t>(saved_rows_blocks * buffers_.max_rows) * master_size;
+    saved_ = backend_.allocate(bytes);
+    activation_bytes_ += bytes;
+  }
+
+  // Hand each layer its views.
+  std::size_t entry = 0;
+  std::int64_t saved_block = 0;
+  for (auto& layer : layers_) {
+    ParameterBinding binding{master_,
+                             gradients_,
+                             keep_working_copy ? working_ : master_,
+                             buffers_.master_dtype,
+                             keep_working_copy ? buffers_.activation_dtype : buffers_.master_dtype,
+                             {}};
+    for (std::size_t p = 0; p < layer->parameters().size(); ++p) binding.offsets.push_back(entries_[entry++].offset);
+    layer->bind(std::move(binding));
+    if (layer->saved_per_row() > 0) {
+      layer->bind_saved(
+          static_cast<char*>(saved_) + saved_block * buffers_.max_rows * static_cast<std::int64_t>(master_size),
+          buffers_.max_rows);
+      saved_block += layer->saved_per_row();
+    }
+  }
+}
+
+Model::~Model() {
+  for (void* pointer : {master_, gradients_, working_, saved_, scratch_[0], scratch_[1]})
+    if (pointer != nullptr) backend_.deallocate(pointer);
+  for (void* pointer : activations_) backend_.deallocate(pointer);
+}
+
+TensorView Model::working_copy() const {
+  return {working_, buffers_.activation_dtype, working_ != nullptr ? parameter_count_ : 0, 1};
+}
+
+void Model::initialize(std::uint64_t seed) {
+  // Initialise in fp32 on the host (the generator's output is fp32), then convert to the master dtype.
+  std::vector<float> host(static_cast<std::size_t>(parameter_count_));
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    layers_[i]->initialize(host.data() + parameter_begin_[i], seed, static_cast<std::uint32_t>(i));
+  if (buffers_.master_dtype == DType::f32) {
+    backend_.copy_to_backend(master_, host.data(), host.size() * sizeof(float));
+  } else {
+    std::vector<double> widened(host.begin(), host.end());
+    backend_.copy_to_backend(master_, widened.data(), widened.size() * sizeof(double));
+  }
+  refresh_working_copy();
+}
+
+void Model::refresh_working_copy() {
+  if (working_ == nullptr) return;
+  backend_.cast({master_, buffers_.master_dtype, parameter_count_, 1}, working_copy());
+}
+
+TensorView Model::input(std::int64_t rows) const {
+  return {activations_[0], buffers_.activation_dtype, rows, input_width_};
+}
+
+TensorView Model::forward(const StepContext& context) {
+  const DType dtype = buffers_.activation_dtype;
+  std::int64_t width = input_width_;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const TensorView x{activations_[i], dtype, context.rows, width};
+    width = layers_[i]->output_width();
+    const TensorView y{activations_[i + 1], dtype, context.rows, width};
+    layers_[i]->forward(context, static_cast<std::uint32_t>(i), x, y);
+  }
+  return {activations_.back(), dtype, context.rows, width};
+}
+
+void Model::backward(const StepContext& context, bool accumulate,
+                     const std::function<void(std::int64_t)>& after_layer) {
+  const DType dtype = buffers_.activation_dtype;
+  TensorView dy{activations_.back(), dtype, context.rows, output_width()};
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    Layer& layer = *layers_[i];
+    const TensorView x{activations_[i], dtype, context.rows, layer.input_width()};
+    const TensorView y{activations_[i + 1], dtype, context.rows, layer.output_width()};
+    TensorView dx{nullptr, dtype, context.rows, layer.input_width()};
+    if (layer.in_place_backward()) {
+      dx.data = dy.data;
+    } else if (!(i == 0 && layer.type() == "linear")) {  // the input needs no gradient
+      dx.data = dy.data == scratch_[0] ? scratch_[1] : scratch_[0];
+    }
+    layer.backward(context, static_cast<std::uint32_t>(i), x, y, dy, dx, accumulate);
+    if (after_layer && !layer.parameters().empty()) after_layer(parameter_begin_[i]);
+    dy = dx;
+  }
+}
+
+std::string Model::summary() const {
+  std::ostringstream os;
+  os << "  " << std::left << std::setw(14) << "layer" << std::setw(12) << "type" << std::setw(16) << "output"
+     << "parameters\n";
+  os << "  " << std::setw(14) << "input" << std::setw(12) << "" << std::setw(16)
+     << "(N, " + std::to_string(input_width_) + ")"
+     << "\n";
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& layer = *layers_[i];
+    std::string output = "(N, " + std::to_string(layer.output_width()) + ")";
+    os << "  " << std::setw(14) << layer.name() << std::setw(12) << layer.type() << std::setw(16) << output
+       << (parameter_begin_[i + 1] - parameter_begin_[i]) << "\n";
+  }
+  os << "  total parameters: " << parameter_count_;
+  return os.str();
+}
+
+}  // namespace hpctrain

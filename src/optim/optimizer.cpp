@@ -1,0 +1,69 @@
+// Optimizer: state allocation and the fused update over the flat buffers.
+#include "hpctrain/optim/optimizer.hpp"
+
+#include "hpctrain/config/run_config.hpp"
+#include "hpctrain/nn/model.hpp"
+
+namespace hpctrain {
+
+Optimizer::Optimizer(const OptimizerSection& section, Model& model, Backend& backend)
+    : model_(model), backend_(backend) {
+  HPCTRAIN_ASSERT(model.buffers().master_dtype == DType::f32, "the optimizer updates fp32 master parameters");
+  hyper_.type = section.type == "sgd" ? OptimizerType::sgd : OptimizerType::adamw;
+  hyper_.beta1 = static_cast<float>(section.beta1);
+  hyper_.beta2 = static_cast<float>(section.beta2);
+  hyper_.eps = static_cast<float>(section.eps);
+  hyper_.momentum = static_cast<float>(section.momentum);
+  hyper_.nesterov = section.nesterov;
+  hyper_.weight_decay = static_cast<float>(section.weight_decay);
+  hyper_.max_grad_norm = static_cast<float>(section.grad_clip);
+
+  // Weight decay applies to weights, not to biases and normalisation parameters (the usual AdamW practice).
+  for (const ParameterEntry& entry : model.parameter_entries()) {
+    if (!ranges_.empty() && ranges_.back().decay == entry.decays &&
+        ranges_.back().offset + ranges_.back().count == entry.offset)
+      ranges_.back().count += entry.count;
+    else
+      ranges_.push_back({entry.offset, entry.count, entry.decays});
+  }
+  const bool needs_first = hyper_.type == OptimizerType::adamw || hyper_.momentum > 0.0f;
+  const bool needs_second = hyper_.type == OptimizerType::adamw;
+  const std::size_t bytes = static_cast<std::size_t>(model.parameter_count()) * sizeof(float);
+  if (needs_first) state_[0] = static_cast<float*>(backend.allocate(bytes));
+  if (needs_second) state_[1] = static_cast<float*>(backend.allocate(bytes));
+  for (float* state : state_)
+    if (state != nullptr) backend.zero(state, bytes);
+}
+
+Optimizer::~Optimizer() {
+  for (float* state : state_)
+    if (state != nullptr) backend_.deallocate(state);
+}
+
+std::size_t Optimizer::state_bytes() const {
+  std::size_t vectors = (state_[0] != nullptr) + (state_[1] != nullptr);
+  return vectors * static_cast<std::size_t>(model_.parameter_count()) * sizeof(float);
+}
+
+void Optimizer::gradient_statistics(StepScalars* scalars) {
+  backend_.gradient_statistics(static_cast<const float*>(model_.gradients()), model_.parameter_count(), hyper_,
+                               scalars);
+}
+
+void Optimizer::step(const StepScalars* scalars) {
+  auto* parameters = static_cast<float*>(model_.master());
+  const auto* gradients = static_cast<const float*>(model_.gradients());
+  const TensorView working = model_.working_copy();
+  for (const Range& range : ranges_) {
+    const TensorView working_range{
+        working.data
+            ? static_cast<char*>(working.data) + range.offset * static_cast<std::int64_t>(dtype_size(working.dtype))
+            : nullptr,
+        working.dtype, range.count, 1};
+    backend_.optimizer_step(hyper_, range.decay, parameters + range.offset, gradients + range.offset,
+                            state_[0] ? state_[0] + range.offset : nullptr,
+                            state_[1] ? state_[1] + range.offset : nullptr, range.count, working_range, scalars);
+  }
+}
+
+}  // namespace hpctrain

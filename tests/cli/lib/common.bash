@@ -1,0 +1,44 @@
+# Shared helpers for the command-line tests (sourced, not run). The CMake test driver sets HPCTRAIN (the binary),
+# HPCTRAIN_SOURCE_DIR and MPIEXEC (mpiexec with --oversubscribe and, as root, --allow-run-as-root).
+set -euo pipefail
+: "${HPCTRAIN:?set by CTest}" "${HPCTRAIN_SOURCE_DIR:?set by CTest}" "${MPIEXEC:=mpiexec --oversubscribe}"
+PYTHON=/usr/bin/python3  # Debian's python3 with python3-h5py (a pyenv python3 may come first on PATH)
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/hpctrain-cli.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+failures=0
+
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+
+# run_ranks N ARGS...: hpctrain on N ranks, with a time limit so a hang fails the test instead of stalling CI.
+run_ranks() {
+  local ranks=$1; shift
+  # shellcheck disable=SC2086
+  timeout 120 $MPIEXEC -n "$ranks" "$HPCTRAIN" "$@"
+}
+
+# make_spirals FILE SAMPLES [SEED]
+make_spirals() {
+  "$HPCTRAIN" data generate spirals --samples "$2" --classes 3 --noise 0.05 --seed "${3:-1}" --output "$1" >/dev/null
+}
+
+# expect_error NAME PATTERN RANKS ARGS...: the run must fail (non-zero, not a timeout), print PATTERN, and print
+# exactly one "hpctrain: error:" line however many ranks ran.
+expect_error() {
+  local name=$1 pattern=$2 ranks=$3; shift 3
+  local log="$WORK/$name.log" status=0
+  run_ranks "$ranks" "$@" >"$log" 2>&1 || status=$?
+  if ((status == 0)); then fail "$name: exit status 0"; cat "$log" >&2; return; fi
+  if ((status == 124)); then fail "$name: hung (timeout)"; cat "$log" >&2; return; fi
+  if ! grep -qE -- "$pattern" "$log"; then fail "$name: message does not match '$pattern'"; cat "$log" >&2; return; fi
+  local copies
+  copies=$(grep -c "hpctrain: error:" "$log" || true)
+  if ((copies != 1)); then fail "$name: $copies error messages instead of 1"; cat "$log" >&2; return; fi
+  pass "$name (exit $status): $(grep "hpctrain: error:" "$log")"
+}
+
+finish() {
+  if ((failures > 0)); then echo "$failures check(s) failed" >&2; exit 1; fi
+  echo "all checks passed"
+}

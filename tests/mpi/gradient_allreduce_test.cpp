@@ -1,0 +1,39 @@
+// The bucketed gradient all-reduce sums every element exactly once over the ranks, whatever the bucket size and the
+// order in which backward reports layers (values chosen so float sums are exact).
+#include "hpctrain/dist/gradient_allreduce.hpp"
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <vector>
+
+namespace hpctrain {
+namespace {
+
+class GradientAllreduceTest : public testing::TestWithParam<std::int64_t> {};
+
+TEST_P(GradientAllreduceTest, SumsEveryElementOnce) {
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  const std::vector<std::int64_t> layer_begins{0, 0, 100, 100, 1100, 1150, 5150};
+  const std::int64_t count = 5200;
+  std::vector<float> gradients(count);
+  GradientAllreduce allreduce(MPI_COMM_WORLD, gradients.data(), count, layer_begins, GetParam());
+  EXPECT_GE(allreduce.bucket_count(), 1u);
+  for (int repeat = 0; repeat < 2; ++repeat) {
+    for (std::int64_t i = 0; i < count; ++i) gradients[i] = static_cast<float>((i % 97) * (rank + 1) + repeat);
+    allreduce.begin_step();
+    for (auto it = layer_begins.rbegin(); it != layer_begins.rend(); ++it) allreduce.ready_from(*it);
+    allreduce.finish();
+    const float rank_sum = static_cast<float>(ranks * (ranks + 1) / 2);
+    for (std::int64_t i = 0; i < count; ++i)
+      ASSERT_EQ(gradients[i], static_cast<float>(i % 97) * rank_sum + static_cast<float>(repeat * ranks))
+          << "element " << i << " repeat " << repeat;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(BucketSizes, GradientAllreduceTest, testing::Values(4, 400, 4000, 1 << 20));
+
+}  // namespace
+}  // namespace hpctrain

@@ -1,0 +1,783 @@
+// Tests of the CPU backend's kernels other than gemm (cpu_gemm_test.cpp): every kernel in every storage dtype on random
+// inputs, with outputs poisoned with NaN, against double references written here; finite-difference checks in f64 of
+// every backward (activations, layernorm, softmax cross-entropy, mean squared error, dropout); dropout's mask
+// properties; gradient statistics (norm, non-finite detection, clipping, determinism across thread counts); the fused
+// optimizer step against references over several steps; the loss scaler through finish_step.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "hpctrain/kernels/backend.hpp"
+#include "hpctrain/kernels/math.hpp"
+#include "kernel_test_support.hpp"
+
+namespace hpctrain {
+namespace {
+
+using namespace test_support;
+namespace km = kernel_math;
+
+constexpr Activation all_activations[] = {Activation::relu, Activation::gelu, Activation::tanh, Activation::leaky_relu};
+constexpr float leaky_alpha = 0.05f;
+
+// Error of a value computed (not only stored) in the compute type: fp32 arithmetic, or fp64 for f64.
+double compute_tolerance(DType dtype) { return dtype == DType::f64 ? 1e-12 : 1e-5; }
+
+class CpuKernels : public ::testing::Test {
+ protected:
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  TestTensor tensor(DType dtype, std::int64_t rows, std::int64_t cols) { return {*backend, dtype, rows, cols}; }
+};
+
+// ---- memory ----
+
+TEST_F(CpuKernels, MemoryIsAlignedAndCopiesRoundTrip) {
+  for (std::size_t bytes : {std::size_t{1}, std::size_t{3}, std::size_t{64}, std::size_t{1000}, std::size_t{1} << 20}) {
+    void* first = backend->allocate(bytes);
+    void* second = backend->allocate(bytes);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(first) % 64, 0u);
+    std::vector<unsigned char> in(bytes), out(bytes, 0);
+    for (std::size_t i = 0; i < bytes; ++i) in[i] = static_cast<unsigned char>(i * 7 + 1);
+    backend->copy_to_backend(first, in.data(), bytes);
+    backend->copy(second, first, bytes);
+    backend->synchronize();
+    backend->copy_to_host(out.data(), second, bytes);
+    EXPECT_EQ(in, out);
+    backend->zero(second, bytes);
+    backend->copy_to_host(out.data(), second, bytes);
+    EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](unsigned char c) { return c == 0; }));
+    backend->deallocate(first);
+    backend->deallocate(second);
+  }
+  EXPECT_EQ(backend->name(), "cpu");
+}
+
+// ---- cast ----
+
+TEST_F(CpuKernels, CastBetweenEveryPairOfDtypes) {
+  for (DType from : all_dtypes)
+    for (DType to : all_dtypes) {
+      auto source = tensor(from, 5, 7);
+      auto destination = tensor(to, 5, 7);
+      const auto values = source.randomize(11, -300.0, 300.0);
+      destination.poison();
+      backend->cast(source.view(), destination.view());
+      // conversions round once to the destination (f64 -> 16 bit goes through fp32, as the helper does)
+      EXPECT_EQ(destination.get(), quantized(to, values)) << dtype_name(from) << " -> " << dtype_name(to);
+    }
+}
+
+// ---- bias gradient ----
+
+TEST_F(CpuKernels, BiasGradientSumsColumns) {
+  for (DType dtype : all_dtypes) {
+    const std::int64_t rows = 9, cols = 150;  // more than one block of columns
+    auto dy = tensor(dtype, rows, cols);
+    auto dbias = tensor(master_of(dtype), 1, cols);
+    const auto dy_values = dy.randomize(21);
+    std::vector<double> want(cols, 0.0);
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t j = 0; j < cols; ++j) want[j] += dy_values[i * cols + j];
+    dbias.poison();
+    backend->bias_gradient(dy.view(), dbias.data(), master_of(dtype), false);
+    EXPECT_LE(relative_error(dbias.get(), want), compute_tolerance(dtype)) << dtype_name(dtype);
+    const auto old = dbias.randomize(22);
+    backend->bias_gradient(dy.view(), dbias.data(), master_of(dtype), true);
+    for (std::int64_t j = 0; j < cols; ++j) want[j] += old[j];
+    EXPECT_LE(relative_error(dbias.get(), want), compute_tolerance(dtype)) << dtype_name(dtype) << " accumulate";
+  }
+}
+
+// ---- activations ----
+
+TEST_F(CpuKernels, ActivationForwardAndBackwardInEveryDtype) {
+  for (DType dtype : all_dtypes)
+    for (Activation kind : all_activations) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " activation " << static_cast<int>(kind));
+      auto x = tensor(dtype, 13, 29);
+      auto y = tensor(dtype, 13, 29);
+      auto dy = tensor(dtype, 13, 29);
+      auto dx = tensor(dtype, 13, 29);
+      const auto x_values = x.randomize(31, -4.0, 4.0);
+      const auto dy_values = dy.randomize(32);
+      std::vector<double> want_y(x_values.size()), want_dx(x_values.size());
+      for (std::size_t i = 0; i < x_values.size(); ++i) {
+        want_y[i] = km::activation_value<double>(kind, leaky_alpha, x_values[i]);
+        want_dx[i] = km::activation_derivative<double>(kind, leaky_alpha, x_values[i]) * dy_values[i];
+      }
+      y.poison();
+      dx.poison();
+      backend->activation_forward(kind, leaky_alpha, x.view(), y.view());
+      backend->activation_backward(kind, leaky_alpha, x.view(), dy.view(), dx.view());
+      EXPECT_LE(relative_error(y.get(), want_y), tolerance(dtype));
+      EXPECT_LE(relative_error(dx.get(), want_dx), tolerance(dtype));
+      // in place: dx over dy
+      backend->activation_backward(kind, leaky_alpha, x.view(), dy.view(), dy.view());
+      EXPECT_EQ(dy.get(), dx.get());
+    }
+}
+
+TEST_F(CpuKernels, ActivationBackwardMatchesFiniteDifferences) {
+  for (Activation kind : all_activations) {
+    auto x = tensor(DType::f64, 4, 6), y = tensor(DType::f64, 4, 6), r = tensor(DType::f64, 4, 6);
+    auto dx = tensor(DType::f64, 4, 6);
+    auto x_values = away_from(random_values(24, 41, -3.0, 3.0), 0.0, 1e-2);  // no finite differences across kinks
+    const auto r_values = r.randomize(42);
+    const auto objective = [&]() {
+      x.set(x_values);
+      backend->activation_forward(kind, leaky_alpha, x.view(), y.view());
+      return dot(y.get(), r_values);
+    };
+    const auto numeric = central_differences(x_values, 1e-5, objective);
+    x.set(x_values);
+    dx.poison();
+    backend->activation_backward(kind, leaky_alpha, x.view(), r.view(), dx.view());
+    EXPECT_LE(relative_error(dx.get(), numeric), 1e-6) << "activation " << static_cast<int>(kind);
+  }
+}
+
+// ---- dropout ----
+
+struct DropoutCase {
+  float p = 0.3f;
+  std::uint64_t seed = 42;
+  std::uint32_t step = 3, layer = 1;
+};
+
+std::vector<double> reference_dropout(const DropoutCase& c, const std::vector<std::int64_t>& sample_ids,
+                                      std::int64_t cols, const std::vector<double>& in) {
+  std::vector<double> out(in.size());
+  for (std::size_t row = 0; row < sample_ids.size(); ++row)
+    for (std::int64_t col = 0; col < cols; ++col) {
+      const std::uint64_t element = static_cast<std::uint64_t>(sample_ids[row] * cols + col);
+      const bool keep = km::dropout_keep(c.seed, c.step, c.layer, element, c.p);
+      out[row * cols + col] = keep ? in[row * cols + col] / (1.0 - c.p) : 0.0;
+    }
+  return out;
+}
+
+std::vector<std::int64_t> consecutive_ids(std::int64_t first, std::int64_t count) {
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(count));
+  std::iota(ids.begin(), ids.end(), first);
+  return ids;
+}
+
+TEST_F(CpuKernels, DropoutForwardAndBackwardInEveryDtype) {
+  const DropoutCase c;
+  const std::int64_t rows = 12, cols = 37;  // cols not a multiple of 4: groups of four straddle rows
+  const auto ids = consecutive_ids(1000, rows);
+  TestArray<std::int64_t> sample_ids(*backend, ids);
+  for (DType dtype : all_dtypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    auto x = tensor(dtype, rows, cols), y = tensor(dtype, rows, cols);
+    auto dy = tensor(dtype, rows, cols), dx = tensor(dtype, rows, cols);
+    const auto x_values = x.randomize(51, 0.5, 2.0);  // never zero, so zeros in y are dropped elements
+    const auto dy_values = dy.randomize(52, 0.5, 2.0);
+    y.poison();
+    dx.poison();
+    backend->dropout_forward(c.p, c.seed, c.step, c.layer, sample_ids.data(), x.view(), y.view());
+    backend->dropout_backward(c.p, c.seed, c.step, c.layer, sample_ids.data(), dy.view(), dx.view());
+    const auto y_values = y.get(), dx_values = dx.get();
+    EXPECT_LE(relative_error(y_values, reference_dropout(c, ids, cols, x_values)), tolerance(dtype));
+    EXPECT_LE(relative_error(dx_values, reference_dropout(c, ids, cols, dy_values)), tolerance(dtype));
+    for (std::size_t i = 0; i < y_values.size(); ++i)
+      ASSERT_EQ(y_values[i] == 0.0, dx_values[i] == 0.0) << "backward mask differs at " << i;
+    // in place (y over x) gives the same result
+    backend->dropout_forward(c.p, c.seed, c.step, c.layer, sample_ids.data(), x.view(), x.view());
+    EXPECT_EQ(x.get(), y_values);
+  }
+}
+
+TEST_F(CpuKernels, DropoutKeepsOneMinusPAndDependsOnTheStep) {
+  const std::int64_t rows = 256, cols = 512;
+  TestArray<std::int64_t> sample_ids(*backend, consecutive_ids(0, rows));
+  auto x = tensor(DType::f32, rows, cols), y = tensor(DType::f32, rows, cols), z = tensor(DType::f32, rows, cols);
+  x.randomize(61, 1.0, 2.0);
+  backend->dropout_forward(0.25f, 7, 1, 0, sample_ids.data(), x.view(), y.view());
+  backend->dropout_forward(0.25f, 7, 2, 0, sample_ids.data(), x.view(), z.view());
+  const auto y_values = y.get(), z_values = z.get();
+  std::size_t kept = 0, same = 0;
+  for (std::size_t i = 0; i < y_values.size(); ++i) {
+    kept += y_values[i] != 0.0 ? 1 : 0;
+    same += (y_values[i] != 0.0) == (z_values[i] != 0.0) ? 1 : 0;
+  }
+  EXPECT_NEAR(static_cast<double>(kept) / y_values.size(), 0.75, 0.005);
+  // independent masks agree on 0.75^2 + 0.25^2 = 0.625 of the elements
+  EXPECT_NEAR(static_cast<double>(same) / y_values.size(), 0.625, 0.01);
+}
+
+TEST_F(CpuKernels, DropoutMaskDependsOnSampleIdsNotOnRowPositions) {
+  // A rank holding rows 10..39 of the batch computes the same mask for them as one rank holding all rows.
+  const DropoutCase c{0.5f, 9, 4, 2};
+  const std::int64_t rows = 48, cols = 21, first = 10, count = 30;
+  std::vector<std::int64_t> ids(rows);
+  for (std::int64_t i = 0; i < rows; ++i) ids[i] = 5000 + 3 * i;  // shuffled-looking global indices
+  TestArray<std::int64_t> all_ids(*backend, ids);
+  TestArray<std::int64_t> part_ids(*backend,
+                                   std::vector<std::int64_t>(ids.begin() + first, ids.begin() + first + count));
+  auto x = tensor(DType::bf16, rows, cols), y = tensor(DType::bf16, rows, cols);
+  auto x_part = tensor(DType::bf16, count, cols), y_part = tensor(DType::bf16, count, cols);
+  const auto x_values = x.randomize(71);
+  x_part.set(std::vector<double>(x_values.begin() + first * cols, x_values.begin() + (first + count) * cols));
+  backend->dropout_forward(c.p, c.seed, c.step, c.layer, all_ids.data(), x.view(), y.view());
+  y_part.poison();
+  backend->dropout_forward(c.p, c.seed, c.step, c.layer, part_ids.data(), x_part.view(), y_part.view());
+  const auto y_values = y.get();
+  EXPECT_EQ(y_part.get(),
+            std::vector<double>(y_values.begin() + first * cols, y_values.begin() + (first + count) * cols));
+}
+
+TEST_F(CpuKernels, DropoutWithZeroOrOneProbability) {
+  TestArray<std::int64_t> sample_ids(*backend, consecutive_ids(0, 6));
+  for (DType dtype : all_dtypes) {
+    auto x = tensor(dtype, 6, 10), y = tensor(dtype, 6, 10);
+    const auto x_values = x.randomize(81);
+    y.poison();
+    backend->dropout_forward(0.0f, 1, 1, 1, sample_ids.data(), x.view(), y.view());
+    EXPECT_EQ(y.get(), x_values) << "p = 0 is the identity, " << dtype_name(dtype);
+    backend->dropout_backward(0.0f, 1, 1, 1, sample_ids.data(), x.view(), x.view());
+    EXPECT_EQ(x.get(), x_values) << "in place";
+    backend->dropout_forward(1.0f, 1, 1, 1, sample_ids.data(), x.view(), y.view());
+    EXPECT_EQ(y.get(), std::vector<double>(60, 0.0)) << "p = 1 drops everything, " << dtype_name(dtype);
+  }
+}
+
+TEST_F(CpuKernels, DropoutBackwardMatchesFiniteDifferences) {
+  const DropoutCase c;
+  TestArray<std::int64_t> sample_ids(*backend, consecutive_ids(17, 4));
+  auto x = tensor(DType::f64, 4, 9), y = tensor(DType::f64, 4, 9), r = tensor(DType::f64, 4, 9);
+  auto dx = tensor(DType::f64, 4, 9);
+  auto x_values = random_values(36, 91);
+  const auto r_values = r.randomize(92);
+  const auto objective = [&]() {
+    x.set(x_values);
+    backend->dropout_forward(c.p, c.seed, c.step, c.layer, sample_ids.data(), x.view(), y.view());
+    return dot(y.get(), r_values);
+  };
+  const auto numeric = central_differences(x_values, 1e-5, objective);
+  dx.poison();
+  backend->dropout_backward(c.p, c.seed, c.step, c.layer, sample_ids.data(), r.view(), dx.view());
+  EXPECT_LE(relative_error(dx.get(), numeric), 1e-6);
+}
+
+// ---- layer normalisation ----
+
+struct LayernormReference {
+  std::vector<double> y, mean, rstd, dx, dgamma, dbeta;
+};
+
+LayernormReference reference_layernorm(const std::vector<double>& x, const std::vector<double>& gamma,
+                                       const std::vector<double>& beta, const std::vector<double>& dy, double eps,
+                                       std::int64_t rows, std::int64_t cols) {
+  LayernormReference r;
+  r.y.resize(x.size());
+  r.dx.resize(x.size());
+  r.dgamma.assign(cols, 0.0);
+  r.dbeta.assign(cols, 0.0);
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const double* row = x.data() + i * cols;
+    double mean = 0.0, variance = 0.0;
+    for (std::int64_t j = 0; j < cols; ++j) mean += row[j] / cols;
+    for (std::int64_t j = 0; j < cols; ++j) variance += (row[j] - mean) * (row[j] - mean) / cols;
+    const double rstd = 1.0 / std::sqrt(variance + eps);
+    r.mean.push_back(mean);
+    r.rstd.push_back(rstd);
+    double mean_g = 0.0, mean_g_xhat = 0.0;
+    for (std::int64_t j = 0; j < cols; ++j) {
+      const double xhat = (row[j] - mean) * rstd;
+      const double g = dy[i * cols + j] * gamma[j];
+      r.y[i * cols + j] = xhat * gamma[j] + beta[j];
+      r.dgamma[j] += dy[i * cols + j] * xhat;
+      r.dbeta[j] += dy[i * cols + j];
+      mean_g += g / cols;
+      mean_g_xhat += g * xhat / cols;
+    }
+    for (std::int64_t j = 0; j < cols; ++j) {
+      const double xhat = (row[j] - mean) * rstd;
+      r.dx[i * cols + j] = rstd * (dy[i * cols + j] * gamma[j] - mean_g - xhat * mean_g_xhat);
+    }
+  }
+  return r;
+}
+
+TEST_F(CpuKernels, LayernormForwardAndBackwardInEveryDtype) {
+  const float eps = 1e-5f;
+  for (DType dtype : all_dtypes)
+    for (std::int64_t cols : {std::int64_t{37}, std::int64_t{130}}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " cols " << cols);
+      const std::int64_t rows = 7;
+      const DType master = master_of(dtype);
+      auto x = tensor(dtype, rows, cols), y = tensor(dtype, rows, cols), dy = tensor(dtype, rows, cols);
+      auto dx = tensor(dtype, rows, cols);
+      auto gamma = tensor(master, 1, cols), beta = tensor(master, 1, cols);
+      auto mean = tensor(master, 1, rows), rstd = tensor(master, 1, rows);
+      auto dgamma = tensor(master, 1, cols), dbeta = tensor(master, 1, cols);
+      const auto x_values = x.randomize(101, -2.0, 3.0);
+      const auto dy_values = dy.randomize(102);
+      const auto gamma_values = gamma.randomize(103, 0.5, 1.5);
+      const auto beta_values = beta.randomize(104);
+      const auto want = reference_layernorm(x_values, gamma_values, beta_values, dy_values, eps, rows, cols);
+      for (auto* t : {&y, &mean, &rstd, &dx, &dgamma, &dbeta}) t->poison();
+      backend->layernorm_forward(x.view(), gamma.data(), beta.data(), eps, y.view(), mean.data(), rstd.data());
+      EXPECT_LE(relative_error(y.get(), want.y), tolerance(dtype));
+      EXPECT_LE(relative_error(mean.get(), want.mean), compute_tolerance(dtype));
+      EXPECT_LE(relative_error(rstd.get(), want.rstd), compute_tolerance(dtype));
+      backend->layernorm_backward(x.view(), dy.view(), gamma.data(), mean.data(), rstd.data(), dx.view(), dgamma.data(),
+                                  dbeta.data(), false);
+      EXPECT_LE(relative_error(dx.get(), want.dx), tolerance(dtype));
+      EXPECT_LE(relative_error(dgamma.get(), want.dgamma), compute_tolerance(dtype));
+      EXPECT_LE(relative_error(dbeta.get(), want.dbeta), compute_tolerance(dtype));
+      // accumulate adds the parameter gradients; dx over dy in place gives the same dx
+      backend->layernorm_backward(x.view(), dy.view(), gamma.data(), mean.data(), rstd.data(), dy.view(), dgamma.data(),
+                                  dbeta.data(), true);
+      auto twice = want.dgamma;
+      for (double& value : twice) value *= 2;
+      EXPECT_LE(relative_error(dgamma.get(), twice), compute_tolerance(dtype));
+      twice = want.dbeta;
+      for (double& value : twice) value *= 2;
+      EXPECT_LE(relative_error(dbeta.get(), twice), compute_tolerance(dtype));
+      EXPECT_EQ(dy.get(), dx.get());
+    }
+}
+
+TEST_F(CpuKernels, LayernormBackwardMatchesFiniteDifferences) {
+  const std::int64_t rows = 3, cols = 6;
+  const float eps = 1e-3f;  // large enough to matter in the derivative
+  auto x = tensor(DType::f64, rows, cols), y = tensor(DType::f64, rows, cols), r = tensor(DType::f64, rows, cols);
+  auto dx = tensor(DType::f64, rows, cols);
+  auto gamma = tensor(DType::f64, 1, cols), beta = tensor(DType::f64, 1, cols);
+  auto mean = tensor(DType::f64, 1, rows), rstd = tensor(DType::f64, 1, rows);
+  auto dgamma = tensor(DType::f64, 1, cols), dbeta = tensor(DType::f64, 1, cols);
+  auto x_values = random_values(rows * cols, 111, -2.0, 2.0);
+  auto gamma_values = random_values(cols, 112, 0.5, 1.5);
+  auto beta_values = random_values(cols, 113);
+  const auto r_values = r.randomize(114);
+  const auto objective = [&]() {
+    x.set(x_values);
+    gamma.set(gamma_values);
+    beta.set(beta_values);
+    backend->layernorm_forward(x.view(), gamma.data(), beta.data(), eps, y.view(), mean.data(), rstd.data());
+    return dot(y.get(), r_values);
+  };
+  const auto numeric_dx = central_differences(x_values, 1e-5, objective);
+  const auto numeric_dgamma = central_differences(gamma_values, 1e-5, objective);
+  const auto numeric_dbeta = central_differences(beta_values, 1e-5, objective);
+  objective();  // mean and rstd of the unperturbed input
+  for (auto* t : {&dx, &dgamma, &dbeta}) t->poison();
+  backend->layernorm_backward(x.view(), r.view(), gamma.data(), mean.data(), rstd.data(), dx.view(), dgamma.data(),
+                              dbeta.data(), false);
+  EXPECT_LE(relative_error(dx.get(), numeric_dx), 1e-6);
+  EXPECT_LE(relative_error(dgamma.get(), numeric_dgamma), 1e-6);
+  EXPECT_LE(relative_error(dbeta.get(), numeric_dbeta), 1e-6);
+}
+
+// ---- losses ----
+
+struct LossReference {
+  double loss_sum = 0.0, correct = 0.0;
+  std::vector<double> gradient;
+};
+
+LossReference reference_softmax_cross_entropy(const std::vector<double>& logits,
+                                              const std::vector<std::int32_t>& labels, std::int64_t cols,
+                                              double grad_scale) {
+  LossReference r;
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    const double* row = logits.data() + i * cols;
+    const auto max_at = std::max_element(row, row + cols);  // first maximum: ties -> lowest index
+    double sum = 0.0;
+    for (std::int64_t j = 0; j < cols; ++j) sum += std::exp(row[j] - *max_at);
+    r.loss_sum += std::log(sum) - (row[labels[i]] - *max_at);
+    r.correct += (max_at - row) == labels[i] ? 1.0 : 0.0;
+    for (std::int64_t j = 0; j < cols; ++j)
+      r.gradient.push_back((std::exp(row[j] - *max_at) / sum - (j == labels[i] ? 1.0 : 0.0)) * grad_scale);
+  }
+  return r;
+}
+
+std::vector<std::int32_t> random_labels(std::size_t count, std::int32_t classes, std::uint64_t seed) {
+  std::vector<std::int32_t> labels;
+  for (double value : random_values(count, seed, 0.0, classes)) labels.push_back(static_cast<std::int32_t>(value));
+  return labels;
+}
+
+TEST_F(CpuKernels, SoftmaxCrossEntropyInEveryDtype) {
+  const std::int64_t rows = 33, cols = 10;
+  const float grad_scale_value = 0.125f;
+  TestArray<float> grad_scale(*backend, std::vector<float>{grad_scale_value});
+  for (DType dtype : all_dtypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    auto logits = tensor(dtype, rows, cols), dlogits = tensor(dtype, rows, cols);
+    // scale 3: many rows predicted correctly and many not
+    const auto logit_values = logits.randomize(121, -3.0, 3.0);
+    const auto label_values = random_labels(rows, cols, 122);
+    TestArray<std::int32_t> labels(*backend, label_values);
+    TestArray<LossSums> sums(*backend, std::vector<LossSums>{LossSums{}});
+    const auto want = reference_softmax_cross_entropy(logit_values, label_values, cols, grad_scale_value);
+    dlogits.poison();
+    backend->softmax_cross_entropy(logits.view(), labels.data(), grad_scale.data(), dlogits.view(), sums.data());
+    auto got = sums.get()[0];
+    EXPECT_NEAR(got.loss_sum, want.loss_sum, compute_tolerance(dtype) * want.loss_sum);
+    EXPECT_EQ(got.correct, want.correct);
+    EXPECT_LE(relative_error(dlogits.get(), want.gradient), tolerance(dtype));
+    // the sums accumulate; without dlogits only the sums are computed; dlogits over logits in place
+    backend->softmax_cross_entropy(logits.view(), labels.data(), nullptr, TensorView{}, sums.data());
+    got = sums.get()[0];
+    EXPECT_NEAR(got.loss_sum, 2 * want.loss_sum, 2 * compute_tolerance(dtype) * want.loss_sum);
+    EXPECT_EQ(got.correct, 2 * want.correct);
+    backend->softmax_cross_entropy(logits.view(), labels.data(), grad_scale.data(), logits.view(), nullptr);
+    EXPECT_EQ(logits.get(), dlogits.get());
+  }
+}
+
+TEST_F(CpuKernels, SoftmaxCrossEntropyTiesAndLargeLogits) {
+  // row 0: tie between classes 1 and 2 -> argmax 1; row 1: logits in the thousands must not overflow
+  auto logits = tensor(DType::f32, 2, 4), dlogits = tensor(DType::f32, 2, 4);
+  const std::vector<double> values = {1.0, 3.0, 3.0, 0.0, 1000.0, 2000.0, 1999.0, -3000.0};
+  logits.set(values);
+  TestArray<float> grad_scale(*backend, std::vector<float>{1.0f});
+  for (std::int32_t tied_label : {1, 2}) {
+    TestArray<std::int32_t> labels(*backend, std::vector<std::int32_t>{tied_label, 2});
+    TestArray<LossSums> sums(*backend, std::vector<LossSums>{LossSums{}});
+    dlogits.poison();
+    backend->softmax_cross_entropy(logits.view(), labels.data(), grad_scale.data(), dlogits.view(), sums.data());
+    const auto want = reference_softmax_cross_entropy(values, {tied_label, 2}, 4, 1.0);
+    EXPECT_EQ(sums.get()[0].correct, tied_label == 1 ? 1.0 : 0.0);
+    EXPECT_NEAR(sums.get()[0].loss_sum, want.loss_sum, 1e-5 * want.loss_sum);
+    EXPECT_LE(relative_error(dlogits.get(), want.gradient), 1e-6);
+  }
+}
+
+TEST_F(CpuKernels, SoftmaxCrossEntropyRejectsBadLabels) {
+  auto logits = tensor(DType::f32, 2, 3);
+  logits.randomize(1);
+  TestArray<std::int32_t> labels(*backend, std::vector<std::int32_t>{0, 3});
+  TestArray<LossSums> sums(*backend, std::vector<LossSums>{LossSums{}});
+  EXPECT_THROW(backend->softmax_cross_entropy(logits.view(), labels.data(), nullptr, TensorView{}, sums.data()),
+               InputError);
+}
+
+TEST_F(CpuKernels, SoftmaxCrossEntropyGradientMatchesFiniteDifferences) {
+  const std::int64_t rows = 4, cols = 5;
+  const float scale = 0.25f;  // dlogits carries the gradient scale
+  auto logits = tensor(DType::f64, rows, cols), dlogits = tensor(DType::f64, rows, cols);
+  auto logit_values = random_values(rows * cols, 131, -2.0, 2.0);
+  TestArray<std::int32_t> labels(*backend, random_labels(rows, cols, 132));
+  TestArray<float> grad_scale(*backend, std::vector<float>{scale});
+  TestArray<LossSums> sums(*backend, 1);
+  const auto objective = [&]() {
+    logits.set(logit_values);
+    sums.set({LossSums{}});
+    backend->softmax_cross_entropy(logits.view(), labels.data(), nullptr, TensorView{}, sums.data());
+    return scale * sums.get()[0].loss_sum;
+  };
+  const auto numeric = central_differences(logit_values, 1e-5, objective);
+  logits.set(logit_values);
+  dlogits.poison();
+  backend->softmax_cross_entropy(logits.view(), labels.data(), grad_scale.data(), dlogits.view(), nullptr);
+  EXPECT_LE(relative_error(dlogits.get(), numeric), 1e-6);
+}
+
+TEST_F(CpuKernels, MeanSquaredErrorInEveryDtype) {
+  const std::int64_t rows = 9, cols = 6;
+  const float grad_scale_value = 0.5f;
+  TestArray<float> grad_scale(*backend, std::vector<float>{grad_scale_value});
+  for (DType dtype : all_dtypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    auto pred = tensor(dtype, rows, cols), dpred = tensor(dtype, rows, cols);
+    auto targets = tensor(master_of(dtype), rows, cols);
+    const auto pred_values = pred.randomize(141);
+    const auto target_values = targets.randomize(142);
+    double want_loss = 0.0;
+    std::vector<double> want_gradient;
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t j = 0; j < cols; ++j) {
+        const double d = pred_values[i * cols + j] - target_values[i * cols + j];
+        want_loss += d * d / cols;
+        want_gradient.push_back(2.0 * d / cols * grad_scale_value);
+      }
+    TestArray<LossSums> sums(*backend, std::vector<LossSums>{LossSums{0.5, 3.0}});
+    dpred.poison();
+    backend->mean_squared_error(pred.view(), targets.data(), grad_scale.data(), dpred.view(), sums.data());
+    const auto got = sums.get()[0];
+    EXPECT_NEAR(got.loss_sum, 0.5 + want_loss, compute_tolerance(dtype) * want_loss);
+    EXPECT_EQ(got.correct, 3.0) << "regression leaves the correct count alone";
+    EXPECT_LE(relative_error(dpred.get(), want_gradient), tolerance(dtype));
+  }
+}
+
+TEST_F(CpuKernels, MeanSquaredErrorGradientMatchesFiniteDifferences) {
+  const std::int64_t rows = 3, cols = 4;
+  auto pred = tensor(DType::f64, rows, cols), dpred = tensor(DType::f64, rows, cols);
+  auto targets = tensor(DType::f64, rows, cols);
+  targets.randomize(151);
+  auto pred_values = random_values(rows * cols, 152);
+  TestArray<float> grad_scale(*backend, std::vector<float>{1.0f});
+  TestArray<LossSums> sums(*backend, 1);
+  const auto objective = [&]() {
+    pred.set(pred_values);
+    sums.set({LossSums{}});
+    backend->mean_squared_error(pred.view(), targets.data(), nullptr, TensorView{}, sums.data());
+    return sums.get()[0].loss_sum;
+  };
+  const auto numeric = central_differences(pred_values, 1e-5, objective);
+  pred.set(pred_values);
+  dpred.poison();
+  backend->mean_squared_error(pred.view(), targets.data(), grad_scale.data(), dpred.view(), nullptr);
+  EXPECT_LE(relative_error(dpred.get(), numeric), 1e-6);
+}
+
+// ---- gradient statistics ----
+
+StepScalars statistics_of(Backend& backend, const std::vector<float>& gradients, float loss_scale,
+                          float max_grad_norm) {
+  TestArray<float> buffer(backend, gradients);
+  StepScalars initial;
+  initial.loss_scale = loss_scale;
+  initial.grad_norm = std::nanf("");
+  initial.clip_coefficient = std::nanf("");
+  TestArray<StepScalars> scalars(backend, std::vector<StepScalars>{initial});
+  OptimizerHyper hyper;
+  hyper.max_grad_norm = max_grad_norm;
+  backend.gradient_statistics(buffer.data(), static_cast<std::int64_t>(gradients.size()), hyper, scalars.data());
+  return scalars.get()[0];
+}
+
+TEST_F(CpuKernels, GradientStatisticsNormClipAndNonFinite) {
+  const float loss_scale = 1024.0f;
+  const auto values = random_values(3 * 4096 + 123, 161);
+  std::vector<float> gradients;
+  double sum = 0.0;
+  for (double value : values) {
+    gradients.push_back(static_cast<float>(value * loss_scale));
+    sum += static_cast<double>(gradients.back()) * gradients.back();
+  }
+  const double norm = std::sqrt(sum) / loss_scale;
+
+  StepScalars s = statistics_of(*backend, gradients, loss_scale, 0.0f);
+  EXPECT_EQ(s.found_nonfinite, 0);
+  EXPECT_NEAR(s.grad_norm, norm, 1e-6 * norm);
+  EXPECT_EQ(s.clip_coefficient, 1.0f) << "no clipping without max_grad_norm";
+
+  s = statistics_of(*backend, gradients, loss_scale, static_cast<float>(norm / 4));
+  EXPECT_NEAR(s.clip_coefficient, (norm / 4) / (norm + 1e-6), 1e-6);
+  s = statistics_of(*backend, gradients, loss_scale, static_cast<float>(norm * 2));
+  EXPECT_EQ(s.clip_coefficient, 1.0f);
+
+  for (const float bad :
+       {std::nanf(""), std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()})
+    for (const std::size_t position : {std::size_t{0}, std::size_t{5000}, gradients.size() - 1}) {
+      auto broken = gradients;
+      broken[position] = bad;
+      s = statistics_of(*backend, broken, loss_scale, 1.0f);
+      EXPECT_EQ(s.found_nonfinite, 1) << bad << " at " << position;
+      EXPECT_EQ(s.clip_coefficient, 1.0f);
+    }
+  s = statistics_of(*backend, {}, 1.0f, 1.0f);
+  EXPECT_EQ(s.found_nonfinite, 0);
+  EXPECT_EQ(s.grad_norm, 0.0f);
+}
+
+TEST_F(CpuKernels, GradientStatisticsDoNotDependOnTheThreadCount) {
+  std::vector<float> gradients;
+  for (double value : random_values((std::size_t{1} << 20) + 77, 171, -1e3, 1e3))
+    gradients.push_back(static_cast<float>(value));
+  const int threads_before = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const float one = statistics_of(*backend, gradients, 8.0f, 0.0f).grad_norm;
+  omp_set_num_threads(2);
+  const float two = statistics_of(*backend, gradients, 8.0f, 0.0f).grad_norm;
+  omp_set_num_threads(3);
+  const float three = statistics_of(*backend, gradients, 8.0f, 0.0f).grad_norm;
+  omp_set_num_threads(threads_before);
+  EXPECT_EQ(one, two);
+  EXPECT_EQ(one, three);
+}
+
+// ---- optimizer ----
+
+struct ParameterState {
+  std::vector<double> parameters, state1, state2;
+};
+
+// PyTorch AdamW / SGD written out in double for a whole buffer; gradients already unscaled and clipped.
+void reference_update(const OptimizerHyper& h, bool decay, double lr, int applied_steps,
+                      const std::vector<double>& gradients, ParameterState& s) {
+  const double wd = decay ? h.weight_decay : 0.0;
+  const int t = applied_steps + 1;
+  for (std::size_t i = 0; i < gradients.size(); ++i) {
+    double& p = s.parameters[i];
+    double g = gradients[i];
+    if (h.type == OptimizerType::adamw) {
+      p -= lr * wd * p;
+      s.state1[i] = h.beta1 * s.state1[i] + (1 - static_cast<double>(h.beta1)) * g;
+      s.state2[i] = h.beta2 * s.state2[i] + (1 - static_cast<double>(h.beta2)) * g * g;
+      const double m_hat = s.state1[i] / (1 - std::pow(static_cast<double>(h.beta1), t));
+      const double v_hat = s.state2[i] / (1 - std::pow(static_cast<double>(h.beta2), t));
+      p -= lr * m_hat / (std::sqrt(v_hat) + h.eps);
+    } else {
+      g += wd * p;
+      if (h.momentum != 0.0f) {
+        s.state1[i] = applied_steps == 0 ? g : h.momentum * s.state1[i] + g;
+        g = h.nesterov ? g + h.momentum * s.state1[i] : s.state1[i];
+      }
+      p -= lr * g;
+    }
+  }
+}
+
+std::vector<double> as_double(const std::vector<float>& values) { return {values.begin(), values.end()}; }
+
+// Runs `steps` optimizer steps through the backend (gradient_statistics, optimizer_step, finish_step), one of them
+// non-finite, and follows them with the reference.
+void check_optimizer(Backend& backend, const OptimizerHyper& hyper, bool decay, DType working_dtype) {
+  const std::size_t count = 1000;
+  const float loss_scale = 512.0f;
+  std::vector<float> initial;
+  for (double value : random_values(count, 181)) initial.push_back(static_cast<float>(value));
+  TestArray<float> parameters(backend, initial);
+  TestArray<float> gradients(backend, count);
+  // SGD's momentum buffer starts as the first gradient whatever the buffer holds: start it with junk to check that
+  std::vector<float> state1_initial(count, hyper.type == OptimizerType::sgd ? 123.0f : 0.0f);
+  TestArray<float> state1(backend, state1_initial);
+  TestArray<float> state2(backend, std::vector<float>(count, 0.0f));
+  const bool sgd_without_momentum = hyper.type == OptimizerType::sgd && hyper.momentum == 0.0f;
+  TestTensor working(backend, working_dtype, 1, static_cast<std::int64_t>(count));
+  working.poison();
+  StepScalars start;
+  start.loss_scale = loss_scale;
+  TestArray<StepScalars> scalars(backend, std::vector<StepScalars>{start});
+  LossScalerConfig scaler;  // disabled: the scale stays fixed
+
+  ParameterState want{as_double(initial), as_double(state1_initial), std::vector<double>(count, 0.0)};
+  int applied = 0;
+  for (int step = 0; step < 6; ++step) {
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    std::vector<float> scaled;
+    for (double value : random_values(count, 190 + step)) scaled.push_back(static_cast<float>(value * loss_scale));
+    const bool skip = step == 3;
+    if (skip) scaled[17] = std::numeric_limits<float>::infinity();
+    gradients.set(scaled);
+    auto s = scalars.get()[0];
+    s.learning_rate = 0.01f * (step + 1);  // a schedule changes it every step
+    scalars.set({s});
+    const auto working_before = working.get();
+    backend.gradient_statistics(gradients.data(), static_cast<std::int64_t>(count), hyper, scalars.data());
+    backend.optimizer_step(hyper, decay, parameters.data(), gradients.data(),
+                           sgd_without_momentum ? nullptr : state1.data(),
+                           hyper.type == OptimizerType::adamw ? state2.data() : nullptr,
+                           static_cast<std::int64_t>(count), working.view(), scalars.data());
+    s = scalars.get()[0];
+    EXPECT_EQ(s.found_nonfinite, skip ? 1 : 0);
+    if (skip) {
+      EXPECT_EQ(working.get(), working_before) << "a skipped step must not write the working copy";
+    } else {
+      if (hyper.max_grad_norm > 0.0f) {
+        EXPECT_LT(s.clip_coefficient, 1.0f) << "the test should exercise clipping";
+      }
+      std::vector<double> unscaled;
+      for (float g : scaled) unscaled.push_back(static_cast<double>(g) / loss_scale * s.clip_coefficient);
+      reference_update(hyper, decay, s.learning_rate, s.applied_steps, unscaled, want);
+      ++applied;
+    }
+    // (a skipped step leaves everything as the reference left it)
+    const auto got = as_double(parameters.get());
+    EXPECT_LE(relative_error(got, want.parameters), 1e-6);
+    if (!sgd_without_momentum) {
+      EXPECT_LE(relative_error(as_double(state1.get()), want.state1), 1e-6);
+    }
+    if (hyper.type == OptimizerType::adamw) {
+      EXPECT_LE(relative_error(as_double(state2.get()), want.state2), 1e-6);
+    }
+    EXPECT_EQ(working.get(), quantized(working_dtype, got)) << "working copy is the rounded parameters";
+    backend.finish_step(scaler, scalars.data());
+    EXPECT_EQ(scalars.get()[0].applied_steps, applied);
+  }
+}
+
+TEST_F(CpuKernels, AdamWStepMatchesReference) {
+  OptimizerHyper hyper;
+  hyper.type = OptimizerType::adamw;
+  hyper.beta2 = 0.95f;
+  hyper.weight_decay = 0.1f;
+  hyper.max_grad_norm = 5.0f;  // the gradients' norm is about 18: clipped
+  for (DType working : {DType::bf16, DType::f16, DType::f32}) {
+    SCOPED_TRACE(dtype_name(working));
+    check_optimizer(*backend, hyper, true, working);
+  }
+  check_optimizer(*backend, hyper, false, DType::bf16);  // no weight decay on this range
+}
+
+TEST_F(CpuKernels, SgdStepMatchesReference) {
+  OptimizerHyper hyper;
+  hyper.type = OptimizerType::sgd;
+  hyper.weight_decay = 0.01f;
+  for (const float momentum : {0.0f, 0.9f})
+    for (const bool nesterov : {false, true}) {
+      if (momentum == 0.0f && nesterov) continue;
+      SCOPED_TRACE(::testing::Message() << "momentum " << momentum << " nesterov " << nesterov);
+      hyper.momentum = momentum;
+      hyper.nesterov = nesterov;
+      hyper.max_grad_norm = nesterov ? 5.0f : 0.0f;
+      check_optimizer(*backend, hyper, true, DType::bf16);
+      check_optimizer(*backend, hyper, false, DType::f32);
+    }
+}
+
+TEST_F(CpuKernels, OptimizerWithoutWorkingCopy) {
+  OptimizerHyper hyper;
+  TestArray<float> parameters(*backend, std::vector<float>{1.0f, -1.0f});
+  TestArray<float> gradients(*backend, std::vector<float>{2.0f, -2.0f});
+  TestArray<float> m(*backend, std::vector<float>{0.0f, 0.0f}), v(*backend, std::vector<float>{0.0f, 0.0f});
+  StepScalars s;
+  s.learning_rate = 0.1f;
+  TestArray<StepScalars> scalars(*backend, std::vector<StepScalars>{s});
+  backend->optimizer_step(hyper, true, parameters.data(), gradients.data(), m.data(), v.data(), 2, TensorView{},
+                          scalars.data());
+  const auto p = parameters.get();
+  EXPECT_NEAR(p[0], 0.9f, 1e-6);  // first AdamW step: lr * sign(g)
+  EXPECT_NEAR(p[1], -0.9f, 1e-6);
+}
+
+// ---- loss scaler ----
+
+TEST_F(CpuKernels, FinishStepFollowsTheScalerTrajectory) {
+  LossScalerConfig config;
+  config.enabled = true;
+  config.growth_interval = 3;
+  config.growth_factor = 2.0f;
+  config.backoff_factor = 0.5f;
+  StepScalars start;
+  start.loss_scale = 65536.0f;
+  TestArray<StepScalars> scalars(*backend, std::vector<StepScalars>{start});
+  // (found_nonfinite, then expected scale, growth tracker, applied steps, consecutive skips), worked out by hand
+  struct Row {
+    int nonfinite;
+    float scale;
+    int tracker, applied, skips;
+  };
+  const Row rows[] = {
+      {1, 32768, 0, 0, 1}, {1, 16384, 0, 0, 2}, {0, 16384, 1, 1, 0}, {0, 16384, 2, 2, 0}, {0, 32768, 0, 3, 0},
+      {0, 32768, 1, 4, 0}, {1, 16384, 0, 4, 1}, {0, 16384, 1, 5, 0}, {0, 16384, 2, 6, 0}, {0, 32768, 0, 7, 0},
+  };
+  for (const Row& row : rows) {
+    auto s = scalars.get()[0];
+    s.found_nonfinite = row.nonfinite;
+    scalars.set({s});
+    backend->finish_step(config, scalars.data());
+    s = scalars.get()[0];
+    EXPECT_EQ(s.loss_scale, row.scale);
+    EXPECT_EQ(s.growth_tracker, row.tracker);
+    EXPECT_EQ(s.applied_steps, row.applied);
+    EXPECT_EQ(s.consecutive_skips, row.skips);
+  }
+}
+
+}  // namespace
+}  // namespace hpctrain

@@ -1,0 +1,894 @@
+// Tests of the input-deck parser (src/config/run_config.cpp): values and defaults, the resolved deck round trip, every
+// kind of input error (each must say file:line:column, the key, and what would be valid), --set overrides, data path
+// resolution, and that docs/input-reference.md documents exactly the keys the parser accepts.
+#include "hpctrain/config/run_config.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "hpctrain/core/error.hpp"
+
+namespace hpctrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+// parse_run_config never opens the deck, so the path only shows up in messages and in path resolution.
+const std::string deck_path = "decks/test.toml";
+
+// The smallest valid deck; tests add their keys above it so that those land on known lines.
+const std::string minimal_body =
+    "[data]\n"
+    "train = \"train.h5\"\n"
+    "\n"
+    "[train]\n"
+    "steps = 100\n"
+    "\n"
+    "[[model.layers]]\n"
+    "type = \"linear\"\n"
+    "out = 10\n";
+
+RunConfig parse(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  return parse_run_config(text, deck_path, overrides);
+}
+
+struct CaughtError {
+  std::string message;
+  std::string hint;
+};
+
+// The InputError a deck produces (a test failure when it parses).
+CaughtError error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse(text, overrides);
+  } catch (const InputError& error) {
+    EXPECT_EQ(error.scope(), ErrorScope::all_ranks);
+    EXPECT_EQ(error.exit_code(), exit_input_error);
+    EXPECT_FALSE(error.hint().empty()) << error.what();
+    return {error.what(), error.hint()};
+  }
+  ADD_FAILURE() << "expected an InputError for the deck:\n" << text;
+  return {};
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+#define EXPECT_CONTAINS(text, part) EXPECT_PRED2(contains, text, part)
+
+// A valid deck with `dotted_key = value_text` on line 2, column 1 (its section header on line 1); the key replaces
+// the minimal deck's value when that deck has one.
+std::string deck_with(const std::string& dotted_key, const std::string& value_text) {
+  const auto dot = dotted_key.find('.');
+  const std::string section = dotted_key.substr(0, dot), key = dotted_key.substr(dot + 1);
+  std::vector<std::pair<std::string, std::vector<std::string>>> sections = {
+      {"data", {"train = \"train.h5\""}},
+      {"train", {"steps = 100"}},
+  };
+  std::string text = "[" + section + "]\n" + key + " = " + value_text + "\n";
+  for (const auto& [name, lines] : sections)
+    if (name == section)
+      for (const auto& line : lines)
+        if (line.rfind(key + " ", 0) != 0) text += line + "\n";
+  for (const auto& [name, lines] : sections) {
+    if (name == section) continue;
+    text += "\n[" + name + "]\n";
+    for (const auto& line : lines) text += line + "\n";
+  }
+  return text + "\n[[model.layers]]\ntype = \"linear\"\nout = 10\n";
+}
+
+// Every field of two configs (positions and deck_path aside), so a round trip cannot lose a key unnoticed.
+void expect_same_values(const RunConfig& a, const RunConfig& b) {
+  EXPECT_EQ(a.run.seed, b.run.seed);
+  EXPECT_EQ(a.run.output, b.run.output);
+  EXPECT_EQ(a.run.device, b.run.device);
+  EXPECT_EQ(a.run.threads, b.run.threads);
+  EXPECT_EQ(a.model.loss, b.model.loss);
+  ASSERT_EQ(a.model.layers.size(), b.model.layers.size());
+  for (std::size_t i = 0; i < a.model.layers.size(); ++i) {
+    SCOPED_TRACE("layer " + std::to_string(i));
+    const LayerSpec &x = a.model.layers[i], &y = b.model.layers[i];
+    EXPECT_EQ(x.type, y.type);
+    EXPECT_EQ(x.name, y.name);
+    EXPECT_EQ(x.out, y.out);
+    EXPECT_EQ(x.in, y.in);
+    EXPECT_EQ(x.bias, y.bias);
+    EXPECT_EQ(x.p, y.p);
+    EXPECT_EQ(x.negative_slope, y.negative_slope);
+    EXPECT_EQ(x.eps, y.eps);
+  }
+  EXPECT_EQ(a.data.train, b.data.train);
+  EXPECT_EQ(a.data.validation, b.data.validation);
+  EXPECT_EQ(a.data.features, b.data.features);
+  EXPECT_EQ(a.data.labels, b.data.labels);
+  EXPECT_EQ(a.data.targets, b.data.targets);
+  EXPECT_EQ(a.data.batch_size, b.data.batch_size);
+  EXPECT_EQ(a.data.eval_batch_size, b.data.eval_batch_size);
+  EXPECT_EQ(a.data.shuffle, b.data.shuffle);
+  EXPECT_EQ(a.data.drop_last, b.data.drop_last);
+  EXPECT_EQ(a.train.steps, b.train.steps);
+  EXPECT_EQ(a.train.epochs, b.train.epochs);
+  EXPECT_EQ(a.train.log_every, b.train.log_every);
+  EXPECT_EQ(a.train.eval_every, b.train.eval_every);
+  EXPECT_EQ(a.optimizer.type, b.optimizer.type);
+  EXPECT_EQ(a.optimizer.lr, b.optimizer.lr);
+  EXPECT_EQ(a.optimizer.weight_decay, b.optimizer.weight_decay);
+  EXPECT_EQ(a.optimizer.beta1, b.optimizer.beta1);
+  EXPECT_EQ(a.optimizer.beta2, b.optimizer.beta2);
+  EXPECT_EQ(a.optimizer.eps, b.optimizer.eps);
+  EXPECT_EQ(a.optimizer.momentum, b.optimizer.momentum);
+  EXPECT_EQ(a.optimizer.nesterov, b.optimizer.nesterov);
+  EXPECT_EQ(a.optimizer.grad_clip, b.optimizer.grad_clip);
+  EXPECT_EQ(a.schedule.type, b.schedule.type);
+  EXPECT_EQ(a.schedule.warmup_steps, b.schedule.warmup_steps);
+  EXPECT_EQ(a.schedule.min_lr, b.schedule.min_lr);
+  EXPECT_EQ(a.schedule.step_size, b.schedule.step_size);
+  EXPECT_EQ(a.schedule.gamma, b.schedule.gamma);
+  EXPECT_EQ(a.precision.mode, b.precision.mode);
+  EXPECT_EQ(a.precision.loss_scale, b.precision.loss_scale);
+  EXPECT_EQ(a.precision.init_scale, b.precision.init_scale);
+  EXPECT_EQ(a.precision.growth_factor, b.precision.growth_factor);
+  EXPECT_EQ(a.precision.backoff_factor, b.precision.backoff_factor);
+  EXPECT_EQ(a.precision.growth_interval, b.precision.growth_interval);
+  EXPECT_EQ(a.precision.max_skipped_steps, b.precision.max_skipped_steps);
+}
+
+// Every key set away from its default, strings with characters TOML must escape.
+const std::string full_deck = R"([run]
+seed = 1234
+output = "out/dir \"quoted\" \\ back\tslash é"
+device = "auto"
+threads = 3
+
+[model]
+loss = "mse"
+
+[[model.layers]]
+type = "linear"
+name = "encoder"
+out = 128
+in = 32
+bias = false
+
+[[model.layers]]
+type = "leaky_relu"
+negative_slope = 0.2
+
+[[model.layers]]
+type = "layernorm"
+eps = 1e-6
+
+[[model.layers]]
+type = "dropout"
+p = 0.25
+
+[[model.layers]]
+type = "gelu"
+
+[[model.layers]]
+type = "tanh"
+
+[[model.layers]]
+type = "relu"
+name = "act-last"
+
+[[model.layers]]
+type = "linear"
+out = 3
+
+[data]
+train = "/data/train.h5"
+validation = "/data/val.h5"
+features = "/x"
+labels = "/y"
+targets = "/t"
+batch_size = 256
+eval_batch_size = 512
+shuffle = false
+drop_last = true
+
+[train]
+epochs = 5
+log_every = 7
+eval_every = 100
+
+[optimizer]
+type = "sgd"
+lr = 0.30000000000000004
+weight_decay = 5e-4
+beta1 = 0.8
+beta2 = 0.99
+eps = 1e-7
+momentum = 0.9
+nesterov = true
+grad_clip = 1.5
+
+[schedule]
+type = "cosine"
+warmup_steps = 50
+min_lr = 1e-5
+step_size = 30
+gamma = 0.5
+
+[precision]
+mode = "fp16"
+loss_scale = "dynamic"
+init_scale = 1024
+growth_factor = 3.0
+backoff_factor = 0.25
+growth_interval = 500
+max_skipped_steps = 20
+)";
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Values, defaults, positions, round trip
+// ---------------------------------------------------------------------------------------------------------------------
+
+TEST(RunConfig, FullDeckValues) {
+  const RunConfig config = parse(full_deck);
+  EXPECT_EQ(config.deck_path, deck_path);
+  EXPECT_EQ(config.run.seed, 1234u);
+  EXPECT_EQ(config.run.output, "out/dir \"quoted\" \\ back\tslash é");
+  EXPECT_EQ(config.run.device, "auto");
+  EXPECT_EQ(config.run.threads, 3);
+  EXPECT_EQ(config.model.loss, "mse");
+  ASSERT_EQ(config.model.layers.size(), 8u);
+  EXPECT_EQ(config.model.layers[0].name, "encoder");
+  EXPECT_EQ(config.model.layers[0].out, 128);
+  EXPECT_EQ(config.model.layers[0].in, 32);
+  EXPECT_FALSE(config.model.layers[0].bias);
+  EXPECT_EQ(config.model.layers[1].type, "leaky_relu");
+  EXPECT_EQ(config.model.layers[1].name, "leaky_relu1");
+  EXPECT_EQ(config.model.layers[1].negative_slope, 0.2);
+  EXPECT_EQ(config.model.layers[2].eps, 1e-6);
+  EXPECT_EQ(config.model.layers[3].p, 0.25);
+  EXPECT_EQ(config.model.layers[6].name, "act-last");
+  EXPECT_EQ(config.model.layers[7].name, "linear7");
+  EXPECT_EQ(config.model.layers[7].out, 3);
+  EXPECT_TRUE(config.model.layers[7].bias);
+  EXPECT_EQ(config.data.train, "/data/train.h5");
+  EXPECT_EQ(config.data.validation, "/data/val.h5");
+  EXPECT_EQ(config.data.features, "/x");
+  EXPECT_EQ(config.data.labels, "/y");
+  EXPECT_EQ(config.data.targets, "/t");
+  EXPECT_EQ(config.data.batch_size, 256);
+  EXPECT_EQ(config.data.eval_batch_size, 512);
+  EXPECT_FALSE(config.data.shuffle);
+  EXPECT_TRUE(config.data.drop_last);
+  EXPECT_EQ(config.train.steps, 0);
+  EXPECT_EQ(config.train.epochs, 5);
+  EXPECT_EQ(config.train.log_every, 7);
+  EXPECT_EQ(config.train.eval_every, 100);
+  EXPECT_EQ(config.optimizer.type, "sgd");
+  EXPECT_EQ(config.optimizer.lr, 0.1 + 0.2);
+  EXPECT_EQ(config.optimizer.weight_decay, 5e-4);
+  EXPECT_EQ(config.optimizer.beta1, 0.8);
+  EXPECT_EQ(config.optimizer.beta2, 0.99);
+  EXPECT_EQ(config.optimizer.eps, 1e-7);
+  EXPECT_EQ(config.optimizer.momentum, 0.9);
+  EXPECT_TRUE(config.optimizer.nesterov);
+  EXPECT_EQ(config.optimizer.grad_clip, 1.5);
+  EXPECT_EQ(config.schedule.type, "cosine");
+  EXPECT_EQ(config.schedule.warmup_steps, 50);
+  EXPECT_EQ(config.schedule.min_lr, 1e-5);
+  EXPECT_EQ(config.schedule.step_size, 30);
+  EXPECT_EQ(config.schedule.gamma, 0.5);
+  EXPECT_EQ(config.precision.mode, "fp16");
+  EXPECT_EQ(config.precision.loss_scale, "dynamic");
+  EXPECT_EQ(config.precision.init_scale, 1024.0);  // an integer where a float is expected
+  EXPECT_EQ(config.precision.growth_factor, 3.0);
+  EXPECT_EQ(config.precision.backoff_factor, 0.25);
+  EXPECT_EQ(config.precision.growth_interval, 500);
+  EXPECT_EQ(config.precision.max_skipped_steps, 20);
+}
+
+TEST(RunConfig, Defaults) {
+  const RunConfig config = parse(minimal_body);
+  const RunConfig defaults;
+  EXPECT_EQ(config.run.seed, defaults.run.seed);
+  EXPECT_EQ(config.run.output, "runs/test");  // runs/<deck file stem>
+  EXPECT_EQ(config.run.device, "cpu");
+  EXPECT_EQ(config.run.threads, 0);
+  EXPECT_EQ(config.model.loss, "cross_entropy");
+  ASSERT_EQ(config.model.layers.size(), 1u);
+  EXPECT_EQ(config.model.layers[0].name, "linear0");
+  EXPECT_EQ(config.model.layers[0].in, 0);
+  EXPECT_TRUE(config.model.layers[0].bias);
+  // "train.h5" does not exist from the current directory, so it is taken relative to the deck's directory.
+  EXPECT_EQ(config.data.train, fs::absolute("decks/train.h5").lexically_normal().string());
+  EXPECT_EQ(config.data.validation, "");
+  EXPECT_EQ(config.data.features, "/features");
+  EXPECT_EQ(config.data.labels, "/labels");
+  EXPECT_EQ(config.data.targets, "/targets");
+  EXPECT_EQ(config.data.batch_size, 64);
+  EXPECT_EQ(config.data.eval_batch_size, 0);
+  EXPECT_TRUE(config.data.shuffle);
+  EXPECT_FALSE(config.data.drop_last);
+  EXPECT_EQ(config.train.steps, 100);
+  EXPECT_EQ(config.train.epochs, 0);
+  EXPECT_EQ(config.train.log_every, 10);
+  EXPECT_EQ(config.train.eval_every, 0);
+  EXPECT_EQ(config.optimizer.type, "adamw");
+  EXPECT_EQ(config.optimizer.lr, 1e-3);
+  EXPECT_EQ(config.optimizer.weight_decay, 0.0);
+  EXPECT_EQ(config.optimizer.beta1, 0.9);
+  EXPECT_EQ(config.optimizer.beta2, 0.999);
+  EXPECT_EQ(config.optimizer.eps, 1e-8);
+  EXPECT_EQ(config.optimizer.momentum, 0.0);
+  EXPECT_FALSE(config.optimizer.nesterov);
+  EXPECT_EQ(config.optimizer.grad_clip, 0.0);
+  EXPECT_EQ(config.schedule.type, "constant");
+  EXPECT_EQ(config.schedule.warmup_steps, 0);
+  EXPECT_EQ(config.schedule.min_lr, 0.0);
+  EXPECT_EQ(config.schedule.step_size, 1000);
+  EXPECT_EQ(config.schedule.gamma, 0.1);
+  EXPECT_EQ(config.precision.mode, "fp32");
+  EXPECT_EQ(config.precision.loss_scale, "auto");
+  EXPECT_EQ(config.precision.init_scale, 65536.0);
+  EXPECT_EQ(config.precision.growth_factor, 2.0);
+  EXPECT_EQ(config.precision.backoff_factor, 0.5);
+  EXPECT_EQ(config.precision.growth_interval, 2000);
+  EXPECT_EQ(config.precision.max_skipped_steps, 100);
+}
+
+TEST(RunConfig, ResolvedDeckRoundTrip) {
+  for (const std::string& deck : {full_deck, minimal_body}) {
+    const RunConfig first = parse(deck);
+    const std::string resolved = to_toml(first);
+    SCOPED_TRACE(resolved);
+    const RunConfig second = parse(resolved);
+    expect_same_values(first, second);
+    EXPECT_EQ(to_toml(second), resolved);
+  }
+}
+
+TEST(RunConfig, ResolvedDeckHasEveryKey) {
+  const std::string resolved = to_toml(parse(minimal_body));
+  std::string section;
+  std::set<std::string> written;
+  std::istringstream lines(resolved);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("[[", 0) == 0) {
+      section = "model.layers[]";
+    } else if (line.rfind("[", 0) == 0) {
+      section = line.substr(1, line.size() - 2);
+    } else if (const auto equals = line.find(" = "); equals != std::string::npos && line[0] != '#') {
+      written.insert(section + "." + line.substr(0, equals));
+    }
+  }
+  for (const auto& key : accepted_keys()) {
+    if (key == "model.layers" || key.rfind("model.layers[].", 0) == 0) continue;  // layer keys depend on the type
+    EXPECT_TRUE(written.count(key)) << key << " missing from\n" << resolved;
+  }
+  for (const std::string key :
+       {"model.layers[].type", "model.layers[].name", "model.layers[].out", "model.layers[].in", "model.layers[].bias"})
+    EXPECT_TRUE(written.count(key)) << key;
+}
+
+TEST(RunConfig, RoundTripKeepsNumbersExactly) {
+  for (const std::string value : {"0.1", "1e-300", "1.7976931348623157e308", "123456789.125", "3", "2.5e-08"}) {
+    const RunConfig first = parse(deck_with("optimizer.lr", value));
+    const RunConfig second = parse(to_toml(first));
+    EXPECT_EQ(first.optimizer.lr, second.optimizer.lr) << value;
+  }
+  const RunConfig big_seed = parse(deck_with("run.seed", "9223372036854775807"));
+  EXPECT_EQ(parse(to_toml(big_seed)).run.seed, 9223372036854775807ull);
+}
+
+TEST(RunConfig, InlineLayerArrayEqualsLayerTables) {
+  const std::string tables =
+      "[data]\ntrain = \"a.h5\"\n[train]\nsteps = 1\n"
+      "[[model.layers]]\ntype = \"linear\"\nout = 64\n"
+      "[[model.layers]]\ntype = \"dropout\"\np = 0.1\n";
+  const std::string inline_array =
+      "[data]\ntrain = \"a.h5\"\n[train]\nsteps = 1\n"
+      "[model]\nlayers = [ {type = \"linear\", out = 64}, { type = \"dropout\", p = 0.1 } ]\n";
+  const RunConfig a = parse(tables), b = parse(inline_array);
+  expect_same_values(a, b);
+  EXPECT_EQ(b.positions.at("model.layers[1].p").line, 6);
+  EXPECT_EQ(b.model.layers[1].position.line, 6);
+  EXPECT_EQ(b.model.layers[1].position.column, 41);  // the '{' of the second inline table
+}
+
+TEST(RunConfig, PositionsOfEveryKeyRead) {
+  const RunConfig config = parse(full_deck);
+  EXPECT_EQ(config.positions.at("run.seed").line, 2);
+  EXPECT_EQ(config.positions.at("run.seed").column, 1);
+  EXPECT_EQ(config.positions.at("model.layers[0]").line, 10);
+  EXPECT_EQ(config.model.layers[0].position.line, 10);
+  EXPECT_EQ(config.positions.at("model.layers[3].p").line, 27);
+  EXPECT_EQ(config.positions.at("optimizer.lr").line, 61);
+  EXPECT_EQ(config.where("optimizer.lr"), "decks/test.toml:61:1");
+  EXPECT_EQ(config.where("run.threads"), "decks/test.toml:5:1");
+  // Keys from defaults have no position.
+  EXPECT_EQ(parse(minimal_body).where("optimizer.lr"), "decks/test.toml");
+  EXPECT_EQ(parse(minimal_body).positions.count("optimizer.lr"), 0u);
+  // Every key of the full deck was recorded.
+  for (const auto& key : {"run.output", "model.loss", "data.drop_last", "train.eval_every", "optimizer.grad_clip",
+                          "schedule.gamma", "precision.max_skipped_steps", "model.layers[7].out"})
+    EXPECT_TRUE(config.positions.count(key)) << key;
+}
+
+TEST(RunConfig, LossScaleWordsAndNumbers) {
+  for (const std::string word : {"auto", "dynamic", "none"})
+    EXPECT_EQ(parse(deck_with("precision.loss_scale", "\"" + word + "\"")).precision.loss_scale, word);
+  EXPECT_EQ(parse(deck_with("precision.loss_scale", "1024")).precision.loss_scale, "1024");
+  EXPECT_EQ(parse(deck_with("precision.loss_scale", "1024.0")).precision.loss_scale, "1024");
+  EXPECT_EQ(parse(deck_with("precision.loss_scale", "\"1e3\"")).precision.loss_scale, "1000");
+  EXPECT_EQ(parse(deck_with("precision.loss_scale", "0.5")).precision.loss_scale, "0.5");
+  const RunConfig fixed = parse(deck_with("precision.loss_scale", "128.5"));
+  EXPECT_EQ(parse(to_toml(fixed)).precision.loss_scale, "128.5");
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------------------------------------
+
+TEST(RunConfigErrors, MissingDeckFile) {
+  const std::string path = (fs::temp_directory_path() / "hpctrain_no_such_deck.toml").string();
+  try {
+    load_run_config(path);
+    FAIL() << "no error for a missing deck";
+  } catch (const InputError& error) {
+    EXPECT_CONTAINS(error.what(), path + ": the input deck does not exist");
+    EXPECT_FALSE(error.hint().empty());
+  }
+  try {
+    load_run_config(fs::temp_directory_path().string());
+    FAIL() << "no error for a directory";
+  } catch (const InputError& error) {
+    EXPECT_CONTAINS(error.what(), "is a directory");
+  }
+}
+
+TEST(RunConfigErrors, TomlSyntaxError) {
+  const auto error = error_of("[run]\nseed = 1\ndevice = cpu\n" + minimal_body);
+  EXPECT_TRUE(std::regex_search(error.message, std::regex(R"(^decks/test\.toml:3:\d+: TOML syntax error: .+)")))
+      << error.message;
+  const auto duplicate = error_of("[run]\nseed = 1\nseed = 2\n" + minimal_body);
+  EXPECT_CONTAINS(duplicate.message, "decks/test.toml:3:");
+  EXPECT_CONTAINS(duplicate.message, "seed");
+}
+
+TEST(RunConfigErrors, UnknownKeySuggestsClosest) {
+  struct Case {
+    std::string key, suggestion;
+  };
+  const std::vector<Case> cases = {
+      {"optimizer.learning_rate", "optimizer.lr"},  {"optimizer.wd", "optimizer.weight_decay"},
+      {"optimizer.momentun", "optimizer.momentum"}, {"run.sede", "run.seed"},
+      {"precision.mdoe", "precision.mode"},         {"schedule.warmup", "schedule.warmup_steps"},
+      {"data.batchsize", "data.batch_size"},        {"train.lr", "optimizer.lr"},  // the right key in the wrong section
+      {"run.batch_size", "data.batch_size"},
+  };
+  for (const auto& c : cases) {
+    const auto error = error_of(deck_with(c.key, "1"));
+    EXPECT_CONTAINS(error.message,
+                    "decks/test.toml:2:1: unknown key '" + c.key + "'; did you mean '" + c.suggestion + "'?");
+    EXPECT_CONTAINS(error.hint, "valid keys in [");
+  }
+  // Nothing close: no suggestion, but the hint lists the section's keys.
+  const auto far = error_of(
+      "[data]\nzzzzzzzzzz = 1\ntrain = \"a.h5\"\n[train]\nsteps = 1\n[[model.layers]]\ntype = "
+      "\"relu\"\n");
+  EXPECT_CONTAINS(far.message, "decks/test.toml:2:1: unknown key 'data.zzzzzzzzzz'");
+  EXPECT_FALSE(contains(far.message, "did you mean"));
+  EXPECT_CONTAINS(far.hint, "batch_size");
+}
+
+TEST(RunConfigErrors, UnknownSectionAndKeysOutsideSections) {
+  const auto section = error_of("[optimiser]\nlr = 0.1\n" + minimal_body);
+  EXPECT_CONTAINS(section.message, "decks/test.toml:1:2: unknown section '[optimiser]'; did you mean '[optimizer]'?");
+  const auto layers = error_of("[[layers]]\ntype = \"relu\"\n" + minimal_body);
+  EXPECT_CONTAINS(layers.message,
+                  "decks/test.toml:1:3: unknown section '[[layers]]'; did you mean '[[model.layers]]'?");
+  const auto top_level = error_of("seed = 3\n" + minimal_body);
+  EXPECT_CONTAINS(top_level.message,
+                  "decks/test.toml:1:1: key 'seed' is not inside any section; did you mean "
+                  "'run.seed'?");
+  const auto not_a_table = error_of("run = 3\n" + minimal_body);
+  EXPECT_CONTAINS(not_a_table.message, "decks/test.toml:1:1: 'run' must be a section, got an integer");
+}
+
+TEST(RunConfigErrors, WrongTypes) {
+  struct Case {
+    std::string key, value, expected, got;
+  };
+  const std::vector<Case> cases = {
+      {"data.batch_size", "\"64\"", "must be an integer", "got a string (\"64\")"},
+      {"data.batch_size", "64.0", "must be an integer", "got a float (64.0)"},
+      {"optimizer.lr", "\"0.1\"", "must be a number", "got a string"},
+      {"optimizer.lr", "true", "must be a number", "got a boolean (true)"},
+      {"data.shuffle", "1", "must be a boolean (true or false)", "got an integer (1)"},
+      {"run.device", "1", "must be a string", "got an integer (1)"},
+      {"run.seed", "[1, 2]", "must be an integer", "got an array"},
+      {"data.features", "{ a = 1 }", "must be a string", "got a table"},
+      {"precision.loss_scale", "true", "must be a string (auto, dynamic, none) or a positive number", "got a boolean"},
+      {"run.seed", "1979-05-27", "must be an integer", "got a date"},
+  };
+  for (const auto& c : cases) {
+    const auto error = error_of(deck_with(c.key, c.value));
+    EXPECT_CONTAINS(error.message, "decks/test.toml:2:1: " + c.key + " " + c.expected + ", got");
+    EXPECT_CONTAINS(error.message, c.got);
+    EXPECT_CONTAINS(error.hint, "write it like");
+  }
+  // Integers are accepted where floats are expected.
+  EXPECT_EQ(parse(deck_with("optimizer.lr", "2")).optimizer.lr, 2.0);
+  // Non-finite floats are refused.
+  EXPECT_CONTAINS(error_of(deck_with("optimizer.grad_clip", "inf")).message,
+                  "optimizer.grad_clip must be a finite "
+                  "number");
+  EXPECT_CONTAINS(error_of(deck_with("optimizer.lr", "nan")).message, "optimizer.lr must be a finite number");
+}
+
+TEST(RunConfigErrors, OutOfRange) {
+  struct Case {
+    std::string key, value, rule;
+  };
+  const std::vector<Case> cases = {
+      {"run.seed", "-1", ">= 0"},
+      {"run.threads", "-1", ">= 0"},
+      {"data.batch_size", "0", ">= 1"},
+      {"data.eval_batch_size", "-1", ">= 0"},
+      {"train.steps", "-5", ">= 0"},
+      {"train.epochs", "-1", ">= 0"},
+      {"train.log_every", "0", ">= 1"},
+      {"train.eval_every", "-1", ">= 0"},
+      {"optimizer.lr", "0", "> 0"},
+      {"optimizer.lr", "-1e-3", "> 0"},
+      {"optimizer.weight_decay", "-0.1", ">= 0"},
+      {"optimizer.beta1", "1.0", "in [0, 1)"},
+      {"optimizer.beta2", "-0.1", "in [0, 1)"},
+      {"optimizer.eps", "0", "> 0"},
+      {"optimizer.momentum", "-1", ">= 0"},
+      {"optimizer.grad_clip", "-1", ">= 0"},
+      {"schedule.warmup_steps", "-1", ">= 0"},
+      {"schedule.min_lr", "-1", ">= 0"},
+      {"schedule.step_size", "0", ">= 1"},
+      {"schedule.gamma", "0", "> 0"},
+      {"precision.init_scale", "0", "in (0, 3.4028235e+38]"},
+      {"precision.init_scale", "1e39", "in (0, 3.4028235e+38]"},
+      {"precision.growth_factor", "1.0", "> 1"},
+      {"precision.backoff_factor", "1.0", "in (0, 1)"},
+      {"precision.backoff_factor", "0", "in (0, 1)"},
+      {"precision.growth_interval", "0", ">= 1"},
+      {"precision.max_skipped_steps", "0", ">= 1"},
+      {"data.features", "\"\"", "an HDF5 dataset path"},
+      {"run.output", "\"\"", "a directory path"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.key + " = " + c.value);
+    const auto error = error_of(deck_with(c.key, c.value));
+    EXPECT_CONTAINS(error.message, "decks/test.toml:2:1: " + c.key + " must be " + c.rule + " (got ");
+  }
+  // The edges that are allowed.
+  EXPECT_NO_THROW(parse(deck_with("optimizer.beta1", "0")));
+  EXPECT_NO_THROW(parse(deck_with("optimizer.weight_decay", "0")));
+  EXPECT_NO_THROW(parse(deck_with("precision.growth_interval", "1")));
+  EXPECT_NO_THROW(parse(deck_with("run.threads", "0")));
+}
+
+TEST(RunConfigErrors, Enumerations) {
+  struct Case {
+    std::string key, value, valid, suggestion;
+  };
+  const std::vector<Case> cases = {
+      {"run.device", "\"gpu\"", "cpu, cuda, auto", "cuda"},
+      {"run.device", "\"cuda:0\"", "cpu, cuda, auto", "cuda"},
+      {"model.loss", "\"crossentropy\"", "cross_entropy, mse", "cross_entropy"},
+      {"optimizer.type", "\"adam\"", "adamw, sgd", "adamw"},
+      {"schedule.type", "\"linear\"", "constant, cosine, step", ""},
+      {"precision.mode", "\"fp8\"", "fp32, bf16, fp16", ""},
+      {"precision.mode", "\"BF16\"", "fp32, bf16, fp16", "bf16"},
+      {"precision.mode", "\"bfloat16\"", "fp32, bf16, fp16", "bf16"},
+  };
+  for (const auto& c : cases) {
+    const auto error = error_of(deck_with(c.key, c.value));
+    EXPECT_CONTAINS(error.message, "decks/test.toml:2:1: " + c.key + " must be one of " + c.valid + " (got " + c.value);
+    if (!c.suggestion.empty()) EXPECT_CONTAINS(error.message, "did you mean '" + c.suggestion + "'?");
+  }
+  for (const std::string value : {"\"-1\"", "0", "\"big\"", "\"dynamc\"", "1e39"}) {
+    const auto error = error_of(deck_with("precision.loss_scale", value));
+    EXPECT_CONTAINS(error.message,
+                    "decks/test.toml:2:1: precision.loss_scale must be auto, dynamic, none or a positive "
+                    "number");
+  }
+  EXPECT_CONTAINS(error_of(deck_with("precision.loss_scale", "\"dynamc\"")).message, "did you mean 'dynamic'?");
+}
+
+TEST(RunConfigErrors, StepsAndEpochs) {
+  const auto neither = error_of("[data]\ntrain = \"a.h5\"\n[[model.layers]]\ntype = \"relu\"\n");
+  EXPECT_CONTAINS(neither.message, "decks/test.toml: train.steps and train.epochs are both 0");
+  const auto zero = error_of("[data]\ntrain = \"a.h5\"\n[train]\nsteps = 0\n[[model.layers]]\ntype = \"relu\"\n");
+  EXPECT_CONTAINS(zero.message, "decks/test.toml:4:1: train.steps and train.epochs are both 0");
+  const auto both = error_of(deck_with("train.epochs", "3"));
+  EXPECT_CONTAINS(both.message, "decks/test.toml:2:1: train.steps (100) and train.epochs (3) are both set");
+}
+
+TEST(RunConfigErrors, RelationsBetweenKeys) {
+  const auto nesterov = error_of("[optimizer]\ntype = \"sgd\"\nnesterov = true\n" + minimal_body);
+  EXPECT_CONTAINS(nesterov.message, "decks/test.toml:3:1: optimizer.nesterov = true needs optimizer.momentum > 0");
+  const auto min_lr = error_of("[schedule]\ntype = \"cosine\"\nmin_lr = 0.5\n" + minimal_body);
+  EXPECT_CONTAINS(min_lr.message, "decks/test.toml:3:1: schedule.min_lr (0.5) is larger than optimizer.lr (0.001)");
+}
+
+TEST(RunConfigErrors, DataTrainMissing) {
+  const auto error = error_of("[train]\nsteps = 1\n[[model.layers]]\ntype = \"relu\"\n");
+  EXPECT_CONTAINS(error.message, "decks/test.toml: data.train is missing");
+  EXPECT_CONTAINS(error.hint, "train = ");
+}
+
+TEST(RunConfigErrors, Layers) {
+  const std::string head = "[data]\ntrain = \"a.h5\"\n[train]\nsteps = 1\n";  // 4 lines
+  struct Case {
+    std::string layers;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"", "decks/test.toml: model.layers is missing: the model needs at least one layer"},
+      {"[model]\nlayers = []\n", "decks/test.toml:6:1: model.layers is empty"},
+      {"[model.layers]\ntype = \"relu\"\n",
+       "decks/test.toml:5:8: model.layers must be an array of tables, got a table"},
+      {"[model]\nlayers = [1]\n", "decks/test.toml:6:11: model.layers[0] must be a table, got an integer"},
+      {"[[model.layers]]\nout = 3\n", "decks/test.toml:5:1: model.layers[0] has no type"},
+      {"[[model.layers]]\ntype = \"conv\"\n",
+       "decks/test.toml:6:1: model.layers[0].type must be one of linear, relu, gelu, tanh, leaky_relu, layernorm, "
+       "dropout (got \"conv\")"},
+      {"[[model.layers]]\ntype = \"Relu\"\n", "did you mean 'relu'?"},
+      {"[[model.layers]]\ntype = \"dense\"\nout = 2\n", "did you mean 'linear'?"},
+      {"[[model.layers]]\ntype = \"linear\"\nout = 3\np = 0.5\n",
+       "decks/test.toml:8:1: model.layers[0].p does not apply to a linear layer (p is for dropout layers)"},
+      {"[[model.layers]]\ntype = \"relu\"\neps = 1e-3\n",
+       "decks/test.toml:7:1: model.layers[0].eps does not apply to a relu layer (eps is for layernorm layers)"},
+      {"[[model.layers]]\ntype = \"linear\"\n", "decks/test.toml:5:1: model.layers[0] (linear) needs out"},
+      {"[[model.layers]]\ntype = \"linear\"\nouts = 3\n",
+       "decks/test.toml:7:1: unknown key 'model.layers[0].outs'; did you mean 'model.layers[0].out'?"},
+      {"[[model.layers]]\ntype = \"linear\"\nout = 0\n",
+       "decks/test.toml:7:1: model.layers[0].out must be >= 1 (got 0)"},
+      {"[[model.layers]]\ntype = \"linear\"\nout = 2\nin = -1\n",
+       "decks/test.toml:8:1: model.layers[0].in must be >= 0"},
+      {"[[model.layers]]\ntype = \"dropout\"\np = 1.0\n",
+       "decks/test.toml:7:1: model.layers[0].p must be in [0, 1) (got 1)"},
+      {"[[model.layers]]\ntype = \"dropout\"\np = -0.1\n", "model.layers[0].p must be in [0, 1)"},
+      {"[[model.layers]]\ntype = \"layernorm\"\neps = 0\n", "decks/test.toml:7:1: model.layers[0].eps must be > 0"},
+      {"[[model.layers]]\ntype = \"linear\"\nout = \"3\"\n",
+       "decks/test.toml:7:1: model.layers[0].out must be an integer, got a string"},
+      {"[[model.layers]]\ntype = \"relu\"\nname = \"a b\"\n",
+       "decks/test.toml:7:1: model.layers[0].name must be made of letters, digits, _ and -"},
+      {"[[model.layers]]\ntype = \"relu\"\nname = \"act\"\n[[model.layers]]\ntype = \"gelu\"\nname = \"act\"\n",
+       "decks/test.toml:10:1: duplicate layer name 'act': model.layers[1] and model.layers[0] (decks/test.toml:5:1) "
+       "both use it"},
+      // A default name ("relu1") taken by an explicit one.
+      {"[[model.layers]]\ntype = \"gelu\"\nname = \"relu1\"\n[[model.layers]]\ntype = \"relu\"\n",
+       "decks/test.toml:8:1: duplicate layer name 'relu1'"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.layers);
+    const auto error = error_of(head + c.layers);
+    EXPECT_CONTAINS(error.message, c.expected);
+  }
+  // The allowed edges.
+  EXPECT_NO_THROW(parse(head + "[[model.layers]]\ntype = \"dropout\"\np = 0\n"));
+  EXPECT_NO_THROW(parse(head + "[[model.layers]]\ntype = \"leaky_relu\"\nnegative_slope = 0\n"));
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// --set overrides
+// ---------------------------------------------------------------------------------------------------------------------
+
+TEST(RunConfigOverrides, TypesAndBareWords) {
+  const RunConfig config = parse(minimal_body, {
+                                                   "optimizer.lr=0.5",
+                                                   "train.steps=7",
+                                                   "data.shuffle=false",
+                                                   "precision.mode=bf16",        // bare word
+                                                   "run.output=runs/exp-1",      // bare path
+                                                   "run.device=\"cuda\"",        // quoted string
+                                                   "data.labels='/y'",           // literal string
+                                                   "data.features=2024",         // a string key keeps the text
+                                                   "optimizer.weight_decay=1",   // integer for a float
+                                                   "precision.loss_scale=1024",  // a number
+                                                   " schedule.type = cosine ",   // spaces around
+                                                   "run.seed=1",
+                                                   "run.seed=2",  // the last one wins
+                                                   "data.validation=",
+                                               });
+  EXPECT_EQ(config.optimizer.lr, 0.5);
+  EXPECT_EQ(config.train.steps, 7);
+  EXPECT_FALSE(config.data.shuffle);
+  EXPECT_EQ(config.precision.mode, "bf16");
+  EXPECT_EQ(config.run.output, "runs/exp-1");
+  EXPECT_EQ(config.run.device, "cuda");
+  EXPECT_EQ(config.data.labels, "/y");
+  EXPECT_EQ(config.data.features, "2024");
+  EXPECT_EQ(config.optimizer.weight_decay, 1.0);
+  EXPECT_EQ(config.precision.loss_scale, "1024");
+  EXPECT_EQ(config.schedule.type, "cosine");
+  EXPECT_EQ(config.run.seed, 2u);
+  EXPECT_EQ(config.data.validation, "");
+  // A key given by --set has no deck position, even when the deck also wrote it.
+  EXPECT_EQ(config.positions.count("train.steps"), 0u);
+  EXPECT_EQ(config.where("train.steps"), deck_path);
+  EXPECT_EQ(config.where("data.train"), "decks/test.toml:2:1");
+}
+
+TEST(RunConfigOverrides, Errors) {
+  struct Case {
+    std::string override_text;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"optimizer.learning_rate=0.1",
+       "--set optimizer.learning_rate=0.1: unknown key 'optimizer.learning_rate'; did you mean 'optimizer.lr'?"},
+      {"optimiser.lr=0.1", "--set optimiser.lr=0.1: unknown section '[optimiser]'; did you mean '[optimizer]'?"},
+      {"lr=0.1", "--set lr=0.1: 'lr' is not a section.key name"},
+      {"optimizer.lr", "--set optimizer.lr: expected section.key=value"},
+      {"data.batch_size=abc", "--set data.batch_size=abc: data.batch_size must be an integer, got a string (\"abc\")"},
+      {"optimizer.lr=-1", "--set optimizer.lr=-1: optimizer.lr must be > 0 (got -1)"},
+      {"precision.mode=fp8", "--set precision.mode=fp8: precision.mode must be one of fp32, bf16, fp16"},
+      {"train.epochs=2", "--set train.epochs=2: train.steps (100) and train.epochs (2) are both set"},
+      {"model.layers[0].size=3", "unknown key 'model.layers[0].size'"},
+      {"model.layers[0].outs=3",
+       "--set model.layers[0].outs=3: unknown key 'model.layers[0].outs'; did you mean 'model.layers[0].out'?"},
+      {"model.layers[4].out=3", "--set model.layers[4].out=3: there is no model.layers[4]: the deck defines 1 layer"},
+      {"model.layers[x].out=3", "'model.layers[x].out' is not a layer key"},
+      {"model.layers[0].p=0.2", "--set model.layers[0].p=0.2: model.layers[0].p does not apply to a linear layer"},
+      {"model.layers=3", "--set model.layers=3: model.layers must be an array of tables, got an integer"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.override_text);
+    EXPECT_CONTAINS(error_of(minimal_body, {c.override_text}).message, c.expected);
+  }
+}
+
+TEST(RunConfigOverrides, Layers) {
+  const std::string deck =
+      "[data]\ntrain = \"a.h5\"\n[train]\nsteps = 1\n"
+      "[[model.layers]]\ntype = \"linear\"\nout = 64\n"
+      "[[model.layers]]\ntype = \"relu\"\n"
+      "[[model.layers]]\ntype = \"linear\"\nout = 10\n";
+  const RunConfig config =
+      parse(deck, {"model.layers[2].out=128", "model.layers[0].bias=false", "model.layers[1].name=act"});
+  EXPECT_EQ(config.model.layers[2].out, 128);
+  EXPECT_FALSE(config.model.layers[0].bias);
+  EXPECT_EQ(config.model.layers[1].name, "act");
+  EXPECT_EQ(config.positions.count("model.layers[2].out"), 0u);
+  EXPECT_EQ(config.positions.at("model.layers[0].out").line, 7);
+
+  // Changing a layer's type re-checks its keys against the new type.
+  EXPECT_CONTAINS(error_of(deck, {"model.layers[0].type=gelu"}).message,
+                  "decks/test.toml:7:1: model.layers[0].out does not apply to a gelu layer");
+
+  const RunConfig replaced = parse(deck, {"model.layers=[{type=\"linear\", out=5}, {type=\"tanh\"}]"});
+  ASSERT_EQ(replaced.model.layers.size(), 2u);
+  EXPECT_EQ(replaced.model.layers[0].out, 5);
+  EXPECT_EQ(replaced.model.layers[1].name, "tanh1");
+  EXPECT_EQ(replaced.positions.count("model.layers[0].out"), 0u);
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Files: load_run_config and data path resolution
+// ---------------------------------------------------------------------------------------------------------------------
+
+// A scratch directory that is also the current directory for the test's duration.
+class ScratchDirectory {
+ public:
+  ScratchDirectory()
+      : root_(fs::temp_directory_path() / ("hpctrain_run_config_test_" + std::to_string(::getpid()))),
+        previous_(fs::current_path()) {
+    fs::remove_all(root_);
+    fs::create_directories(root_ / "cwd");
+    fs::current_path(root_ / "cwd");
+  }
+  ~ScratchDirectory() {
+    fs::current_path(previous_);
+    std::error_code ignored;
+    fs::remove_all(root_, ignored);
+  }
+  [[nodiscard]] const fs::path& root() const { return root_; }
+
+ private:
+  fs::path root_;
+  fs::path previous_;
+};
+
+void write_file(const fs::path& path, const std::string& text) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path) << text;
+}
+
+TEST(RunConfigFiles, LoadAndResolveDataPaths) {
+  const ScratchDirectory scratch;
+  const fs::path root = fs::canonical(scratch.root());
+  write_file(root / "cwd" / "local.h5", "");
+  write_file(root / "decks" / "data" / "train.h5", "");
+  write_file(root / "decks" / "exp.toml",
+             "[data]\ntrain = \"data/train.h5\"\nvalidation = \"local.h5\"\n"
+             "[train]\nsteps = 3\n[[model.layers]]\ntype = \"relu\"\n");
+  const RunConfig config = load_run_config("../decks/exp.toml", {"train.steps=4"});
+  EXPECT_EQ(config.deck_path, "../decks/exp.toml");
+  // Not found from the current directory: relative to the deck's directory.
+  EXPECT_EQ(config.data.train, (root / "decks" / "data" / "train.h5").string());
+  // Found from the current directory: that file.
+  EXPECT_EQ(config.data.validation, (root / "cwd" / "local.h5").string());
+  EXPECT_EQ(config.run.output, "runs/exp");
+  EXPECT_EQ(config.train.steps, 4);
+  EXPECT_EQ(config.where("data.train"), "../decks/exp.toml:2:1");
+
+  // The resolved deck, written elsewhere and read from there, names the same files.
+  write_file(root / "elsewhere" / "config.toml", to_toml(config));
+  const RunConfig again = load_run_config((root / "elsewhere" / "config.toml").string());
+  expect_same_values(config, again);
+
+  // Errors in a loaded deck name the path as given.
+  write_file(root / "decks" / "bad.toml", "[optimizer]\nlearning_rate = 1\n");
+  try {
+    load_run_config("../decks/bad.toml");
+    FAIL() << "no error";
+  } catch (const InputError& error) {
+    EXPECT_CONTAINS(error.what(),
+                    "../decks/bad.toml:2:1: unknown key 'optimizer.learning_rate'; did you mean "
+                    "'optimizer.lr'?");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Documentation
+// ---------------------------------------------------------------------------------------------------------------------
+
+// docs/input-reference.md, found from this source file's path, or (when the compiler was given a relative path, as
+// with some ccache set-ups) by walking up from the current directory, which is normally inside the source tree.
+fs::path find_input_reference() {
+  const fs::path relative = fs::path("docs") / "input-reference.md";
+  const fs::path from_source = fs::path(__FILE__).parent_path() / ".." / ".." / relative;
+  if (fs::path(__FILE__).is_absolute() && fs::exists(from_source)) return from_source;
+  for (fs::path directory = fs::current_path(); !directory.empty(); directory = directory.parent_path()) {
+    if (fs::exists(directory / relative)) return directory / relative;
+    if (directory == directory.root_path()) break;
+  }
+  return from_source;
+}
+
+TEST(RunConfigDocs, ReferenceListsExactlyTheAcceptedKeys) {
+  const fs::path doc_path = find_input_reference();
+  std::ifstream file(doc_path);
+  ASSERT_TRUE(file) << "cannot open " << doc_path;
+  std::stringstream buffer;
+  buffer << file.rdbuf();
+  const std::string doc = buffer.str();
+
+  const auto keys = accepted_keys();
+  const std::set<std::string> accepted(keys.begin(), keys.end());
+  EXPECT_EQ(accepted.size(), keys.size()) << "accepted_keys() has duplicates";
+  for (const auto& key : keys) EXPECT_TRUE(contains(doc, "`" + key + "`")) << key << " is not in " << doc_path;
+
+  // Every backticked dotted key in the document must be one the parser accepts.
+  const std::regex documented_key(R"(`((run|model|data|train|optimizer|schedule|precision)\.[A-Za-z0-9_.\[\]]+)`)");
+  std::size_t documented = 0;
+  for (auto it = std::sregex_iterator(doc.begin(), doc.end(), documented_key); it != std::sregex_iterator(); ++it) {
+    ++documented;
+    EXPECT_TRUE(accepted.count((*it)[1].str())) << (*it)[1].str() << " is documented but the parser does not accept it";
+  }
+  EXPECT_GE(documented, keys.size());
+}
+
+TEST(RunConfigDocs, AcceptedKeysCoverTheSchema) {
+  const auto keys = accepted_keys();
+  const std::set<std::string> accepted(keys.begin(), keys.end());
+  for (const std::string key :
+       {"run.seed", "model.layers", "model.layers[].type", "model.layers[].negative_slope", "data.eval_batch_size",
+        "optimizer.nesterov", "schedule.step_size", "precision.max_skipped_steps"})
+    EXPECT_TRUE(accepted.count(key)) << key;
+  EXPECT_EQ(keys.size(), 4u + 2u + 9u + 4u + 9u + 5u + 7u + 8u);
+}
+
+}  // namespace
+}  // namespace hpctrain
