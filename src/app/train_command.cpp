@@ -11,13 +11,14 @@ namespace hpctrain {
 
 namespace {
 const char* const train_usage =
-    "usage: hpctrain train DECK.toml [--set section.key=value]... [--output DIR]\n"
+    "usage: hpctrain train DECK.toml [--set section.key=value]... [--output DIR] [--profile]\n"
     "\n"
     "Train the model described by the input deck DECK.toml (see docs/input-reference.md).\n"
     "\n"
     "options:\n"
     "  --set section.key=value   override a deck key (repeatable), e.g. --set precision.mode=bf16\n"
     "  --output DIR              write results to DIR (overrides run.output)\n"
+    "  --profile                 print the time per phase of the training step at the end\n"
     "  --help                    show this help\n"
     "\n"
     "Outputs in the output directory: config.toml (the resolved deck), metrics.h5, train.log.\n"
@@ -40,6 +41,8 @@ int train_command(const Arguments& args, const MpiEnvironment& mpi) {
       overrides.push_back(value("--set"));
     } else if (arg.rfind("--set=", 0) == 0) {
       overrides.push_back(arg.substr(6));
+    } else if (arg == "--profile") {
+      overrides.push_back("train.profile=true");
     } else if (arg == "--output") {
       overrides.push_back("run.output=" + value("--output"));
     } else if (arg.rfind("--output=", 0) == 0) {

@@ -102,6 +102,7 @@ const std::vector<SectionSpec>& schema() {
            {"epochs", Kind::integer, bind_field<&Config::train, &TrainSection::epochs>},
            {"log_every", Kind::integer, bind_field<&Config::train, &TrainSection::log_every>},
            {"eval_every", Kind::integer, bind_field<&Config::train, &TrainSection::eval_every>},
+           {"profile", Kind::boolean, bind_field<&Config::train, &TrainSection::profile>},
        }},
       {"optimizer",
        {

@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "hpctrain/core/error.hpp"
-#include "hpctrain/data/distributed_sampler.hpp"
+#include "hpctrain/data/batch_loader.hpp"
 #include "hpctrain/data/training_data.hpp"
 #include "hpctrain/dist/gradient_allreduce.hpp"
 #include "hpctrain/io/metrics_writer.hpp"
@@ -27,6 +27,7 @@
 #include "hpctrain/nn/model.hpp"
 #include "hpctrain/optim/optimizer.hpp"
 #include "hpctrain/optim/schedule.hpp"
+#include "hpctrain/train/phase_timer.hpp"
 
 namespace hpctrain {
 
@@ -128,13 +129,17 @@ class Trainer::Impl {
   // Loss forward+backward of the current batch; returns nothing, accumulates into sums_.
   void loss(const TensorView& output, bool with_gradient, std::int64_t global_rows);
   std::pair<double, double> evaluate(std::int64_t step);
+  // One optimizer step on a batch; the step's scalars come back in scalars, the global mean loss is returned.
+  double train_step(const HostBatch& batch, std::int64_t step, StepScalars& scalars);
+  // Stop with a clear message when a step went non-finite without a scaler, or the scaler collapsed.
+  void check_numerics(const StepScalars& scalars, std::int64_t step, double train_loss) const;
 
   const RunConfig& config_;
   const MpiEnvironment& mpi_;
   TaskKind task_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<TrainingData> train_data_, validation_data_;
-  std::unique_ptr<DistributedSampler> sampler_;
+  std::unique_ptr<BatchLoader> loader_;
   std::int64_t local_batch_ = 0, eval_local_batch_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
@@ -148,6 +153,8 @@ class Trainer::Impl {
   fs::path output_;
   int threads_ = 1;
   float scale_in_effect_ = 1.0f;  // the loss scale the current step runs with (finish_step may change it)
+  PhaseTimer timer_{false};
+  std::int64_t first_step_ = 0;  // 0, or the step a resumed run continues from
 };
 
 Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi)
@@ -197,10 +204,8 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi)
   if (validation_data_) validation_data_->validate(mpi, classes);
 
   // ---- schedule of steps ----
-  sampler_ = std::make_unique<DistributedSampler>(train_data_->samples(), ranks, mpi.rank(), config.run.seed,
-                                                  config.data.shuffle, config.data.drop_last);
-  const std::int64_t per_rank = sampler_->samples_per_rank();
-  steps_per_epoch_ = config.data.drop_last ? per_rank / local_batch_ : (per_rank + local_batch_ - 1) / local_batch_;
+  loader_ = std::make_unique<BatchLoader>(*train_data_, config.data, mpi, local_batch_, config.run.seed);
+  steps_per_epoch_ = loader_->steps_per_epoch();
   HPCTRAIN_VERIFY(steps_per_epoch_ > 0, InputError,
                   config.where("data.batch_size")
                       << ": data.batch_size = " << batch << " leaves no full batch per epoch");
@@ -332,10 +337,56 @@ std::pair<double, double> Trainer::Impl::evaluate(std::int64_t step) {
   return {totals[0] / count, totals[1] / count};
 }
 
+double Trainer::Impl::train_step(const HostBatch& batch, std::int64_t step, StepScalars& scalars) {
+  timer_.begin(Phase::forward);
+  upload(batch);
+  const std::int64_t global_rows = batch.rows * mpi_.size();
+  const auto learning_rate = static_cast<float>(schedule_->at(step));
+  backend_->copy_to_backend(scalars_.as<char>() + offsetof(StepScalars, learning_rate), &learning_rate,
+                            sizeof learning_rate);
+  const StepContext context{backend_.get(), true, config_.run.seed, static_cast<std::uint32_t>(step),
+                            sample_ids_.as<std::int64_t>(), batch.rows};
+  backend_->zero(sums_.data, sizeof(LossSums));
+  const TensorView output = model_->forward(context);
+  loss(output, true, global_rows);
+
+  timer_.begin(Phase::backward);
+  allreduce_->begin_step();
+  model_->backward(context, false, [&](std::int64_t begin) { allreduce_->ready_from(begin); });
+  timer_.begin(Phase::allreduce);
+  allreduce_->finish();
+
+  timer_.begin(Phase::optimizer);
+  optimizer_->gradient_statistics(scalars_.as<StepScalars>());
+  optimizer_->step(scalars_.as<StepScalars>());
+  backend_->finish_step(scaler_, scalars_.as<StepScalars>());
+  LossSums sums;
+  backend_->copy_to_host(&scalars, scalars_.data, sizeof scalars);
+  backend_->copy_to_host(&sums, sums_.data, sizeof sums);
+  double loss_sum = sums.loss_sum;
+  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &loss_sum, 1, MPI_DOUBLE, MPI_SUM, mpi_.world()));
+  timer_.end();
+  return loss_sum / static_cast<double>(global_rows);
+}
+
+void Trainer::Impl::check_numerics(const StepScalars& scalars, std::int64_t step, double train_loss) const {
+  if (scalars.found_nonfinite && !scaler_.enabled)
+    throw NumericsError("the loss or the gradients became NaN/Inf at step " + std::to_string(step + 1) + " (" +
+                            config_.precision.mode + ", loss " + number_text(train_loss) +
+                            "); the run stopped before applying them (metrics.h5 keeps the steps so far)",
+                        "lower optimizer.lr, set optimizer.grad_clip, or check the data for extreme values");
+  if (scaler_.enabled && scalars.consecutive_skips > config_.precision.max_skipped_steps)
+    throw NumericsError("the loss scale collapsed: " + std::to_string(scalars.consecutive_skips) +
+                            " steps in a row had non-finite gradients (last at step " + std::to_string(step + 1) +
+                            ", scale now " + number_text(scalars.loss_scale) + ")",
+                        "the model diverged; lower optimizer.lr or try precision.mode = \"bf16\"");
+}
+
 TrainSummary Trainer::Impl::run() {
   TrainSummary summary;
   summary.output_directory = output_.string();
   const int ranks = mpi_.size();
+  timer_ = PhaseTimer(config_.train.profile);
   if (mpi_.is_root()) {
     std::ostringstream head;
     head << "hpctrain " << HPCTRAIN_VERSION << ": " << ranks << " rank" << (ranks > 1 ? "s" : "") << " x " << threads_
@@ -350,99 +401,64 @@ TrainSummary Trainer::Impl::run() {
     log(head.str());
   }
 
-  StepContext context{backend_.get(), true, config_.run.seed, 0, sample_ids_.as<std::int64_t>(), 0};
   const double start = MPI_Wtime();
   double interval_start = start, last_eval_accuracy = -1.0, last_eval_loss = 0.0, last_train_loss = 0.0;
   std::int64_t interval_samples = 0;
   std::vector<double> interval_rates;
-  std::int64_t step = 0;
-  for (std::int64_t epoch = 0; step < total_steps_; ++epoch) {
-    const std::vector<std::int64_t> indices = sampler_->indices(epoch);
-    for (std::int64_t in_epoch = 0; in_epoch < steps_per_epoch_ && step < total_steps_; ++in_epoch, ++step) {
-      const double step_start = MPI_Wtime();
-      const std::int64_t first = in_epoch * local_batch_;
-      const std::int64_t rows = std::min<std::int64_t>(local_batch_, static_cast<std::int64_t>(indices.size()) - first);
-      train_data_->read(indices.data() + first, rows, batch_);
-      upload(batch_);
-      const std::int64_t global_rows = rows * ranks;
+  std::int64_t step = first_step_;
+  while (step < total_steps_) {
+    const double step_start = MPI_Wtime();
+    const std::int64_t epoch = loader_->position().epoch;
+    timer_.begin(Phase::data);
+    const HostBatch& batch = loader_->next();
+    StepScalars scalars;
+    const double train_loss = train_step(batch, step, scalars);
+    last_train_loss = train_loss;
+    const std::int64_t global_rows = batch.rows * ranks;
+    const double now = MPI_Wtime();
+    const double rate = static_cast<double>(global_rows) / std::max(now - step_start, 1e-9);
+    interval_samples += global_rows;
+    const bool skipped = scalars.found_nonfinite != 0;
+    if (metrics_)
+      metrics_->append("train", {static_cast<double>(step + 1), train_loss, schedule_->at(step), rate,
+                                 scalars.grad_norm, scale_in_effect_, skipped ? 1.0 : 0.0});
+    check_numerics(scalars, step, train_loss);
+    ++step;
 
-      const double lr = schedule_->at(step);
-      const float lr_value = static_cast<float>(lr);
-      backend_->copy_to_backend(scalars_.as<char>() + offsetof(StepScalars, learning_rate), &lr_value, sizeof lr_value);
-      context.step = static_cast<std::uint32_t>(step);
-      context.rows = rows;
-      backend_->zero(sums_.data, sizeof(LossSums));
-      const TensorView output = model_->forward(context);
-      loss(output, true, global_rows);
-      allreduce_->begin_step();
-      model_->backward(context, false, [&](std::int64_t begin) { allreduce_->ready_from(begin); });
-      allreduce_->finish();
-      optimizer_->gradient_statistics(scalars_.as<StepScalars>());
-      optimizer_->step(scalars_.as<StepScalars>());
-      backend_->finish_step(scaler_, scalars_.as<StepScalars>());
-
-      StepScalars scalars;
-      LossSums sums;
-      backend_->copy_to_host(&scalars, scalars_.data, sizeof scalars);
-      backend_->copy_to_host(&sums, sums_.data, sizeof sums);
-      double loss_sum = sums.loss_sum;
-      HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &loss_sum, 1, MPI_DOUBLE, MPI_SUM, mpi_.world()));
-      const double train_loss = loss_sum / static_cast<double>(global_rows);
-      last_train_loss = train_loss;
-      const double now = MPI_Wtime();
-      const double rate = static_cast<double>(global_rows) / std::max(now - step_start, 1e-9);
-      interval_samples += global_rows;
-      const bool skipped = scalars.found_nonfinite != 0;
-      // the scale in effect for this step is the one before finish_step changed it
-      if (metrics_)
-        metrics_->append("train", {static_cast<double>(step + 1), train_loss, lr, rate, scalars.grad_norm,
-                                   scale_in_effect_, skipped ? 1.0 : 0.0});
-      if (skipped && !scaler_.enabled)
-        throw NumericsError("the loss or the gradients became NaN/Inf at step " + std::to_string(step + 1) + " (" +
-                                config_.precision.mode + ", loss " + number_text(train_loss) +
-                                "); the run stopped before applying them (metrics.h5 keeps the steps so far)",
-                            "lower optimizer.lr, set optimizer.grad_clip, or check the data for extreme values");
-      if (scaler_.enabled && scalars.consecutive_skips > config_.precision.max_skipped_steps)
-        throw NumericsError("the loss scale collapsed: " + std::to_string(scalars.consecutive_skips) +
-                                " steps in a row had non-finite gradients (last at step " + std::to_string(step + 1) +
-                                ", scale now " + number_text(scalars.loss_scale) + ")",
-                            "the model diverged; lower optimizer.lr or try precision.mode = \"bf16\"");
-
-      const bool last = step + 1 == total_steps_;
-      if ((step + 1) % config_.train.log_every == 0 || last) {
-        const double elapsed = now - start;
-        const double interval_rate = static_cast<double>(interval_samples) / std::max(now - interval_start, 1e-9);
-        if (step > 0 || total_steps_ == 1) interval_rates.push_back(interval_rate);
-        interval_start = now;
-        interval_samples = 0;
-        char line[256];
-        std::snprintf(
-            line, sizeof line, "step %6lld/%lld  epoch %lld  loss %.5f  lr %.3e  %9.0f samples/s%s  ETA %s",
-            static_cast<long long>(step + 1), static_cast<long long>(total_steps_), static_cast<long long>(epoch),
-            train_loss, lr, interval_rate,
-            scaler_.enabled ? ("  scale " + std::to_string(static_cast<long long>(scalars.loss_scale))).c_str() : "",
-            format_duration(elapsed / static_cast<double>(step + 1) * static_cast<double>(total_steps_ - step - 1))
-                .c_str());
-        log(line);
+    const bool last = step == total_steps_;
+    if (step % config_.train.log_every == 0 || last) {
+      const double interval_rate = static_cast<double>(interval_samples) / std::max(now - interval_start, 1e-9);
+      if (step > first_step_ + 1 || last) interval_rates.push_back(interval_rate);
+      interval_start = now;
+      interval_samples = 0;
+      const double eta = (now - start) / static_cast<double>(step - first_step_) * static_cast<double>(total_steps_ - step);
+      char line[256];
+      std::snprintf(line, sizeof line, "step %6lld/%lld  epoch %lld  loss %.5f  lr %.3e  %9.0f samples/s%s  ETA %s",
+                    static_cast<long long>(step), static_cast<long long>(total_steps_), static_cast<long long>(epoch),
+                    train_loss, schedule_->at(step - 1), interval_rate,
+                    scaler_.enabled ? ("  scale " + number_text(scalars.loss_scale)).c_str() : "",
+                    format_duration(eta).c_str());
+      log(line);
+    }
+    const bool evaluate_now =
+        validation_data_ && (last || (config_.train.eval_every > 0 && step % config_.train.eval_every == 0));
+    if (evaluate_now) {
+      timer_.begin(Phase::evaluation);
+      const auto [eval_loss, accuracy] = evaluate(step);
+      timer_.end();
+      last_eval_loss = eval_loss;
+      char line[160];
+      if (task_ == TaskKind::classification) {
+        last_eval_accuracy = accuracy;
+        std::snprintf(line, sizeof line, "eval at step %lld: loss %.5f  accuracy %.4f", static_cast<long long>(step),
+                      eval_loss, accuracy);
+        if (metrics_) metrics_->append("eval", {static_cast<double>(step), eval_loss, accuracy});
+      } else {
+        std::snprintf(line, sizeof line, "eval at step %lld: loss (mse) %.6f", static_cast<long long>(step),
+                      eval_loss);
+        if (metrics_) metrics_->append("eval", {static_cast<double>(step), eval_loss});
       }
-      const bool evaluate_now =
-          validation_data_ && (last || (config_.train.eval_every > 0 && (step + 1) % config_.train.eval_every == 0));
-      if (evaluate_now) {
-        const auto [eval_loss, accuracy] = evaluate(step);
-        last_eval_loss = eval_loss;
-        char line[160];
-        if (task_ == TaskKind::classification) {
-          last_eval_accuracy = accuracy;
-          std::snprintf(line, sizeof line, "eval at step %lld: loss %.5f  accuracy %.4f",
-                        static_cast<long long>(step + 1), eval_loss, accuracy);
-          if (metrics_) metrics_->append("eval", {static_cast<double>(step + 1), eval_loss, accuracy});
-        } else {
-          std::snprintf(line, sizeof line, "eval at step %lld: loss (mse) %.6f", static_cast<long long>(step + 1),
-                        eval_loss);
-          if (metrics_) metrics_->append("eval", {static_cast<double>(step + 1), eval_loss});
-        }
-        log(line);
-      }
+      log(line);
     }
   }
   summary.steps = step;
@@ -453,14 +469,15 @@ TrainSummary Trainer::Impl::run() {
   summary.samples_per_second = median(interval_rates);
   std::ostringstream done;
   done << "done: " << step << " steps in " << format_duration(summary.seconds) << "; final train loss "
-       << last_train_loss;
+       << number_text(last_train_loss);
   if (validation_data_)
-    done << (task_ == TaskKind::classification ? ", validation accuracy " + std::to_string(last_eval_accuracy)
-                                               : ", validation mse " + std::to_string(last_eval_loss));
+    done << (task_ == TaskKind::classification ? ", validation accuracy " + number_text(last_eval_accuracy)
+                                               : ", validation mse " + number_text(last_eval_loss));
   done << ", " << static_cast<long long>(summary.samples_per_second) << " samples/s (median)\n"
        << "outputs: " << (output_ / "metrics.h5").string() << ", " << (output_ / "config.toml").string() << ", "
        << (output_ / "train.log").string();
   log(done.str());
+  if (timer_.enabled()) log(timer_.report(step - first_step_));
   return summary;
 }
 

@@ -56,6 +56,7 @@ struct TrainSection {
   std::int64_t epochs = 0;
   std::int64_t log_every = 10;
   std::int64_t eval_every = 0;  // 0 = evaluate only at the end
+  bool profile = false;         // print the time per phase of the step at the end (--profile)
 };
 
 struct OptimizerSection {
