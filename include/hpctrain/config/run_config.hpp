@@ -57,6 +57,8 @@ struct TrainSection {
   std::int64_t log_every = 10;
   std::int64_t eval_every = 0;  // 0 = evaluate only at the end
   bool profile = false;         // print the time per phase of the step at the end (--profile)
+  std::string time_limit;       // "HH:MM:SS" wall-clock budget: checkpoint and stop before it runs out; "" = none
+  std::int64_t accumulate = 1;  // micro-batches per optimizer step (gradient accumulation)
 };
 
 struct OptimizerSection {
@@ -67,6 +69,17 @@ struct OptimizerSection {
   double momentum = 0.0;
   bool nesterov = false;
   double grad_clip = 0.0;  // max global gradient norm; 0 = no clipping
+  // Parameters whose name contains one of these words get no weight decay ("bias" matches every bias; "norm" every
+  // parameter of a normalisation layer, by layer type).
+  std::vector<std::string> no_decay = {"bias", "norm"};
+};
+
+struct CheckpointSection {
+  std::int64_t every_steps = 0;     // 0 = not by step count
+  double every_seconds = 0.0;       // 0 = not by time (decided on rank 0, agreed by all)
+  std::int64_t keep = 3;            // newest checkpoints kept; 0 = keep all
+  bool at_end = true;               // write one when training finishes
+  std::vector<std::string> on_signal = {"USR1", "USR2", "TERM"};  // checkpoint and exit on these signals
 };
 
 struct ScheduleSection {
@@ -95,6 +108,7 @@ struct RunConfig {
   OptimizerSection optimizer;
   ScheduleSection schedule;
   PrecisionSection precision;
+  CheckpointSection checkpoint;
 
   std::string deck_path;                          // as given on the command line
   std::map<std::string, SourcePosition> positions;  // "section.key" -> where it was written
