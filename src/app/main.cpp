@@ -17,6 +17,7 @@ const char* const usage_text =
     "  train DECK.toml [--set section.key=value]... [--output DIR]   train a model\n"
     "  data generate KIND ... --output FILE.h5                       write a synthetic dataset\n"
     "  data inspect FILE.h5                                          describe a dataset file\n"
+    "  checkpoint verify FILE.h5|RUN_DIR                             check a checkpoint's checksums\n"
     "  --version                                                     version and build facts\n"
     "\n"
     "Run 'hpctrain <command> --help' for a command's options. Launch with mpiexec/srun for several ranks.\n";
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
     if (command == "--version" || command == "version") return hpctrain::version_command(mpi);
     if (command == "train") return hpctrain::train_command(rest, mpi);
     if (command == "data") return hpctrain::data_command(rest, mpi);
+    if (command == "checkpoint") return hpctrain::checkpoint_command(rest, mpi);
     throw hpctrain::InputError("unknown command '" + command + "'", "run 'hpctrain --help' for the list of commands");
   } catch (const hpctrain::Error& error) {
     mpi.abort_on(error);

@@ -11,7 +11,7 @@ namespace hpctrain {
 
 namespace {
 const char* const train_usage =
-    "usage: hpctrain train DECK.toml [--set section.key=value]... [--output DIR] [--profile]\n"
+    "usage: hpctrain train DECK.toml [--set section.key=value]... [--output DIR] [--resume auto|FILE] [--profile]\n"
     "\n"
     "Train the model described by the input deck DECK.toml (see docs/input-reference.md).\n"
     "\n"
@@ -19,15 +19,19 @@ const char* const train_usage =
     "  --set section.key=value   override a deck key (repeatable), e.g. --set precision.mode=bf16\n"
     "  --output DIR              write results to DIR (overrides run.output)\n"
     "  --profile                 print the time per phase of the training step at the end\n"
+    "  --resume auto|FILE        continue from OUTPUT/checkpoints/latest (auto: start fresh if there is none)\n"
+    "                            or from a checkpoint file\n"
     "  --help                    show this help\n"
     "\n"
-    "Outputs in the output directory: config.toml (the resolved deck), metrics.h5, train.log.\n"
+    "Outputs in the output directory: config.toml (the resolved deck), metrics.h5, train.log, checkpoints/.\n"
+    "Exit status 75: stopped on a signal (checkpoint.on_signal) or train.time_limit after writing a checkpoint.\n"
     "Launch with e.g. 'mpiexec -n 4 hpctrain train deck.toml'; data.batch_size is the global batch.\n";
 }  // namespace
 
 int train_command(const Arguments& args, const MpiEnvironment& mpi) {
   std::string deck;
   std::vector<std::string> overrides;
+  TrainOptions options;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     auto value = [&](const char* option) -> std::string {
@@ -41,6 +45,10 @@ int train_command(const Arguments& args, const MpiEnvironment& mpi) {
       overrides.push_back(value("--set"));
     } else if (arg.rfind("--set=", 0) == 0) {
       overrides.push_back(arg.substr(6));
+    } else if (arg == "--resume") {
+      options.resume = value("--resume");
+    } else if (arg.rfind("--resume=", 0) == 0) {
+      options.resume = arg.substr(9);
     } else if (arg == "--profile") {
       overrides.push_back("train.profile=true");
     } else if (arg == "--output") {
@@ -58,9 +66,8 @@ int train_command(const Arguments& args, const MpiEnvironment& mpi) {
   }
   HPCTRAIN_VERIFY(!deck.empty(), InputError, "hpctrain train: no input deck given", "usage: hpctrain train DECK.toml");
   const RunConfig config = load_run_config(deck, overrides);
-  Trainer trainer(config, mpi);
-  trainer.run();
-  return 0;
+  Trainer trainer(config, mpi, options);
+  return trainer.run().exit_code;
 }
 
 }  // namespace hpctrain

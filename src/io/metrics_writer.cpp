@@ -1,6 +1,8 @@
 // metrics.h5 writer: one extendible 1-D dataset per column, a flush after every row.
 #include "hpctrain/io/metrics_writer.hpp"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <set>
 
@@ -19,6 +21,19 @@ std::string column_path(const std::string& group, const std::string& column) { r
 }  // namespace
 
 MetricsWriter::MetricsWriter(const std::string& path) : path_(path), file_(create_file(path)) {}
+
+namespace {
+H5Handle open_or_create_for_append(const std::string& path) {
+  const auto lock = lock_hdf5();
+  silence_hdf5_error_printing();
+  if (access(path.c_str(), F_OK) != 0) return create_file(path);
+  H5Handle access_list(HPCTRAIN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
+  return H5Handle(HPCTRAIN_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDWR, access_list.get())));
+}
+}  // namespace
+
+MetricsWriter::MetricsWriter(const std::string& path, std::int64_t keep_through_step)
+    : path_(path), file_(open_or_create_for_append(path)), keep_through_step_(keep_through_step) {}
 
 void MetricsWriter::define(const std::string& group, const std::vector<std::pair<std::string, MetricKind>>& columns) {
   const auto lock = lock_hdf5();
@@ -41,6 +56,23 @@ void MetricsWriter::define(const std::string& group, const std::vector<std::pair
         H5Gcreate2(file_.get(), ("/" + group).c_str(), link_creation.get(), H5P_DEFAULT, H5P_DEFAULT)));
   }
 
+  if (keep_through_step_ >= 0 && link_exists(file_.get(), column_path(group, columns.front().first))) {
+    // Resuming: reuse the table, cut back to the rows up to the checkpoint's step.
+    Table table;
+    for (const auto& [name, kind] : columns) table.columns.push_back(Column{name, kind, open_dataset(file_.get(), column_path(group, name))});
+    H5Handle space(HPCTRAIN_H5_CHECK(H5Dget_space(table.columns.front().dataset.get())));
+    std::vector<std::int64_t> steps(static_cast<std::size_t>(H5Sget_simple_extent_npoints(space.get())));
+    if (!steps.empty())
+      HPCTRAIN_H5_CHECK(H5Dread(table.columns.front().dataset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                                steps.data()));
+    hsize_t kept = 0;
+    while (kept < steps.size() && steps[kept] <= keep_through_step_) ++kept;
+    for (Column& column : table.columns) HPCTRAIN_H5_CHECK(H5Dset_extent(column.dataset.get(), &kept));
+    table.rows = static_cast<std::int64_t>(kept);
+    tables_.emplace(group, std::move(table));
+    flush();
+    return;
+  }
   const hsize_t empty = 0, unlimited = H5S_UNLIMITED;
   H5Handle space(HPCTRAIN_H5_CHECK(H5Screate_simple(1, &empty, &unlimited)));
   H5Handle creation(HPCTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));

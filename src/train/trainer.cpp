@@ -22,12 +22,14 @@
 #include "hpctrain/data/batch_loader.hpp"
 #include "hpctrain/data/training_data.hpp"
 #include "hpctrain/dist/gradient_allreduce.hpp"
+#include "hpctrain/io/checkpoint.hpp"
 #include "hpctrain/io/metrics_writer.hpp"
 #include "hpctrain/kernels/backend.hpp"
 #include "hpctrain/nn/model.hpp"
 #include "hpctrain/optim/optimizer.hpp"
 #include "hpctrain/optim/schedule.hpp"
 #include "hpctrain/train/phase_timer.hpp"
+#include "hpctrain/train/signals.hpp"
 
 namespace hpctrain {
 
@@ -78,6 +80,16 @@ std::string number_text(double value) {
   return text;
 }
 
+// "HH:MM:SS", "MM:SS" or "SS" in seconds; 0 for "" (no limit). The parser has checked the format.
+double parse_time_limit(const std::string& text) {
+  if (text.empty()) return 0.0;
+  double seconds = 0.0;
+  std::stringstream stream(text);
+  std::string part;
+  while (std::getline(stream, part, ':')) seconds = seconds * 60.0 + std::stod(part);
+  return seconds;
+}
+
 std::string format_duration(double seconds) {
   const auto total = static_cast<long>(std::max(0.0, seconds) + 0.5);
   char text[32];
@@ -118,11 +130,14 @@ struct BackendBuffer {
 
 class Trainer::Impl {
  public:
-  Impl(const RunConfig& config, const MpiEnvironment& mpi);
+  Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOptions options);
   TrainSummary run();
 
  private:
   void prepare_output();
+  // Resume from a checkpoint (options_.resume), falling back to older ones when the newest is damaged.
+  void resume();
+  std::string save_checkpoint(std::int64_t step);
   void log(const std::string& line);
   // Copy a host batch into the model's input and the loss's label/target buffers.
   void upload(const HostBatch& batch);
@@ -155,10 +170,14 @@ class Trainer::Impl {
   float scale_in_effect_ = 1.0f;  // the loss scale the current step runs with (finish_step may change it)
   PhaseTimer timer_{false};
   std::int64_t first_step_ = 0;  // 0, or the step a resumed run continues from
+  TrainOptions options_;
+  std::unique_ptr<CheckpointStore> checkpoints_;
+  double control_[3] = {0, 0, 0};
+  double construction_time_ = MPI_Wtime();  // all-reduced with the loss each step: loss sum, signal, rank 0's stop request
 };
 
-Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi)
-    : config_(config), mpi_(mpi), task_(config.model.loss == "mse" ? TaskKind::regression : TaskKind::classification) {
+Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOptions options)
+    : config_(config), mpi_(mpi), options_(std::move(options)), task_(config.model.loss == "mse" ? TaskKind::regression : TaskKind::classification) {
   const int ranks = mpi.size();
   const std::int64_t batch = config.data.batch_size;
   HPCTRAIN_VERIFY(batch % ranks == 0, InputError,
@@ -234,17 +253,86 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi)
   sample_ids_ = BackendBuffer(*backend_, static_cast<std::size_t>(max_rows) * sizeof(std::int64_t));
   model_->initialize(config.run.seed);
 
+  output_ = config.run.output;
+  checkpoints_ = std::make_unique<CheckpointStore>(output_ / "checkpoints", mpi, config.checkpoint.keep);
+  resume();
   prepare_output();
+  install_checkpoint_signals(config.checkpoint.on_signal);
+}
+
+void Trainer::Impl::resume() {
+  if (options_.resume.empty()) return;
+  std::vector<fs::path> candidates;
+  if (options_.resume == "auto") {
+    candidates = checkpoints_->candidates();
+    if (candidates.empty()) {
+      log("resume auto: no checkpoint in " + checkpoints_->directory().string() + "; starting fresh");
+      return;
+    }
+  } else {
+    candidates.push_back(options_.resume);
+  }
+  std::string failures;
+  for (const fs::path& candidate : candidates) {
+    CheckpointState state;
+    std::string problem;
+    try {
+      load_checkpoint(candidate.string(), *model_, *optimizer_, *backend_, state, mpi_);
+    } catch (const Error& error) {
+      problem = error.what();
+    }
+    // Every rank reads the same file, so they fail alike; agree anyway so no rank goes on alone.
+    int failed = problem.empty() ? 0 : 1;
+    HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, mpi_.world()));
+    if (failed) {
+      if (problem.empty()) problem = "another rank could not load it";
+      failures += "\n  " + problem;
+      if (problem.find("different model") != std::string::npos || problem.find("needs") != std::string::npos ||
+          problem.find("deck asks") != std::string::npos)
+        throw InputError(problem, "resume with the deck the checkpoint was written with (stored in its 'deck' attribute)");
+      log("warning: " + problem + (candidate != candidates.back() ? "; trying an older checkpoint" : ""));
+      continue;
+    }
+    HPCTRAIN_VERIFY(state.step <= total_steps_, InputError,
+                    candidate.string() << " is at step " << state.step << ", past this deck's " << total_steps_
+                                       << " steps",
+                    "raise train.steps (or train.epochs) to continue training");
+    first_step_ = state.step;
+    state.scalars.found_nonfinite = 0;
+    backend_->copy_to_backend(scalars_.data, &state.scalars, sizeof state.scalars);
+    LoaderPosition position{state.epoch, state.step_in_epoch};
+    if (position.step_in_epoch >= steps_per_epoch_) position = {position.epoch + 1, 0};  // other rank count
+    loader_->seek(position);
+    log("resumed from " + candidate.string() + " at step " + std::to_string(state.step) + " (epoch " +
+        std::to_string(state.epoch) + ")");
+    return;
+  }
+  throw InputError("no usable checkpoint to resume from:" + failures,
+                   "start a fresh run (without --resume) or point --resume at a sound checkpoint");
+}
+
+std::string Trainer::Impl::save_checkpoint(std::int64_t step) {
+  CheckpointState state;
+  backend_->copy_to_host(&state.scalars, scalars_.data, sizeof state.scalars);
+  state.step = step;
+  state.epoch = loader_->position().epoch;
+  state.step_in_epoch = loader_->position().step_in_epoch;
+  state.seed = config_.run.seed;
+  const double start = MPI_Wtime();
+  const std::string path = checkpoints_->save(*model_, *optimizer_, *backend_, state, to_toml(config_));
+  char line[512];
+  std::snprintf(line, sizeof line, "checkpoint %s written in %.2f s", path.c_str(), MPI_Wtime() - start);
+  log(line);
+  return path;
 }
 
 void Trainer::Impl::prepare_output() {
-  output_ = config_.run.output;
   run_on_root(mpi_, [&] {
     const std::string where = config_.where("run.output");
     std::error_code error;
-    if (fs::exists(output_ / "metrics.h5", error))
+    if (options_.resume.empty() && fs::exists(output_ / "metrics.h5", error))
       throw InputError(where + ": output directory '" + output_.string() + "' already holds a run (metrics.h5)",
-                       "choose another directory with --output DIR (or run.output), or remove the old run");
+                       "continue it with --resume auto, choose another directory with --output DIR, or remove it");
     fs::create_directories(output_, error);
     if (error)
       throw InputError(where + ": cannot create output directory '" + output_.string() + "': " + error.message(),
@@ -255,8 +343,11 @@ void Trainer::Impl::prepare_output() {
     std::ofstream deck(output_ / "config.toml");
     deck << to_toml(config_);
     HPCTRAIN_VERIFY(deck.good(), InputError, where << ": cannot write '" << (output_ / "config.toml").string() << "'");
-    log_file_.open(output_ / "train.log");
-    metrics_ = std::make_unique<MetricsWriter>((output_ / "metrics.h5").string());
+    log_file_.open(output_ / "train.log", options_.resume.empty() ? std::ios::trunc : std::ios::app);
+    const std::string metrics_path = (output_ / "metrics.h5").string();
+    // A resumed run keeps the rows up to its checkpoint; a fresh start under --resume auto keeps none.
+    metrics_ = options_.resume.empty() ? std::make_unique<MetricsWriter>(metrics_path)
+                                       : std::make_unique<MetricsWriter>(metrics_path, first_step_);
     metrics_->define("train", {{"step", MetricKind::int64},
                                {"loss", MetricKind::float64},
                                {"lr", MetricKind::float64},
@@ -363,10 +454,12 @@ double Trainer::Impl::train_step(const HostBatch& batch, std::int64_t step, Step
   LossSums sums;
   backend_->copy_to_host(&scalars, scalars_.data, sizeof scalars);
   backend_->copy_to_host(&sums, sums_.data, sizeof sums);
-  double loss_sum = sums.loss_sum;
-  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &loss_sum, 1, MPI_DOUBLE, MPI_SUM, mpi_.world()));
+  // One small reduction per step carries the loss and the stop requests (a signal on any rank, rank 0's clock).
+  control_[0] = sums.loss_sum;
+  control_[1] = pending_checkpoint_signal();
+  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, control_, 3, MPI_DOUBLE, MPI_SUM, mpi_.world()));
   timer_.end();
-  return loss_sum / static_cast<double>(global_rows);
+  return control_[0] / static_cast<double>(global_rows);
 }
 
 void Trainer::Impl::check_numerics(const StepScalars& scalars, std::int64_t step, double train_loss) const {
@@ -406,8 +499,19 @@ TrainSummary Trainer::Impl::run() {
   std::int64_t interval_samples = 0;
   std::vector<double> interval_rates;
   std::int64_t step = first_step_;
+  const double time_limit = parse_time_limit(config_.train.time_limit);
+  double last_checkpoint_time = start, longest_step = 0.0, longest_checkpoint = 1.0;
   while (step < total_steps_) {
     const double step_start = MPI_Wtime();
+    // Rank 0's clock decides time-based checkpoints (1: checkpoint, 2: checkpoint and stop); the step's reduction
+    // tells every rank.
+    control_[2] = 0.0;
+    if (mpi_.is_root()) {
+      if (config_.checkpoint.every_seconds > 0 && step_start - last_checkpoint_time >= config_.checkpoint.every_seconds)
+        control_[2] = 1.0;
+      if (time_limit > 0 && step_start - construction_time_ + 3 * longest_step + 2 * longest_checkpoint >= time_limit)
+        control_[2] = 2.0;
+    }
     const std::int64_t epoch = loader_->position().epoch;
     timer_.begin(Phase::data);
     const HostBatch& batch = loader_->next();
@@ -424,6 +528,7 @@ TrainSummary Trainer::Impl::run() {
                                  scalars.grad_norm, scale_in_effect_, skipped ? 1.0 : 0.0});
     check_numerics(scalars, step, train_loss);
     ++step;
+    longest_step = std::max(longest_step, MPI_Wtime() - step_start);
 
     const bool last = step == total_steps_;
     if (step % config_.train.log_every == 0 || last) {
@@ -460,6 +565,26 @@ TrainSummary Trainer::Impl::run() {
       }
       log(line);
     }
+
+    const bool signalled = control_[1] > 0, out_of_time = control_[2] > 1.5;
+    const bool periodic = (config_.checkpoint.every_steps > 0 && step % config_.checkpoint.every_steps == 0) ||
+                          control_[2] > 0.5;
+    if (periodic || signalled || out_of_time || (last && config_.checkpoint.at_end)) {
+      const double checkpoint_start = MPI_Wtime();
+      save_checkpoint(step);
+      last_checkpoint_time = MPI_Wtime();
+      longest_checkpoint = std::max(longest_checkpoint, last_checkpoint_time - checkpoint_start);
+    }
+    if (signalled || out_of_time) {
+      const int local = pending_checkpoint_signal();
+      log(std::string("stopping at step ") + std::to_string(step) + " after " +
+          (out_of_time ? "nearing train.time_limit (" + config_.train.time_limit + ")"
+                       : (local ? signal_name(local) : std::string("a signal on another rank"))) +
+          "; the checkpoint is committed. Exit status " + std::to_string(exit_checkpointed) +
+          ": continue with --resume auto");
+      summary.exit_code = exit_checkpointed;
+      break;
+    }
   }
   summary.steps = step;
   summary.seconds = MPI_Wtime() - start;
@@ -481,7 +606,8 @@ TrainSummary Trainer::Impl::run() {
   return summary;
 }
 
-Trainer::Trainer(const RunConfig& config, const MpiEnvironment& mpi) : impl_(std::make_unique<Impl>(config, mpi)) {}
+Trainer::Trainer(const RunConfig& config, const MpiEnvironment& mpi, const TrainOptions& options)
+    : impl_(std::make_unique<Impl>(config, mpi, options)) {}
 Trainer::~Trainer() = default;
 TrainSummary Trainer::run() { return impl_->run(); }
 

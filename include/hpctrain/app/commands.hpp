@@ -13,6 +13,7 @@ using Arguments = std::vector<std::string>;
 
 int train_command(const Arguments& args, const MpiEnvironment& mpi);
 int data_command(const Arguments& args, const MpiEnvironment& mpi);  // data generate | inspect
+int checkpoint_command(const Arguments& args, const MpiEnvironment& mpi);  // checkpoint verify
 int version_command(const MpiEnvironment& mpi);
 
 }  // namespace hpctrain

@@ -10,18 +10,20 @@
 #include <cstdint>
 #include <vector>
 
+#include "hpctrain/data/sampler.hpp"
+
 namespace hpctrain {
 
 // torch.randperm(n) on the CPU for a generator seeded with `seed`.
 std::vector<std::int64_t> torch_randperm(std::int64_t n, std::uint64_t seed);
 
-class DistributedSampler {
+class DistributedSampler final : public Sampler {
  public:
   DistributedSampler(std::int64_t samples, int ranks, int rank, std::uint64_t seed, bool shuffle, bool drop_last);
   // Samples per rank and epoch (num_samples in PyTorch).
-  [[nodiscard]] std::int64_t samples_per_rank() const { return per_rank_; }
+  [[nodiscard]] std::int64_t samples_per_rank() const override { return per_rank_; }
   // This rank's sample indices for an epoch, in the order it visits them.
-  [[nodiscard]] std::vector<std::int64_t> indices(std::int64_t epoch) const;
+  [[nodiscard]] std::vector<std::int64_t> indices(std::int64_t epoch) const override;
   // The padded/truncated global order of an epoch (what all ranks together visit, interleaved).
   [[nodiscard]] std::vector<std::int64_t> global_order(std::int64_t epoch) const;
 

@@ -21,6 +21,9 @@ class MetricsWriter {
  public:
   // Creates the file, replacing any existing one.
   explicit MetricsWriter(const std::string& path);
+  // A resumed run: open the existing file (create it if missing); define() then reuses existing tables, dropping rows
+  // whose "step" column is past keep_through_step (written after the checkpoint the run resumes from).
+  MetricsWriter(const std::string& path, std::int64_t keep_through_step);
   ~MetricsWriter() = default;  // closes the file; a failed close is only logged (use close() to see it)
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
@@ -57,6 +60,7 @@ class MetricsWriter {
   std::string path_;
   H5Handle file_;
   std::map<std::string, Table> tables_;
+  std::int64_t keep_through_step_ = -1;  // >= 0: resuming
 };
 
 }  // namespace hpctrain

@@ -11,7 +11,13 @@
 
 namespace hpctrain {
 
+// How a run starts: fresh, or from a checkpoint.
+struct TrainOptions {
+  std::string resume;  // "": fresh; "auto": OUTPUT/checkpoints/latest if there is one, else fresh; else a file
+};
+
 struct TrainSummary {
+  int exit_code = 0;  // 0, or exit_checkpointed after a signal / the time limit
   std::int64_t steps = 0;
   double final_train_loss = 0.0;
   double final_eval_loss = 0.0;
@@ -23,7 +29,7 @@ struct TrainSummary {
 
 class Trainer {
  public:
-  Trainer(const RunConfig& config, const MpiEnvironment& mpi);
+  Trainer(const RunConfig& config, const MpiEnvironment& mpi, const TrainOptions& options = {});
   ~Trainer();
   TrainSummary run();
 

@@ -1,0 +1,47 @@
+// `hpctrain checkpoint verify FILE|RUN_DIR`: check a checkpoint's layout and every dataset's CRC-32 (rank 0 only).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "hpctrain/app/commands.hpp"
+#include "hpctrain/core/error.hpp"
+#include "hpctrain/dist/mpi_environment.hpp"
+#include "hpctrain/io/checkpoint.hpp"
+
+namespace hpctrain {
+
+namespace {
+const char* const checkpoint_usage =
+    "usage: hpctrain checkpoint verify FILE.h5|RUN_DIR\n"
+    "\n"
+    "Check a checkpoint: its format and the CRC-32 of every dataset. With a run directory, check the checkpoint that\n"
+    "RUN_DIR/checkpoints/latest names. Exit status 0 when sound, 1 when damaged.\n";
+}
+
+int checkpoint_command(const Arguments& args, const MpiEnvironment& mpi) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    if (mpi.is_root()) std::fputs(checkpoint_usage, args.empty() ? stderr : stdout);
+    return args.empty() ? exit_input_error : 0;
+  }
+  HPCTRAIN_VERIFY(args[0] == "verify" && args.size() == 2, InputError,
+                  "hpctrain checkpoint: expected 'verify FILE|RUN_DIR'", "see 'hpctrain checkpoint --help'");
+  namespace fs = std::filesystem;
+  fs::path path = args[1];
+  if (fs::is_directory(path)) {
+    std::ifstream latest(path / "checkpoints" / "latest");
+    std::string name;
+    HPCTRAIN_VERIFY(static_cast<bool>(latest >> name), InputError,
+                    "'" << path.string() << "' has no checkpoints/latest", "pass a checkpoint file instead");
+    path = path / "checkpoints" / name;
+  }
+  if (!mpi.is_root()) return 0;
+  const std::string problem = verify_checkpoint(path.string());
+  if (problem.empty()) {
+    std::printf("%s: ok\n", path.string().c_str());
+    return 0;
+  }
+  std::printf("%s: DAMAGED: %s\n", path.string().c_str(), problem.c_str());
+  return 1;
+}
+
+}  // namespace hpctrain
