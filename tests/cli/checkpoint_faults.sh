@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Faults during checkpointing: kill -9 of all ranks at random moments while they write a checkpoint every step,
+# repeated; after each kill the checkpoint `latest` names passes its checksums and loads. And a write that fails
+# (file-size limit standing in for a full disk) gives a clear error and leaves the previous checkpoint intact.
+source "$(dirname "$0")/lib/common.bash"
+cd "$WORK"
+make_spirals train.h5 2000 1
+cat >deck.toml <<'TOML'
+[data]
+train = "train.h5"
+batch_size = 32
+[model]
+layers = [ { type = "linear", out = 256 }, { type = "relu" }, { type = "linear", out = 256 }, { type = "relu" },
+           { type = "linear", out = 3 } ]
+[train]
+steps = 1000000
+log_every = 1000
+[checkpoint]
+every_steps = 1
+keep = 2
+TOML
+trials=${HPCTRAIN_KILL_TRIALS:-20}
+sound=0
+for trial in $(seq "$trials"); do
+  # shellcheck disable=SC2086
+  $MPIEXEC -n 2 "$HPCTRAIN" train deck.toml --output run --resume auto >trial.log 2>&1 &
+  launcher=$!
+  for _ in $(seq 200); do [[ -f run/checkpoints/latest ]] && break; sleep 0.05; done
+  sleep "0.$((RANDOM % 10))$((RANDOM % 10))"
+  pkill -9 -f "hpctrain train deck.toml --output run" || true
+  wait $launcher 2>/dev/null || true
+  if "$HPCTRAIN" checkpoint verify run >verify.log 2>&1; then
+    sound=$((sound + 1))
+  else
+    fail "trial $trial: latest checkpoint damaged: $(cat verify.log)"
+  fi
+done
+((sound == trials)) && pass "$trials kill -9 trials: latest always sound ($(ls run/checkpoints | tr '\n' ' '))"
+# ... and it loads: resume for a few more steps.
+latest=$(sed -n 's/.*step-0*\([0-9]*\)\.h5/\1/p' run/checkpoints/latest)
+run_ranks 2 train deck.toml --output run --resume auto --set train.steps=$((latest + 2)) >resume.log 2>&1 &&
+  pass "resumed after the kills from step $latest" || { cat resume.log >&2; fail "resume after kills"; }
+
+# A failing write: the file-size limit makes the new checkpoint's write fail; the previous one stays committed.
+before=$(cat run/checkpoints/latest)
+status=0
+(ulimit -f 64 && trap '' XFSZ && run_ranks 2 train deck.toml --output run --resume auto \
+  --set train.steps=$((latest + 4))) >full.log 2>&1 || status=$?
+((status != 0)) && grep -q "hpctrain: error:" full.log && pass "failed write reported: $(grep -m1 "hpctrain: error" full.log)" ||
+  { cat full.log >&2; fail "a failing checkpoint write was not reported"; }
+[[ $(cat run/checkpoints/latest) == "$before" ]] && "$HPCTRAIN" checkpoint verify run >/dev/null &&
+  pass "previous checkpoint intact ($before)" || fail "previous checkpoint damaged"
+finish

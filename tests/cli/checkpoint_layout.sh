@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The checkpoint layout that docs/file-formats.md's PyTorch example relies on: the deck attribute names every layer,
+# /model/<name>/weight has PyTorch's (out, in) shape, and a NumPy forward pass with those tensors reproduces the run's
+# final validation loss.
+source "$(dirname "$0")/lib/common.bash"
+cd "$WORK"
+make_spirals train.h5 2000 1
+make_spirals validation.h5 500 2
+cat >deck.toml <<'TOML'
+[data]
+train = "train.h5"
+validation = "validation.h5"
+batch_size = 50
+[model]
+layers = [ { type = "linear", out = 16 }, { type = "layernorm", eps = 1e-4 }, { type = "leaky_relu", negative_slope = 0.2 },
+           { type = "dropout", p = 0.1 }, { type = "linear", out = 12, name = "hidden" }, { type = "tanh" },
+           { type = "gelu" }, { type = "relu" }, { type = "linear", out = 3 } ]
+[train]
+steps = 60
+TOML
+run_ranks 2 train deck.toml --output run >run.log 2>&1 || { cat run.log >&2; fail "training run"; }
+$PYTHON - <<'PY' && pass "checkpoint layout and NumPy forward pass" || fail "layout check"
+import math, tomllib, zlib, h5py, numpy as np
+ckpt = h5py.File("run/checkpoints/step-00000060.h5", "r")
+deck = tomllib.loads(ckpt.attrs["deck"])
+x = h5py.File("validation.h5", "r")["/features"][()].astype(np.float64)
+labels = h5py.File("validation.h5", "r")["/labels"][()]
+erf = np.vectorize(math.erf)
+width = x.shape[1]
+for spec in deck["model"]["layers"]:
+    name, kind = spec["name"], spec["type"]
+    if kind == "linear":
+        w, b = ckpt[f"/model/{name}/weight"][()], ckpt[f"/model/{name}/bias"][()]
+        assert w.shape == (spec["out"], width), (name, w.shape)
+        assert zlib.crc32(w.tobytes()) == ckpt[f"/model/{name}/weight"].attrs["crc32"]
+        x = x @ w.T.astype(np.float64) + b
+        width = spec["out"]
+    elif kind == "layernorm":
+        g, b = ckpt[f"/model/{name}/weight"][()], ckpt[f"/model/{name}/bias"][()]
+        mean, var = x.mean(1, keepdims=True), x.var(1, keepdims=True)
+        x = (x - mean) / np.sqrt(var + spec["eps"]) * g + b
+    elif kind == "relu": x = np.maximum(x, 0)
+    elif kind == "leaky_relu": x = np.where(x > 0, x, spec["negative_slope"] * x)
+    elif kind == "tanh": x = np.tanh(x)
+    elif kind == "gelu": x = 0.5 * x * (1 + erf(x / math.sqrt(2)))
+    elif kind == "dropout": pass
+    else: raise AssertionError(kind)
+assert "exp_avg" in ckpt["/optimizer"] and "exp_avg_sq" in ckpt["/optimizer"]
+shifted = x - x.max(1, keepdims=True)
+loss = np.mean(np.log(np.exp(shifted).sum(1)) - shifted[np.arange(len(labels)), labels])
+reported = h5py.File("run/metrics.h5", "r")["/eval/loss"][-1]
+print(f"NumPy loss {loss:.7f}, hpctrain's final validation loss {reported:.7f}")
+assert abs(loss - reported) < 1e-5 * abs(reported), (loss, reported)
+PY
+finish
