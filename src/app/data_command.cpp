@@ -1,21 +1,30 @@
-// `hpctrain data generate KIND ...` writes a synthetic dataset; `hpctrain data inspect FILE.h5` describes a data file.
+// `hpctrain data ...`: the data tools. generate writes a synthetic dataset, inspect describes a data file (with
+// per-channel statistics), convert writes one from .npy or CSV, split carves out a validation set, plan prints which
+// samples each rank reads at each step, bench measures how fast a deck's training data can be read.
 //
 // Every rank parses the command line (so a bad option is reported once, by rank 0, like every error all ranks see);
-// only rank 0 touches files and prints, and the other ranks wait for it at a barrier.
+// only rank 0 touches files and prints, and the other ranks wait for it at a barrier (bench alone runs on every rank).
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <sstream>
 #include <unordered_map>
 
 #include "hpctrain/app/commands.hpp"
+#include "hpctrain/config/run_config.hpp"
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/data/batch_loader.hpp"
+#include "hpctrain/data/channel_statistics.hpp"
+#include "hpctrain/data/convert.hpp"
 #include "hpctrain/data/generate.hpp"
 #include "hpctrain/data/hdf5_dataset.hpp"
+#include "hpctrain/data/sampler.hpp"
+#include "hpctrain/data/training_data.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
 #include "hpctrain/io/hdf5.hpp"
 
@@ -28,9 +37,14 @@ const char* const data_usage =
     "\n"
     "sub-commands:\n"
     "  generate KIND --samples N --output FILE.h5 [options]   write a synthetic dataset (blobs, spirals, regression)\n"
-    "  inspect FILE.h5                                        describe the datasets, labels and attributes of a file\n"
+    "  inspect FILE.h5                                        describe a file: datasets, labels, per-channel "
+    "statistics\n"
+    "  convert --features X.npy --labels Y.npy --output F.h5  convert NumPy arrays (or --csv FILE.csv) to HDF5\n"
+    "  split FILE.h5 --validation-fraction F ...              split a file into training and validation files\n"
+    "  plan DECK.toml --ranks R [--epoch E]                   print the samples each rank reads at each step\n"
+    "  bench DECK.toml [--steps N]                            measure how fast every rank reads its training batches\n"
     "\n"
-    "Run 'hpctrain data generate --help' or 'hpctrain data inspect --help' for details.\n";
+    "Run 'hpctrain data <sub-command> --help' for details.\n";
 
 const char* const generate_usage =
     "usage: hpctrain data generate KIND --samples N --output FILE.h5 [options]\n"
@@ -60,22 +74,100 @@ const char* const generate_usage =
     "regression, with the options recorded as attributes of the root.\n";
 
 const char* const inspect_usage =
-    "usage: hpctrain data inspect FILE.h5\n"
+    "usage: hpctrain data inspect FILE.h5 [--features PATH] [--all-channels]\n"
     "\n"
     "Describe an HDF5 data file: every dataset (shape, stored type, chunking and compression), the number of\n"
-    "samples, the range and number of distinct labels in /labels, and the attributes of the root.\n"
-    "The file is read in bounded blocks, so any size is fine.\n";
+    "samples, the range and number of distinct labels in /labels, min/max/mean/std of every feature channel, and\n"
+    "the attributes of the root. The file is read in bounded blocks, so any size is fine.\n"
+    "\n"
+    "options:\n"
+    "  --features PATH   the dataset to summarise per channel (default /features)\n"
+    "  --all-channels    print every channel (default: the first 32)\n"
+    "\n"
+    "A channel is the second dimension: (N, F) has F channels, (N, C, H, W) has C channels of H x W values.\n"
+    "std is the population standard deviation (numpy.std). NaN and Inf are counted apart and left out.\n";
+
+const char* const convert_usage =
+    "usage: hpctrain data convert --features X.npy (--labels Y.npy | --targets T.npy) --output FILE.h5 [options]\n"
+    "       hpctrain data convert --csv FILE.csv (--label-column COL | --target-column COL) [--header]\n"
+    "                             --output FILE.h5 [options]\n"
+    "\n"
+    "Write an HDF5 data file in hpctrain's layout from NumPy .npy arrays or a CSV file of numbers.\n"
+    "\n"
+    ".npy: the features keep their element type (float16/32/64, int8..64, uint8..64) and shape (N, ...); labels\n"
+    "(N) or (N, 1) whole numbers become /labels int32; targets (N) or (N, K) become /targets float32. C order only.\n"
+    "CSV: comma-separated numbers, one sample per line; the chosen column becomes /labels (N) int32 (whole numbers)\n"
+    "or /targets (N, 1) float32, every other column /features (N, F) float32. Empty lines are skipped.\n"
+    "\n"
+    "options:\n"
+    "  --features X.npy        features, shape (N, ...) with at least 2 dimensions\n"
+    "  --labels Y.npy          class labels\n"
+    "  --targets T.npy         regression targets\n"
+    "  --csv FILE.csv          a CSV file instead of .npy arrays\n"
+    "  --label-column COL      CSV: the class label column, by header name or index counted from 0 (-1 = last)\n"
+    "  --target-column COL     CSV: a regression target column instead\n"
+    "  --header                CSV: the first line names the columns\n"
+    "  --output FILE.h5        file to write (required); written as FILE.h5.partial and renamed when complete\n"
+    "  --compress              gzip level 4 with the shuffle filter (smaller files, slower random reads)\n"
+    "  --force                 replace FILE.h5 if it exists\n"
+    "\n"
+    "Datasets are chunked along the sample axis in chunks of about 1 MiB of whole samples.\n";
+
+const char* const split_usage =
+    "usage: hpctrain data split FILE.h5 --validation-fraction F --train-output A.h5 --validation-output B.h5\n"
+    "                           [--seed S] [--shuffle] [--compress] [--force]\n"
+    "\n"
+    "Split every per-sample dataset of FILE.h5 (those with as many rows as /features) into a training and a\n"
+    "validation file. The validation set is the first round(F x N) samples of torch.randperm(N) with a generator\n"
+    "seeded with S (default 0): the same seed gives the same split. Values keep their stored types.\n"
+    "\n"
+    "options:\n"
+    "  --validation-fraction F   share of the samples for validation, 0 < F < 1\n"
+    "  --seed S                  seed of the random split (default 0)\n"
+    "  --shuffle                 write the samples in random order (for data.shuffle = \"local\"); default: file "
+    "order\n"
+    "  --compress                gzip level 4 with the shuffle filter\n"
+    "  --force                   replace existing output files\n";
+
+const char* const plan_usage =
+    "usage: hpctrain data plan DECK.toml --ranks R [--epoch E] [--steps K] [--set section.key=value]...\n"
+    "\n"
+    "Print, for one epoch of the deck's training data, the global sample indices each of R ranks reads at each step,\n"
+    "in the order it reads them: one line per (step, rank). Runs on one process: no need to start R ranks.\n"
+    "With data.shuffle = true the order is PyTorch's DistributedSampler's (randperm seeded with run.seed + epoch,\n"
+    "padded or truncated to a multiple of R, rank r taking every R-th index from r), so a PyTorch run can be\n"
+    "checked against it; the global batch of a step is the same set of samples for any R.\n"
+    "\n"
+    "options:\n"
+    "  --ranks R     number of ranks (required)\n"
+    "  --epoch E     the epoch (default 0)\n"
+    "  --steps K     print only the first K steps\n"
+    "  --set k=v     override a deck key, as for 'hpctrain train' (repeatable)\n";
+
+const char* const bench_usage =
+    "usage: mpiexec -n R hpctrain data bench DECK.toml [--steps K] [--set section.key=value]...\n"
+    "\n"
+    "Read the deck's training batches exactly as 'hpctrain train' would on this many ranks (same sampler, files,\n"
+    "transforms, data.prefetch, data.in_memory, data.shuffle), without training, and report per rank the staging time\n"
+    "(data.in_memory, local shuffle) and the read throughput: bytes of batch data delivered (float32 features,\n"
+    "labels/targets) per second of waiting for batches.\n"
+    "\n"
+    "options:\n"
+    "  --steps K     batches to read per rank (default: one epoch)\n"
+    "  --set k=v     override a deck key (repeatable), e.g. --set data.prefetch=0\n";
 
 // --- command-line parsing ---
 
 struct OptionSpec {
   std::string name;  // "--samples"
   bool takes_value;
+  bool repeatable = false;  // --set: every occurrence is kept, in order
 };
 
 struct ParsedArguments {
   std::vector<std::string> positionals;
-  std::map<std::string, std::string> values;  // option -> value ("" for a flag)
+  std::map<std::string, std::string> values;                 // option -> value ("" for a flag)
+  std::map<std::string, std::vector<std::string>> repeated;  // repeatable option -> its values
   bool help = false;
 
   [[nodiscard]] bool has(const std::string& option) const { return values.contains(option); }
@@ -119,6 +211,15 @@ ParsedArguments parse_arguments(const Arguments& args, const std::vector<OptionS
         }
       }
       throw InputError(command + ": unknown option '" + name + "'", hint);
+    }
+    if (spec->repeatable) {
+      if (equals != std::string::npos) {
+        parsed.repeated[name].push_back(arg.substr(equals + 1));
+      } else {
+        HPCTRAIN_VERIFY(i + 1 < args.size(), InputError, command << ": " << name << " needs a value", help_hint);
+        parsed.repeated[name].push_back(args[++i]);
+      }
+      continue;
     }
     HPCTRAIN_VERIFY(!parsed.has(name), InputError, command << ": " << name << " given twice", help_hint);
     if (!spec->takes_value) {
@@ -174,6 +275,52 @@ std::string human_size(std::uintmax_t bytes) {
   return text;
 }
 
+// Writes `output` with write(path) under a temporary name and renames it when complete, so that a crash or a full disk
+// never leaves a half-written file under the name a deck points at. Checks first that the directory exists and that
+// `output` does not (unless force). `option` names the command-line option in messages.
+void write_then_rename(const std::string& command, const std::string& option, const std::string& output, bool force,
+                       const std::function<void(const std::string&)>& write) {
+  namespace fs = std::filesystem;
+  HPCTRAIN_VERIFY(!output.empty(), InputError, command << ": " << option << " is empty",
+                  "see '" + command + " --help'");
+  const fs::path output_path(output);
+  const fs::path directory = output_path.has_parent_path() ? output_path.parent_path() : fs::path(".");
+  HPCTRAIN_VERIFY(fs::is_directory(directory), InputError,
+                  command << ": the directory of " << option << ", '" << directory.string() << "', does not exist",
+                  "create it first (mkdir -p " + directory.string() + ")");
+  HPCTRAIN_VERIFY(!fs::is_directory(output_path), InputError,
+                  command << ": " << option << " '" << output << "' is a directory",
+                  "name a file, e.g. " + output + "/data.h5");
+  HPCTRAIN_VERIFY(!fs::exists(output_path) || force, InputError, command << ": '" << output << "' already exists",
+                  "pass --force to replace it, or choose another " + option);
+  const std::string partial = output + ".partial";
+  try {
+    write(partial);
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove(partial, ignored);
+    throw;
+  }
+  std::error_code rename_error;
+  fs::rename(partial, output_path, rename_error);
+  if (rename_error) {
+    std::error_code ignored;
+    fs::remove(partial, ignored);
+    throw InputError(command + ": cannot rename '" + partial + "' to '" + output + "': " + rename_error.message(), "",
+                     ErrorScope::this_rank);
+  }
+}
+
+// Every error of a data tool names the command: "hpctrain data convert: 'x.npy' is ...".
+template <class Action>
+auto with_command_context(const std::string& command, Action&& action) {
+  try {
+    return action();
+  } catch (const InputError& error) {
+    throw InputError(command + ": " + error.what(), error.hint(), error.scope());
+  }
+}
+
 // --- data generate ---
 
 int generate_command(const Arguments& args, const MpiEnvironment& mpi) {
@@ -226,40 +373,10 @@ int generate_command(const Arguments& args, const MpiEnvironment& mpi) {
     throw InputError(command + ": " + error.what(), help_hint);
   }
   const std::string output = parsed.values.at("--output");
-  HPCTRAIN_VERIFY(!output.empty(), InputError, command << ": --output is empty", help_hint);
 
   if (mpi.is_root()) {
-    namespace fs = std::filesystem;
-    const fs::path output_path(output);
-    const fs::path directory = output_path.has_parent_path() ? output_path.parent_path() : fs::path(".");
-    HPCTRAIN_VERIFY(fs::is_directory(directory), InputError,
-                    command << ": the directory of --output, '" << directory.string() << "', does not exist",
-                    "create it first (mkdir -p " + directory.string() + ")");
-    HPCTRAIN_VERIFY(!fs::is_directory(output_path), InputError,
-                    command << ": --output '" << output << "' is a directory",
-                    "name a file, e.g. " + output + "/data.h5");
-    HPCTRAIN_VERIFY(!fs::exists(output_path) || parsed.has("--force"), InputError,
-                    command << ": '" << output << "' already exists",
-                    "pass --force to replace it, or choose another --output");
-
-    // Written under a temporary name and renamed when complete: a crash or a full disk never leaves a half-written file
-    // under the name a training deck points at.
-    const std::string partial = output + ".partial";
-    try {
-      write_synthetic_dataset(spec, partial);
-    } catch (...) {
-      std::error_code ignored;
-      fs::remove(partial, ignored);
-      throw;
-    }
-    std::error_code rename_error;
-    fs::rename(partial, output_path, rename_error);
-    if (rename_error) {
-      std::error_code ignored;
-      fs::remove(partial, ignored);
-      throw InputError(command + ": cannot rename '" + partial + "' to '" + output + "': " + rename_error.message(), "",
-                       ErrorScope::this_rank);
-    }
+    write_then_rename(command, "--output", output, parsed.has("--force"),
+                      [&](const std::string& partial) { write_synthetic_dataset(spec, partial); });
 
     std::ostringstream line;
     line << "wrote " << output << ": " << spec.samples << " samples of " << kind_name << " (" << spec.features
@@ -367,6 +484,44 @@ void print_label_summary(const std::string& file) {
   std::printf("\n");
 }
 
+// min/max/mean/std per channel of one dataset, in a table.
+void print_channel_statistics(const std::string& file, const std::string& path, bool all_channels) {
+  std::unique_ptr<Hdf5Dataset> dataset;
+  try {
+    dataset = std::make_unique<Hdf5Dataset>(file, path);
+  } catch (const InputError& error) {  // strings, compounds, a scalar: nothing to summarise
+    std::printf("channels (%s): not summarised (%s)\n", path.c_str(), error.what());
+    return;
+  }
+  const std::vector<ChannelStatistics> channels = channel_statistics(*dataset);
+  const auto& shape = dataset->shape();
+  const std::int64_t per_sample =
+      channels.empty() ? 0 : dataset->sample_size() / static_cast<std::int64_t>(channels.size());
+  std::printf("channels (%s, %s): %zu, %lld value%s per sample each\n", path.c_str(), dataset->type_name().c_str(),
+              channels.size(), static_cast<long long>(per_sample), per_sample == 1 ? "" : "s");
+  if (shape.empty() || shape[0] == 0) return;
+  constexpr std::size_t shown_by_default = 32;
+  const std::size_t shown = all_channels ? channels.size() : std::min(channels.size(), shown_by_default);
+  std::printf("  %7s  %14s  %14s  %14s  %14s\n", "channel", "min", "max", "mean", "std");
+  std::int64_t non_finite = 0;
+  for (std::size_t c = 0; c < channels.size(); ++c) {
+    const ChannelStatistics& statistics = channels[c];
+    non_finite += statistics.non_finite;
+    if (c >= shown) continue;
+    if (statistics.count == 0) {
+      std::printf("  %7zu  %14s\n", c, "no finite values");
+      continue;
+    }
+    std::printf("  %7zu  %14.7g  %14.7g  %14.7g  %14.7g%s\n", c, statistics.minimum, statistics.maximum,
+                statistics.mean, statistics.standard_deviation(),
+                statistics.non_finite > 0 ? ("  (" + std::to_string(statistics.non_finite) + " NaN/Inf)").c_str() : "");
+  }
+  if (shown < channels.size())
+    std::printf("  ... %zu more channels (--all-channels prints them)\n", channels.size() - shown);
+  if (non_finite > 0)
+    std::printf("warning: %lld NaN or Inf values in %s\n", static_cast<long long>(non_finite), path.c_str());
+}
+
 struct DatasetRow {
   std::string path, shape, type, storage;
   std::vector<std::int64_t> dims;
@@ -374,7 +529,7 @@ struct DatasetRow {
 
 int inspect_command(const Arguments& args, const MpiEnvironment& mpi) {
   const std::string command = "hpctrain data inspect";
-  const ParsedArguments parsed = parse_arguments(args, {}, command);
+  const ParsedArguments parsed = parse_arguments(args, {{"--features", true}, {"--all-channels", false}}, command);
   if (parsed.help) {
     if (mpi.is_root()) std::fputs(inspect_usage, stdout);
     return 0;
@@ -451,6 +606,17 @@ int inspect_command(const Arguments& args, const MpiEnvironment& mpi) {
       }
     }
 
+    const std::string features_path = parsed.has("--features") ? parsed.values.at("--features") : "/features";
+    const auto summarised = std::find_if(rows.begin(), rows.end(), [&](const DatasetRow& r) {
+      return r.path == features_path || r.path == "/" + features_path;
+    });
+    if (summarised != rows.end()) {
+      print_channel_statistics(file, summarised->path, parsed.has("--all-channels"));
+    } else if (parsed.has("--features")) {
+      throw InputError(command + ": '" + file + "' has no dataset '" + features_path + "'",
+                       "the datasets are listed above");
+    }
+
     const std::vector<std::string> attributes = attribute_names(handle.get());
     std::printf("attributes:%s\n", attributes.empty() ? " none" : "");
     for (const std::string& name : attributes)
@@ -461,10 +627,294 @@ int inspect_command(const Arguments& args, const MpiEnvironment& mpi) {
   return 0;
 }
 
+// --- data convert ---
+
+int convert_command(const Arguments& args, const MpiEnvironment& mpi) {
+  const std::string command = "hpctrain data convert";
+  const ParsedArguments parsed = parse_arguments(args,
+                                                 {{"--features", true},
+                                                  {"--labels", true},
+                                                  {"--targets", true},
+                                                  {"--csv", true},
+                                                  {"--label-column", true},
+                                                  {"--target-column", true},
+                                                  {"--header", false},
+                                                  {"--output", true},
+                                                  {"--compress", false},
+                                                  {"--force", false}},
+                                                 command);
+  if (parsed.help) {
+    if (mpi.is_root()) std::fputs(convert_usage, stdout);
+    return 0;
+  }
+  const std::string help_hint = "see '" + command + " --help'";
+  HPCTRAIN_VERIFY(parsed.positionals.empty(), InputError,
+                  command << ": unexpected argument '" << parsed.positionals[0] << "'", help_hint);
+  HPCTRAIN_VERIFY(parsed.has("--output"), InputError, command << ": --output FILE.h5 is required", help_hint);
+  const bool csv = parsed.has("--csv");
+  if (csv) {
+    for (const char* option : {"--features", "--labels", "--targets"})
+      HPCTRAIN_VERIFY(!parsed.has(option), InputError, command << ": " << option << " is for .npy input, not --csv",
+                      help_hint);
+    HPCTRAIN_VERIFY(parsed.has("--label-column") != parsed.has("--target-column"), InputError,
+                    command << ": --csv needs exactly one of --label-column and --target-column", help_hint);
+  } else {
+    HPCTRAIN_VERIFY(parsed.has("--features"), InputError,
+                    command << ": give --features X.npy with --labels or --targets, or --csv FILE.csv", help_hint);
+    HPCTRAIN_VERIFY(parsed.has("--labels") != parsed.has("--targets"), InputError,
+                    command << ": give exactly one of --labels Y.npy and --targets T.npy", help_hint);
+    for (const char* option : {"--label-column", "--target-column", "--header"})
+      HPCTRAIN_VERIFY(!parsed.has(option), InputError, command << ": " << option << " is for --csv input", help_hint);
+  }
+  const std::string output = parsed.values.at("--output");
+  const bool compress = parsed.has("--compress");
+  if (mpi.is_root()) {
+    std::string summary;
+    write_then_rename(command, "--output", output, parsed.has("--force"), [&](const std::string& partial) {
+      summary = with_command_context(command, [&] {
+        if (csv) {
+          CsvConversion conversion;
+          conversion.csv = parsed.values.at("--csv");
+          conversion.targets = parsed.has("--target-column");
+          conversion.label_column = parsed.values.at(conversion.targets ? "--target-column" : "--label-column");
+          conversion.header = parsed.has("--header");
+          conversion.compress = compress;
+          return convert_csv(conversion, partial);
+        }
+        NpyConversion conversion;
+        conversion.features = parsed.values.at("--features");
+        conversion.answers_are_labels = parsed.has("--labels");
+        conversion.answers = parsed.values.at(conversion.answers_are_labels ? "--labels" : "--targets");
+        conversion.compress = compress;
+        return convert_npy(conversion, partial);
+      });
+    });
+    // The summary names the temporary file: name the real one.
+    const std::string partial = output + ".partial";
+    if (const auto at = summary.find(partial); at != std::string::npos) summary.replace(at, partial.size(), output);
+    std::printf("%s\n", summary.c_str());
+    std::fflush(stdout);
+  }
+  wait_for_root(mpi);
+  return 0;
+}
+
+// --- data split ---
+
+int split_command(const Arguments& args, const MpiEnvironment& mpi) {
+  const std::string command = "hpctrain data split";
+  const ParsedArguments parsed = parse_arguments(args,
+                                                 {{"--validation-fraction", true},
+                                                  {"--seed", true},
+                                                  {"--train-output", true},
+                                                  {"--validation-output", true},
+                                                  {"--shuffle", false},
+                                                  {"--compress", false},
+                                                  {"--force", false}},
+                                                 command);
+  if (parsed.help) {
+    if (mpi.is_root()) std::fputs(split_usage, stdout);
+    return 0;
+  }
+  const std::string help_hint = "see '" + command + " --help'";
+  HPCTRAIN_VERIFY(parsed.positionals.size() == 1, InputError,
+                  command << ": " << (parsed.positionals.empty() ? "no input file given" : "one input file only"),
+                  help_hint);
+  for (const char* option : {"--validation-fraction", "--train-output", "--validation-output"})
+    HPCTRAIN_VERIFY(parsed.has(option), InputError, command << ": " << option << " is required", help_hint);
+  SplitRequest request;
+  request.input = parsed.positionals[0];
+  request.validation_fraction = parse_number(parsed, "--validation-fraction", command);
+  if (parsed.has("--seed")) request.seed = parse_integer<std::uint64_t>(parsed, "--seed", command);
+  request.shuffle = parsed.has("--shuffle");
+  request.compress = parsed.has("--compress");
+  const std::string train_output = parsed.values.at("--train-output");
+  const std::string validation_output = parsed.values.at("--validation-output");
+  HPCTRAIN_VERIFY(
+      train_output != validation_output && train_output != request.input && validation_output != request.input,
+      InputError, command << ": the input and the two outputs must be three different files", help_hint);
+  if (mpi.is_root()) {
+    std::string summary;
+    // Both outputs are written to temporary names; the second rename happens only when both are complete.
+    write_then_rename(command, "--train-output", train_output, parsed.has("--force"), [&](const std::string& train) {
+      write_then_rename(
+          command, "--validation-output", validation_output, parsed.has("--force"), [&](const std::string& validation) {
+            summary = with_command_context(command, [&] { return split_dataset(request, train, validation); });
+          });
+    });
+    for (const std::string& name : {train_output, validation_output}) {
+      const std::string partial = name + ".partial";
+      if (const auto at = summary.find(partial); at != std::string::npos) summary.replace(at, partial.size(), name);
+    }
+    std::printf("%s\n", summary.c_str());
+    std::fflush(stdout);
+  }
+  wait_for_root(mpi);
+  return 0;
+}
+
+// --- data plan ---
+
+TaskKind task_of(const RunConfig& config) {
+  return config.model.loss == "mse" ? TaskKind::regression : TaskKind::classification;
+}
+
+// data.batch_size split among `ranks`, with the trainer's message when it does not divide.
+std::int64_t local_batch_of(const RunConfig& config, int ranks) {
+  const std::int64_t batch = config.data.batch_size;
+  HPCTRAIN_VERIFY(batch % ranks == 0, InputError,
+                  config.where("data.batch_size")
+                      << ": data.batch_size = " << batch << " is not divisible by the " << ranks << " ranks",
+                  "data.batch_size is the global batch; pick a multiple of the rank count");
+  return batch / ranks;
+}
+
+int plan_command(const Arguments& args, const MpiEnvironment& mpi) {
+  const std::string command = "hpctrain data plan";
+  const ParsedArguments parsed =
+      parse_arguments(args, {{"--ranks", true}, {"--epoch", true}, {"--steps", true}, {"--set", true, true}}, command);
+  if (parsed.help) {
+    if (mpi.is_root()) std::fputs(plan_usage, stdout);
+    return 0;
+  }
+  const std::string help_hint = "see '" + command + " --help'";
+  HPCTRAIN_VERIFY(parsed.positionals.size() == 1, InputError,
+                  command << ": " << (parsed.positionals.empty() ? "no deck given" : "one deck only"), help_hint);
+  HPCTRAIN_VERIFY(parsed.has("--ranks"), InputError, command << ": --ranks R is required", help_hint);
+  const auto ranks = parse_integer<std::int64_t>(parsed, "--ranks", command);
+  HPCTRAIN_VERIFY(ranks >= 1 && ranks <= (1 << 24), InputError, command << ": --ranks must be at least 1", help_hint);
+  const std::int64_t epoch = parsed.has("--epoch") ? parse_integer<std::int64_t>(parsed, "--epoch", command) : 0;
+  HPCTRAIN_VERIFY(epoch >= 0, InputError, command << ": --epoch must be >= 0", help_hint);
+  const std::int64_t max_steps =
+      parsed.has("--steps") ? parse_integer<std::int64_t>(parsed, "--steps", command) : INT64_MAX;
+  const auto overrides = parsed.repeated.contains("--set") ? parsed.repeated.at("--set") : std::vector<std::string>{};
+  const RunConfig config = load_run_config(parsed.positionals[0], overrides);
+
+  if (mpi.is_root()) {
+    const TrainingData data(config, "data.train", config.data.train, task_of(config));
+    const int rank_count = static_cast<int>(ranks);
+    const std::int64_t local_batch = local_batch_of(config, rank_count);
+    const ShuffleMode mode = parse_shuffle_mode(config.data.shuffle);
+    std::vector<std::unique_ptr<Sampler>> samplers;
+    std::vector<std::vector<std::int64_t>> orders;
+    for (int rank = 0; rank < rank_count; ++rank) {
+      samplers.push_back(make_sampler(mode, data.samples(), rank_count, rank, config.run.seed, config.data.drop_last));
+      orders.push_back(samplers.back()->indices(epoch));
+    }
+    const std::int64_t per_rank = samplers.front()->samples_per_rank();
+    const std::int64_t steps = steps_per_epoch(per_rank, local_batch, config.data.drop_last);
+    const std::int64_t visited = per_rank * ranks;
+    std::printf("# hpctrain data plan: %s, epoch %lld\n", parsed.positionals[0].c_str(), static_cast<long long>(epoch));
+    std::printf(
+        "# data.train: %s: %lld samples; %lld ranks; global batch %lld = %lld x %lld; data.shuffle = %s; "
+        "data.drop_last = %s; run.seed = %llu\n",
+        data.file().c_str(), static_cast<long long>(data.samples()), static_cast<long long>(ranks),
+        static_cast<long long>(config.data.batch_size), static_cast<long long>(ranks),
+        static_cast<long long>(local_batch), shuffle_mode_name(mode), config.data.drop_last ? "true" : "false",
+        static_cast<unsigned long long>(config.run.seed));
+    std::printf("# %lld steps per epoch; %lld samples per rank", static_cast<long long>(steps),
+                static_cast<long long>(per_rank));
+    if (visited > data.samples()) {
+      std::printf(" (%lld samples read twice as padding)", static_cast<long long>(visited - data.samples()));
+    } else if (visited < data.samples()) {
+      std::printf(" (%lld samples dropped this epoch)", static_cast<long long>(data.samples() - visited));
+    }
+    std::printf("\n");
+    if (mode == ShuffleMode::local) {
+      std::printf("# local shuffle: each rank reads only its slice:");
+      for (int rank = 0; rank < rank_count; ++rank) {
+        const auto [first, end] = rank_slice(data.samples(), rank_count, rank);
+        std::printf(" rank %d [%lld, %lld)", rank, static_cast<long long>(first), static_cast<long long>(end));
+      }
+      std::printf("\n");
+    }
+    std::printf("# each line: step, rank, then the global sample indices that rank reads at that step, in order\n");
+    std::string line;
+    for (std::int64_t step = 0; step < std::min(steps, max_steps); ++step) {
+      for (int rank = 0; rank < rank_count; ++rank) {
+        const auto& order = orders[static_cast<std::size_t>(rank)];
+        const std::int64_t first = step * local_batch;
+        const std::int64_t end = std::min<std::int64_t>(first + local_batch, static_cast<std::int64_t>(order.size()));
+        line = "step ";
+        line += std::to_string(step);
+        line += " rank ";
+        line += std::to_string(rank);
+        line += ':';
+        for (std::int64_t i = first; i < end; ++i) {
+          line += ' ';
+          line += std::to_string(order[static_cast<std::size_t>(i)]);
+        }
+        std::puts(line.c_str());
+      }
+    }
+    std::fflush(stdout);
+  }
+  wait_for_root(mpi);
+  return 0;
+}
+
+// --- data bench ---
+
+int bench_command(const Arguments& args, const MpiEnvironment& mpi) {
+  const std::string command = "hpctrain data bench";
+  const ParsedArguments parsed = parse_arguments(args, {{"--steps", true}, {"--set", true, true}}, command);
+  if (parsed.help) {
+    if (mpi.is_root()) std::fputs(bench_usage, stdout);
+    return 0;
+  }
+  const std::string help_hint = "see '" + command + " --help'";
+  HPCTRAIN_VERIFY(parsed.positionals.size() == 1, InputError,
+                  command << ": " << (parsed.positionals.empty() ? "no deck given" : "one deck only"), help_hint);
+  const auto overrides = parsed.repeated.contains("--set") ? parsed.repeated.at("--set") : std::vector<std::string>{};
+  const RunConfig config = load_run_config(parsed.positionals[0], overrides);
+  TrainingData data(config, "data.train", config.data.train, task_of(config));
+  const std::int64_t local_batch = local_batch_of(config, mpi.size());
+
+  const double staging_start = MPI_Wtime();
+  BatchLoader loader(data, config.data, mpi, local_batch, config.run.seed);
+  const double staging = MPI_Wtime() - staging_start;
+  const std::int64_t steps =
+      parsed.has("--steps") ? parse_integer<std::int64_t>(parsed, "--steps", command) : loader.steps_per_epoch();
+  HPCTRAIN_VERIFY(steps >= 1, InputError, command << ": --steps must be at least 1", help_hint);
+  const std::int64_t row_bytes = data.feature_width() * static_cast<std::int64_t>(sizeof(float)) +
+                                 data.target_width() * static_cast<std::int64_t>(sizeof(float));
+  std::int64_t rows = 0;
+  const double start = MPI_Wtime();
+  for (std::int64_t step = 0; step < steps; ++step) rows += loader.next().rows;
+  const double seconds = MPI_Wtime() - start;
+
+  // Rank 0 prints every rank's figures: (staging s, seconds, bytes).
+  const double mine[3] = {staging, seconds, static_cast<double>(rows * row_bytes)};
+  std::vector<double> all(static_cast<std::size_t>(3 * mpi.size()));
+  HPCTRAIN_MPI_CHECK(MPI_Gather(mine, 3, MPI_DOUBLE, all.data(), 3, MPI_DOUBLE, 0, mpi.world()));
+  if (mpi.is_root()) {
+    std::printf(
+        "# hpctrain data bench: %s: %s, %lld samples of %lld bytes (float32), %d ranks x %lld steps of %lld; "
+        "data.shuffle = %s, data.prefetch = %lld, data.in_memory = %s\n",
+        parsed.positionals[0].c_str(), data.file().c_str(), static_cast<long long>(data.samples()),
+        static_cast<long long>(row_bytes), mpi.size(), static_cast<long long>(steps),
+        static_cast<long long>(local_batch), config.data.shuffle.c_str(), static_cast<long long>(config.data.prefetch),
+        config.data.in_memory ? "true" : "false");
+    std::vector<double> rates;
+    for (int rank = 0; rank < mpi.size(); ++rank) {
+      const double* figures = all.data() + 3 * rank;
+      const double rate = figures[2] / std::max(figures[1], 1e-12) / 1e6;
+      rates.push_back(rate);
+      std::printf("rank %d: staging %.3f s, read %.1f MB in %.3f s: %.1f MB/s\n", rank, figures[0], figures[2] / 1e6,
+                  figures[1], rate);
+    }
+    std::sort(rates.begin(), rates.end());
+    std::printf("median per-rank read throughput: %.1f MB/s\n", rates[rates.size() / 2]);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int data_command(const Arguments& args, const MpiEnvironment& mpi) {
-  const std::string hint = "the sub-commands are 'generate' and 'inspect'; see 'hpctrain data --help'";
+  const std::string hint =
+      "the sub-commands are generate, inspect, convert, split, plan and bench; see 'hpctrain data --help'";
   HPCTRAIN_VERIFY(!args.empty(), InputError, "hpctrain data: no sub-command given", hint);
   const std::string& sub_command = args[0];
   if (sub_command == "--help" || sub_command == "-h" || sub_command == "help") {
@@ -474,6 +924,10 @@ int data_command(const Arguments& args, const MpiEnvironment& mpi) {
   const Arguments rest(args.begin() + 1, args.end());
   if (sub_command == "generate") return generate_command(rest, mpi);
   if (sub_command == "inspect") return inspect_command(rest, mpi);
+  if (sub_command == "convert") return convert_command(rest, mpi);
+  if (sub_command == "split") return split_command(rest, mpi);
+  if (sub_command == "plan") return plan_command(rest, mpi);
+  if (sub_command == "bench") return bench_command(rest, mpi);
   throw InputError("hpctrain data: unknown sub-command '" + sub_command + "'", hint);
 }
 

@@ -8,6 +8,7 @@
 // "--set optimizer.lr=-1"), names the key, and says what would be valid; the hint says what to write instead.
 #include "hpctrain/config/run_config.hpp"
 
+#include <glob.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -37,11 +38,14 @@ namespace {
 // Schema
 // ---------------------------------------------------------------------------------------------------------------------
 
-// How a key's TOML value is read. `number` accepts integers too; `loss_scale` is a word or a positive number.
-enum class ValueKind { integer, number, boolean, string, loss_scale, layers };
+// How a key's TOML value is read. `number` accepts integers too; `loss_scale` is a word or a positive number;
+// `string_array` is an array of strings (a single string is taken as a one-element array); `shuffle` is a boolean or a
+// word (true = "global", false = "none").
+enum class ValueKind { integer, number, boolean, string, string_array, shuffle, loss_scale, layers };
 
 // Where a key's value lives inside a RunConfig (or a LayerSpec). monostate for model.layers, which is read separately.
-using FieldRef = std::variant<std::monostate, std::int64_t*, std::uint64_t*, double*, bool*, std::string*>;
+using FieldRef = std::variant<std::monostate, std::int64_t*, std::uint64_t*, double*, bool*, std::string*,
+                              std::vector<std::string>*>;
 
 template <auto section_member, auto field_member>
 FieldRef bind_field(RunConfig& config) {
@@ -59,7 +63,7 @@ struct FieldSpec {
   std::string_view key;  // within its section
   ValueKind kind;
   FieldRef (*bind)(RunConfig&);
-  std::vector<std::string_view> allowed_words = {};  // enumerations: the only valid values
+  std::vector<std::string_view> allowed_words = {};  // enumerations (each element, for arrays): the only valid values
 };
 
 struct SectionSpec {
@@ -93,8 +97,13 @@ const std::vector<SectionSpec>& schema() {
            {"targets", Kind::string, bind_field<&Config::data, &DataSection::targets>},
            {"batch_size", Kind::integer, bind_field<&Config::data, &DataSection::batch_size>},
            {"eval_batch_size", Kind::integer, bind_field<&Config::data, &DataSection::eval_batch_size>},
-           {"shuffle", Kind::boolean, bind_field<&Config::data, &DataSection::shuffle>},
+           {"shuffle", Kind::shuffle, bind_field<&Config::data, &DataSection::shuffle>, {"global", "none", "local"}},
            {"drop_last", Kind::boolean, bind_field<&Config::data, &DataSection::drop_last>},
+           {"prefetch", Kind::integer, bind_field<&Config::data, &DataSection::prefetch>},
+           {"in_memory", Kind::boolean, bind_field<&Config::data, &DataSection::in_memory>},
+           {"log1p", Kind::boolean, bind_field<&Config::data, &DataSection::log1p>},
+           {"scale", Kind::number, bind_field<&Config::data, &DataSection::scale>},
+           {"shift", Kind::number, bind_field<&Config::data, &DataSection::shift>},
        }},
       {"train",
        {
@@ -103,6 +112,8 @@ const std::vector<SectionSpec>& schema() {
            {"log_every", Kind::integer, bind_field<&Config::train, &TrainSection::log_every>},
            {"eval_every", Kind::integer, bind_field<&Config::train, &TrainSection::eval_every>},
            {"profile", Kind::boolean, bind_field<&Config::train, &TrainSection::profile>},
+           {"time_limit", Kind::string, bind_field<&Config::train, &TrainSection::time_limit>},
+           {"accumulate", Kind::integer, bind_field<&Config::train, &TrainSection::accumulate>},
        }},
       {"optimizer",
        {
@@ -115,6 +126,7 @@ const std::vector<SectionSpec>& schema() {
            {"momentum", Kind::number, bind_field<&Config::optimizer, &OptimizerSection::momentum>},
            {"nesterov", Kind::boolean, bind_field<&Config::optimizer, &OptimizerSection::nesterov>},
            {"grad_clip", Kind::number, bind_field<&Config::optimizer, &OptimizerSection::grad_clip>},
+           {"no_decay", Kind::string_array, bind_field<&Config::optimizer, &OptimizerSection::no_decay>},
        }},
       {"schedule",
        {
@@ -136,6 +148,17 @@ const std::vector<SectionSpec>& schema() {
            {"backoff_factor", Kind::number, bind_field<&Config::precision, &PrecisionSection::backoff_factor>},
            {"growth_interval", Kind::integer, bind_field<&Config::precision, &PrecisionSection::growth_interval>},
            {"max_skipped_steps", Kind::integer, bind_field<&Config::precision, &PrecisionSection::max_skipped_steps>},
+       }},
+      {"checkpoint",
+       {
+           {"every_steps", Kind::integer, bind_field<&Config::checkpoint, &CheckpointSection::every_steps>},
+           {"every_seconds", Kind::number, bind_field<&Config::checkpoint, &CheckpointSection::every_seconds>},
+           {"keep", Kind::integer, bind_field<&Config::checkpoint, &CheckpointSection::keep>},
+           {"at_end", Kind::boolean, bind_field<&Config::checkpoint, &CheckpointSection::at_end>},
+           {"on_signal",
+            Kind::string_array,
+            bind_field<&Config::checkpoint, &CheckpointSection::on_signal>,
+            {"USR1", "USR2", "TERM", "INT", "HUP"}},
        }},
   };
   return sections;
@@ -379,8 +402,23 @@ std::string toml_literal(const FieldRef& target) {
     std::string operator()(const double* value) const { return toml_float(*value); }
     std::string operator()(const bool* value) const { return *value ? "true" : "false"; }
     std::string operator()(const std::string* value) const { return toml_string(*value); }
+    std::string operator()(const std::vector<std::string>* values) const {
+      std::string text = "[";
+      for (std::size_t i = 0; i < values->size(); ++i) text += (i > 0 ? ", " : "") + toml_string((*values)[i]);
+      return text + "]";
+    }
   };
   return std::visit(Writer{}, target);
+}
+
+// The TOML literal of a field as to_toml writes it: data.shuffle's words global/none are written as true/false.
+std::string toml_literal(ValueKind kind, const FieldRef& target) {
+  if (kind == ValueKind::shuffle) {
+    const std::string& word = *std::get<std::string*>(target);
+    if (word == "global") return "true";
+    if (word == "none") return "false";
+  }
+  return toml_literal(target);
 }
 
 // A short description of what a TOML value is, for "expected X, got Y" messages.
@@ -413,6 +451,10 @@ std::string_view expected_description(ValueKind kind) {
       return "a boolean (true or false)";
     case ValueKind::string:
       return "a string";
+    case ValueKind::string_array:
+      return "an array of strings";
+    case ValueKind::shuffle:
+      return "a boolean or a string (true, false or \"local\")";
     case ValueKind::loss_scale:
       return "a string (auto, dynamic, none) or a positive number";
     case ValueKind::layers:
@@ -425,6 +467,7 @@ std::string_view expected_description(ValueKind kind) {
 std::string example_literal(std::string_view dotted_key, const std::string& default_literal) {
   if (dotted_key == "data.train") return "\"data/train.h5\"";
   if (dotted_key == "data.validation") return "\"data/validation.h5\"";
+  if (dotted_key == "train.time_limit") return "\"11:50:00\"";
   if (dotted_key == "run.output") return "\"runs/my_run\"";
   if (dotted_key == "model.layers[].type") return "\"linear\"";
   if (dotted_key == "model.layers[].name") return "\"encoder\"";
@@ -438,6 +481,30 @@ std::optional<double> parse_number_text(std::string_view text) {
   const auto result = std::from_chars(text.data(), text.data() + text.size(), value);
   if (result.ec != std::errc() || result.ptr != text.data() + text.size() || !std::isfinite(value)) return std::nullopt;
   return value;
+}
+
+// train.time_limit in seconds: "H:MM:SS" (any number of hour digits) or "M:SS" (any number of minute digits), with
+// two-digit minutes and seconds below 60 after a colon; nullopt for anything else, or for a total of zero.
+std::optional<std::int64_t> time_limit_seconds(std::string_view text) {
+  std::vector<std::int64_t> fields;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t colon = std::min(text.find(':', start), text.size());
+    const std::string_view digits = text.substr(start, colon - start);
+    std::int64_t value = 0;
+    const auto result = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (digits.empty() || digits.size() > 9 || result.ptr != digits.data() + digits.size() || result.ec != std::errc())
+      return std::nullopt;
+    if (!fields.empty() && (digits.size() != 2 || value >= 60)) return std::nullopt;
+    fields.push_back(value);
+    if (colon == text.size()) break;
+    start = colon + 1;
+  }
+  if (fields.size() < 2 || fields.size() > 3) return std::nullopt;
+  std::int64_t seconds = 0;
+  for (const std::int64_t field : fields) seconds = seconds * 60 + field;
+  if (seconds <= 0) return std::nullopt;
+  return seconds;
 }
 
 std::string trim(std::string_view text) {
@@ -523,7 +590,7 @@ class DeckReader {
   static std::string default_literal(std::string_view section_name, const FieldSpec& field) {
     RunConfig defaults;
     return example_literal(std::string(section_name) + "." + std::string(field.key),
-                           toml_literal(field.bind(defaults)));
+                           toml_literal(field.kind, field.bind(defaults)));
   }
 
   static std::string default_literal(const LayerFieldSpec& field) {
@@ -535,7 +602,10 @@ class DeckReader {
                                const std::string& example) const {
     fail(location(dotted_key),
          dotted_key + " must be " + std::string(expected_description(kind)) + ", got " + describe(node),
-         "write it like " + example + (kind == ValueKind::string ? " (strings need quotes)" : " (no quotes)"));
+         "write it like " + example +
+             (kind == ValueKind::string || kind == ValueKind::string_array ? " (strings need quotes)"
+              : kind == ValueKind::shuffle                                 ? ""
+                                                                           : " (no quotes)"));
   }
 
   [[noreturn]] void range_error(const std::string& dotted_key, const std::string& rule, const std::string& got,
@@ -685,7 +755,9 @@ class DeckReader {
     } catch (const toml::parse_error&) {
     }
     const toml::node* node = parsed && parsed->size() == 1 ? parsed->get("value") : nullptr;
-    if (!node || (kind == ValueKind::string && !node->is_string())) {
+    if (!node || (kind == ValueKind::string && !node->is_string()) ||
+        (kind == ValueKind::string_array && !node->is_string() && !node->is_array()) ||
+        (kind == ValueKind::shuffle && !node->is_string() && !node->is_boolean())) {
       table.insert_or_assign(key, raw_value);
       return;
     }
@@ -770,6 +842,35 @@ class DeckReader {
         const auto* value = node.as_string();
         if (!value) type_error(dotted_key, kind, node, example);
         *std::get<std::string*>(target) = value->get();
+        return;
+      }
+      case ValueKind::string_array: {
+        auto& values = *std::get<std::vector<std::string>*>(target);
+        if (const auto* single = node.as_string()) {
+          values = {single->get()};
+          return;
+        }
+        const auto* array = node.as_array();
+        if (!array) type_error(dotted_key, kind, node, example);
+        values.clear();
+        for (std::size_t i = 0; i < array->size(); ++i) {
+          const auto* element = array->get(i)->as_string();
+          if (!element)
+            fail(location(dotted_key),
+                 dotted_key + "[" + std::to_string(i) + "] must be a string, got " + describe(*array->get(i)),
+                 "write it like " + example + " (strings need quotes)");
+          values.push_back(element->get());
+        }
+        return;
+      }
+      case ValueKind::shuffle: {
+        if (const auto* flag = node.as_boolean()) {
+          *std::get<std::string*>(target) = flag->get() ? "global" : "none";
+        } else if (const auto* word = node.as_string()) {
+          *std::get<std::string*>(target) = word->get();
+        } else {
+          type_error(dotted_key, kind, node, "shuffle = true, shuffle = false or shuffle = \"local\"");
+        }
         return;
       }
       case ValueKind::loss_scale: {
@@ -881,12 +982,17 @@ class DeckReader {
   void validate() {
     const RunConfig& config = config_;
     for (const auto& section : schema())
-      for (const auto& field : section.fields)
-        if (!field.allowed_words.empty()) {
-          RunConfig copy = config;  // bind needs a mutable config; the copy is only read
-          check_word(std::string(section.name) + "." + std::string(field.key),
-                     *std::get<std::string*>(field.bind(copy)), field.allowed_words);
+      for (const auto& field : section.fields) {
+        if (field.allowed_words.empty()) continue;
+        RunConfig copy = config;  // bind needs a mutable config; the copy is only read
+        const std::string dotted = std::string(section.name) + "." + std::string(field.key);
+        if (field.kind == ValueKind::string_array) {
+          for (const auto& word : *std::get<std::vector<std::string>*>(field.bind(copy)))
+            check_word(dotted, word, field.allowed_words);
+        } else {
+          check_word(dotted, *std::get<std::string*>(field.bind(copy)), field.allowed_words);
         }
+      }
 
     check_integer("run.threads", config.run.threads, 0);
     if (override_for("run.output") || config.positions.count("run.output"))
@@ -909,6 +1015,8 @@ class DeckReader {
     }
     check_integer("data.batch_size", config.data.batch_size, 1);
     check_integer("data.eval_batch_size", config.data.eval_batch_size, 0);
+    check_integer("data.prefetch", config.data.prefetch, 0);
+    check_number("data.scale", config.data.scale, config.data.scale != 0, "a non-zero number");
 
     check_integer("train.steps", config.train.steps, 0);
     check_integer("train.epochs", config.train.epochs, 0);
@@ -929,6 +1037,16 @@ class DeckReader {
     }
     check_integer("train.log_every", config.train.log_every, 1);
     check_integer("train.eval_every", config.train.eval_every, 0);
+    check_integer("train.accumulate", config.train.accumulate, 1);
+    if (!config.train.time_limit.empty() && !time_limit_seconds(config.train.time_limit))
+      range_error("train.time_limit",
+                  "\"HH:MM:SS\", \"MM:SS\" (minutes and seconds below 60, more than zero in all) or \"\"",
+                  toml_string(config.train.time_limit), "e.g. time_limit = \"11:50:00\"; \"\" means no limit");
+
+    const CheckpointSection& checkpoint = config.checkpoint;
+    check_integer("checkpoint.every_steps", checkpoint.every_steps, 0);
+    check_number("checkpoint.every_seconds", checkpoint.every_seconds, checkpoint.every_seconds >= 0, ">= 0");
+    check_integer("checkpoint.keep", checkpoint.keep, 0);
 
     const OptimizerSection& optimizer = config.optimizer;
     check_number("optimizer.lr", optimizer.lr, optimizer.lr > 0, "> 0");
@@ -1046,14 +1164,28 @@ class DeckReader {
   // Relative data paths: used as they are when they exist from the current directory, otherwise taken relative to the
   // deck's directory. Either way the result is made absolute, so the resolved deck (to_toml) reads the same data
   // from wherever it is loaded.
+  // A glob pattern counts as existing from the current directory when it matches something there.
   std::string resolve_data_path(const std::string& path) const {
     namespace fs = std::filesystem;
     if (path.empty()) return path;
     const fs::path given(path);
     if (given.is_absolute()) return given.lexically_normal().string();
     std::error_code error;
-    if (fs::exists(given, error)) return fs::absolute(given, error).lexically_normal().string();
+    bool here = false;
+    if (path.find_first_of("*?[") != std::string::npos) {  // a glob pattern (see data/data_files.hpp)
+      glob_t matches{};
+      here = glob(path.c_str(), 0, nullptr, &matches) == 0 && matches.gl_pathc > 0;
+      globfree(&matches);
+    } else {
+      here = fs::exists(given, error);
+    }
+    if (here) return fs::absolute(given, error).lexically_normal().string();
     return fs::absolute(fs::path(deck_path_).parent_path() / given, error).lexically_normal().string();
+  }
+
+  void resolve_data_paths(std::string& path) const { path = resolve_data_path(path); }
+  void resolve_data_paths(std::vector<std::string>& paths) const {
+    for (auto& path : paths) path = resolve_data_path(path);
   }
 
   void fill_defaults_and_resolve_paths() {
@@ -1061,8 +1193,8 @@ class DeckReader {
       std::string stem = std::filesystem::path(deck_path_).stem().string();
       config_.run.output = "runs/" + (stem.empty() ? std::string("deck") : stem);
     }
-    config_.data.train = resolve_data_path(config_.data.train);
-    config_.data.validation = resolve_data_path(config_.data.validation);
+    resolve_data_paths(config_.data.train);
+    resolve_data_paths(config_.data.validation);
   }
 };
 
@@ -1116,7 +1248,7 @@ std::string to_toml(const RunConfig& config) {
     out << "\n[" << section.name << "]\n";
     for (const auto& field : section.fields) {
       if (field.kind == ValueKind::layers) continue;  // written after the section's plain keys, as [[model.layers]]
-      out << field.key << " = " << toml_literal(field.bind(copy)) << "\n";
+      out << field.key << " = " << toml_literal(field.kind, field.bind(copy)) << "\n";
     }
     if (section.name != "model") continue;
     for (auto& layer : copy.model.layers) {

@@ -1,39 +1,147 @@
-// Batch loader: synchronous reads of the sampler's order.
+// Batch loader: the sampler's order read into a ring of pre-allocated batches by a background thread (or in next()).
 #include "hpctrain/data/batch_loader.hpp"
 
-#include <mpi.h>
-
 #include <algorithm>
+#include <chrono>
 
 #include "hpctrain/config/run_config.hpp"
+#include "hpctrain/core/error.hpp"
 
 namespace hpctrain {
 
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+}  // namespace
+
 BatchLoader::BatchLoader(TrainingData& data, const DataSection& section, const MpiEnvironment& mpi,
                          std::int64_t local_batch, std::uint64_t seed)
-    : data_(data),
-      sampler_(data.samples(), mpi.size(), mpi.rank(), seed, section.shuffle, section.drop_last),
-      local_batch_(local_batch) {
-  const std::int64_t per_rank = sampler_.samples_per_rank();
-  steps_per_epoch_ = section.drop_last ? per_rank / local_batch_ : (per_rank + local_batch_ - 1) / local_batch_;
+    : BatchLoader(data, section, mpi.size(), mpi.rank(), local_batch, seed) {}
+
+BatchLoader::BatchLoader(TrainingData& data, const DataSection& section, int ranks, int rank, std::int64_t local_batch,
+                         std::uint64_t seed)
+    : data_(data), local_batch_(local_batch), prefetch_(section.prefetch) {
+  HPCTRAIN_ASSERT(local_batch > 0 && section.prefetch >= 0,
+                  "local batch " << local_batch << ", prefetch " << section.prefetch);
+  const ShuffleMode mode = parse_shuffle_mode(section.shuffle);
+  sampler_ = make_sampler(mode, data.samples(), ranks, rank, seed, section.drop_last);
+  steps_per_epoch_ = hpctrain::steps_per_epoch(sampler_->samples_per_rank(), local_batch_, section.drop_last);
+
+  // Staging: the local slice (all this rank ever reads) or, with data.in_memory, the whole split, read once here.
+  if (mode == ShuffleMode::local) {
+    const auto [first, end] = rank_slice(data.samples(), ranks, rank);
+    data.load_into_memory(first, end - first);
+  } else if (section.in_memory) {
+    data.load_into_memory(0, data.samples());
+  }
+
+  slots_.resize(static_cast<std::size_t>(prefetch_ + 1));
+  for (Slot& slot : slots_) data.reserve(slot.batch, local_batch_);
+  indices_.reserve(static_cast<std::size_t>(sampler_->samples_per_rank()));
+  if (prefetch_ > 0) reader_ = std::thread([this] { reader_loop(); });
 }
 
-BatchLoader::~BatchLoader() = default;
+BatchLoader::~BatchLoader() {
+  if (!reader_.joinable()) return;
+  {
+    const std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  reader_.join();
+}
 
-void BatchLoader::seek(LoaderPosition position) { position_ = position; }
+LoaderPosition BatchLoader::after(LoaderPosition position) const {
+  if (++position.step_in_epoch == steps_per_epoch_) position = {position.epoch + 1, 0};
+  return position;
+}
+
+void BatchLoader::fill(Slot& slot, LoaderPosition position) {
+  if (indices_epoch_ != position.epoch) {
+    indices_ = sampler_->indices(position.epoch);
+    indices_epoch_ = position.epoch;
+  }
+  const std::int64_t first = position.step_in_epoch * local_batch_;
+  const std::int64_t rows = std::min<std::int64_t>(local_batch_, static_cast<std::int64_t>(indices_.size()) - first);
+  data_.read(indices_.data() + first, rows, slot.batch);
+  slot.position = position;
+}
+
+void BatchLoader::reader_loop() {
+  const std::size_t ring = slots_.size();
+  std::unique_lock lock(mutex_);
+  while (true) {
+    changed_.wait(lock, [&] { return stopping_ || (!error_ && filled_ + (holding_ ? 1 : 0) < ring); });
+    if (stopping_) return;
+    Slot& slot = slots_[(head_ + (holding_ ? 1 : 0) + filled_) % ring];  // the first free slot: nobody else uses it
+    const LoaderPosition position = fill_position_;
+    const std::uint64_t generation = generation_;
+    lock.unlock();
+    std::exception_ptr failure;
+    try {
+      fill(slot, position);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    lock.lock();
+    if (generation != generation_) continue;  // seek() discarded this batch while it was being read
+    if (failure) {
+      error_ = failure;
+    } else {
+      ++filled_;
+      fill_position_ = after(position);
+    }
+    changed_.notify_all();
+  }
+}
+
+void BatchLoader::seek(LoaderPosition position) {
+  HPCTRAIN_ASSERT(position.epoch >= 0 && position.step_in_epoch >= 0 && position.step_in_epoch < steps_per_epoch_,
+                  "position (epoch " << position.epoch << ", step " << position.step_in_epoch
+                                     << ") outside an epoch of " << steps_per_epoch_ << " steps");
+  position_ = position;
+  if (prefetch_ == 0) return;
+  {
+    const std::lock_guard lock(mutex_);
+    ++generation_;
+    head_ = 0;
+    filled_ = 0;
+    holding_ = false;
+    fill_position_ = position;
+    error_ = nullptr;
+  }
+  changed_.notify_all();
+}
 
 const HostBatch& BatchLoader::next() {
-  const double start = MPI_Wtime();
-  if (indices_epoch_ != position_.epoch) {
-    indices_ = sampler_.indices(position_.epoch);
-    indices_epoch_ = position_.epoch;
+  const auto start = std::chrono::steady_clock::now();
+  if (prefetch_ == 0) {
+    Slot& slot = slots_.front();
+    fill(slot, position_);
+    position_ = after(position_);
+    wait_seconds_ += seconds_since(start);
+    return slot.batch;
   }
-  const std::int64_t first = position_.step_in_epoch * local_batch_;
-  const std::int64_t rows = std::min<std::int64_t>(local_batch_, static_cast<std::int64_t>(indices_.size()) - first);
-  data_.read(indices_.data() + first, rows, batch_);
-  if (++position_.step_in_epoch == steps_per_epoch_) position_ = {position_.epoch + 1, 0};
-  wait_seconds_ += MPI_Wtime() - start;
-  return batch_;
+  std::unique_lock lock(mutex_);
+  if (holding_) {  // the caller is done with the batch it got last time: its slot goes back to the reader
+    head_ = (head_ + 1) % slots_.size();
+    holding_ = false;
+    changed_.notify_all();
+  }
+  changed_.wait(lock, [&] { return filled_ > 0 || error_; });
+  if (filled_ == 0) std::rethrow_exception(error_);  // the batch we need failed: the reader's exception, as it was
+  --filled_;
+  holding_ = true;
+  const Slot& slot = slots_[head_];
+  HPCTRAIN_ASSERT(slot.position == position_, "the reader filled (epoch "
+                                                  << slot.position.epoch << ", step " << slot.position.step_in_epoch
+                                                  << ") where (epoch " << position_.epoch << ", step "
+                                                  << position_.step_in_epoch << ") was due");
+  position_ = after(position_);
+  lock.unlock();
+  wait_seconds_ += seconds_since(start);
+  return slot.batch;
 }
 
 }  // namespace hpctrain

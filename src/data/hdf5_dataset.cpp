@@ -59,8 +59,12 @@ Hdf5Dataset::Hdf5Dataset(const std::string& file, const std::string& dataset_pat
   type_name_ = hpctrain::type_name(stored_type.get());
   const H5T_class_t type_class = HPCTRAIN_H5_CHECK(H5Tget_class(stored_type.get()));
   HPCTRAIN_VERIFY(type_class == H5T_INTEGER || type_class == H5T_FLOAT, InputError,
-                  "dataset " << where << " holds " << type_name_ << " values; expected integers or floating point");
+                  "dataset " << where << " holds " << type_name_ << " values; expected integers or floating point",
+                  "store numbers: uint8, int16, int32, float16, float32 or float64 (converted to float32 on load); "
+                  "'hpctrain data convert' writes such files from .npy or CSV");
   stores_integers_ = type_class == H5T_INTEGER;
+  stored_type_ = std::move(stored_type);
+  stored_value_bytes_ = H5Tget_size(stored_type_.get());
 }
 
 void Hdf5Dataset::read_rows(const std::int64_t* indices, std::int64_t count, float* out) {
@@ -81,6 +85,16 @@ void Hdf5Dataset::read_range(std::int64_t first, std::int64_t count, float* out)
 void Hdf5Dataset::read_range(std::int64_t first, std::int64_t count, std::int32_t* out) {
   const auto lock = lock_hdf5();
   read_range_as(H5T_NATIVE_INT32, first, count, out);
+}
+
+void Hdf5Dataset::read_range(std::int64_t first, std::int64_t count, double* out) {
+  const auto lock = lock_hdf5();
+  read_range_as(H5T_NATIVE_DOUBLE, first, count, out);
+}
+
+void Hdf5Dataset::read_rows_stored(const std::int64_t* indices, std::int64_t count, void* out) {
+  const auto lock = lock_hdf5();
+  read_rows_as(stored_type_.get(), stored_value_bytes_, indices, count, out);
 }
 
 hid_t Hdf5Dataset::select_rows(const std::int64_t* rows, std::int64_t count) {

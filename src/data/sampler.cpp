@@ -31,9 +31,7 @@ const char* shuffle_mode_name(ShuffleMode mode) {
 
 std::pair<std::int64_t, std::int64_t> rank_slice(std::int64_t samples, int ranks, int rank) {
   // 128-bit products: r * N overflows 64 bits only for absurd N, but costs nothing to rule out.
-  const auto edge = [&](int r) {
-    return static_cast<std::int64_t>(static_cast<__int128>(samples) * r / ranks);
-  };
+  const auto edge = [&](int r) { return static_cast<std::int64_t>(static_cast<__int128>(samples) * r / ranks); };
   return {edge(rank), edge(rank + 1)};
 }
 
@@ -41,8 +39,8 @@ LocalShuffleSampler::LocalShuffleSampler(std::int64_t samples, int ranks, int ra
     : rank_(rank), seed_(seed) {
   HPCTRAIN_ASSERT(samples > 0 && ranks > 0 && rank >= 0 && rank < ranks, "bad sampler arguments");
   HPCTRAIN_VERIFY(samples >= ranks, InputError,
-                  "data.shuffle = \"local\" gives each rank its own slice of the data, but there are " << samples
-                      << " samples for " << ranks << " ranks",
+                  "data.shuffle = \"local\" gives each rank its own slice of the data, but there are "
+                      << samples << " samples for " << ranks << " ranks",
                   "use more data, fewer ranks, or data.shuffle = true");
   std::tie(begin_, end_) = rank_slice(samples, ranks, rank);
   per_rank_ = drop_last ? samples / ranks : (samples + ranks - 1) / ranks;
@@ -59,7 +57,8 @@ std::vector<std::int64_t> LocalShuffleSampler::indices(std::int64_t epoch) const
     const Philox4 bits =
         random_bits(key, RngPurpose::shuffle, static_cast<std::uint32_t>(rank_), static_cast<std::uint64_t>(i));
     const std::uint64_t word = (static_cast<std::uint64_t>(bits.v[0]) << 32) | bits.v[1];
-    const auto j = static_cast<std::int64_t>((static_cast<unsigned __int128>(word) * static_cast<std::uint64_t>(i + 1)) >> 64);
+    const auto j =
+        static_cast<std::int64_t>((static_cast<unsigned __int128>(word) * static_cast<std::uint64_t>(i + 1)) >> 64);
     std::swap(order[static_cast<std::size_t>(i)], order[static_cast<std::size_t>(j)]);
   }
   // Pad with the start of this epoch's order (a slice one shorter than the longest), or truncate (drop_last).

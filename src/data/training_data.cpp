@@ -1,128 +1,353 @@
-// A data split as one rank sees it: start-up checks and batch reads.
+// A data split as one rank sees it: several files read as one, start-up checks, batch reads (from the files or from
+// memory), and the feature transforms.
 #include "hpctrain/data/training_data.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <sstream>
 
 #include "hpctrain/config/run_config.hpp"
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/data/data_files.hpp"
 #include "hpctrain/data/hdf5_dataset.hpp"
+#include "hpctrain/data/sampler.hpp"
+#include "hpctrain/io/hdf5.hpp"
 
 namespace hpctrain {
 
 namespace {
-// Rows checked per read during validation: bounded memory whatever the file size.
+// Values read per block during validation: bounded memory whatever the file size.
 constexpr std::int64_t validation_block_values = 1 << 20;
+constexpr std::int64_t no_sample = std::numeric_limits<std::int64_t>::max();
 }  // namespace
+
+// --- FeatureTransform ---
+
+FeatureTransform FeatureTransform::from(const DataSection& section) {
+  return {section.log1p, static_cast<float>(section.scale), static_cast<float>(section.shift)};
+}
+
+void FeatureTransform::apply(float* values, std::int64_t count) const {
+  if (is_identity()) return;
+  const float a = scale, b = shift;
+  if (log1p) {
+    for (std::int64_t i = 0; i < count; ++i) values[i] = std::log1p(values[i]) * a + b;
+  } else {
+    for (std::int64_t i = 0; i < count; ++i) values[i] = values[i] * a + b;
+  }
+}
+
+std::string FeatureTransform::description() const {
+  std::ostringstream text;
+  const char* separator = "";
+  if (log1p) {
+    text << "data.log1p";
+    separator = ", then ";
+  }
+  if (scale != 1.0f) {
+    text << separator << "data.scale = " << scale;
+    separator = ", then ";
+  }
+  if (shift != 0.0f) text << separator << "data.shift = " << shift;
+  return text.str();
+}
+
+// --- TrainingData ---
+
+struct TrainingData::Part {
+  std::string file;
+  std::unique_ptr<Hdf5Dataset> features, answers;
+
+  // A failing HDF5 read inside a file that opened fine means damaged data: say which file, as an input error of this
+  // rank (other ranks may read other parts of it).
+  template <class Read>
+  void guarded(const std::string& context, const std::string& dataset, Read&& read) const {
+    try {
+      read();
+    } catch (const LibraryError& error) {
+      throw InputError(context + ": reading '" + dataset + "' from '" + file + "' failed: " + error.what(),
+                       "the file may be damaged (a truncated copy, a bad disk block); 'h5dump -H " + file +
+                           "' checks its structure, regenerating or re-copying it fixes it",
+                       ErrorScope::this_rank);
+    }
+  }
+};
 
 TrainingData::TrainingData(const RunConfig& config, const std::string& split_key, const std::string& file,
                            TaskKind task)
-    : split_key_(split_key), file_(file), where_(config.where(split_key)), task_(task) {
-  const std::string answers_path = task == TaskKind::classification ? config.data.labels : config.data.targets;
-  const std::string answers_key = task == TaskKind::classification ? "data.labels" : "data.targets";
-  try {
-    features_ = std::make_unique<Hdf5Dataset>(file, config.data.features);
-    answers_ = std::make_unique<Hdf5Dataset>(file, answers_path);
-  } catch (const InputError& error) {
-    throw InputError(where_ + ": " + split_key + ": " + error.what(), error.hint());
+    : TrainingData(config, split_key, std::vector<std::string>{file}, task) {}
+
+TrainingData::TrainingData(const RunConfig& config, const std::string& split_key,
+                           const std::vector<std::string>& patterns, TaskKind task)
+    : split_key_(split_key),
+      where_(config.where(split_key)),
+      task_(task),
+      transform_(FeatureTransform::from(config.data)) {
+  files_ = expand_data_files(patterns, where_, split_key);
+  description_ = describe_files(files_);
+  const bool classification = task == TaskKind::classification;
+  const std::string answers_path = classification ? config.data.labels : config.data.targets;
+  const std::string answers_key = classification ? "data.labels" : "data.targets";
+  const std::string context = where_ + ": " + split_key;
+
+  for (const std::string& file : files_) {
+    auto part = std::make_unique<Part>();
+    part->file = file;
+    try {
+      part->features = std::make_unique<Hdf5Dataset>(file, config.data.features);
+      part->answers = std::make_unique<Hdf5Dataset>(file, answers_path);
+    } catch (const InputError& error) {
+      throw InputError(context + ": " + error.what(), error.hint());
+    }
+    const auto& feature_shape = part->features->shape();
+    const auto& answer_shape = part->answers->shape();
+    HPCTRAIN_VERIFY(feature_shape.size() >= 2, InputError,
+                    context << ": features '" << config.data.features << "' in '" << file << "' have shape "
+                            << shape_text(feature_shape) << "; expected (samples, features...)",
+                    "store one sample per row: a 2-D (or higher) dataset whose first dimension is the sample");
+    const std::int64_t rows = feature_shape[0];
+    HPCTRAIN_VERIFY(
+        answer_shape[0] == rows, InputError,
+        context << ": '" << file << "' has " << rows << " samples in '" << config.data.features << "' but "
+                << answer_shape[0] << " in '" << answers_path << "'",
+        "features and " + std::string(classification ? "labels" : "targets") + " must have one row per sample");
+    if (classification) {
+      HPCTRAIN_VERIFY(answer_shape.size() == 1 || (answer_shape.size() == 2 && answer_shape[1] == 1), InputError,
+                      context << ": labels '" << answers_path << "' in '" << file << "' have shape "
+                              << shape_text(answer_shape) << "; cross_entropy needs one integer label per sample",
+                      "store labels as a 1-D integer dataset (N), or use model.loss = \"mse\" with " + answers_key);
+    }
+    const std::vector<std::int64_t> sample_shape(feature_shape.begin() + 1, feature_shape.end());
+    if (parts_.empty()) {
+      sample_shape_ = sample_shape;
+      feature_width_ = part->features->sample_size();
+      if (!classification) target_width_ = part->answers->sample_size();
+    } else {
+      HPCTRAIN_VERIFY(sample_shape == sample_shape_, InputError,
+                      context << ": '" << file << "' holds samples of shape " << shape_text(sample_shape) << " in '"
+                              << config.data.features << "', but '" << files_.front() << "' holds "
+                              << shape_text(sample_shape_),
+                      "every file of one split must have the same per-sample feature shape");
+      HPCTRAIN_VERIFY(classification || part->answers->sample_size() == target_width_, InputError,
+                      context << ": '" << file << "' has " << part->answers->sample_size() << " target columns in '"
+                              << answers_path << "', but '" << files_.front() << "' has " << target_width_,
+                      "every file of one split must have the same number of targets per sample");
+    }
+    part_begins_.push_back(samples_);
+    samples_ += rows;
+    parts_.push_back(std::move(part));
   }
-  const auto feature_shape = features_->shape();
-  const auto answer_shape = answers_->shape();
-  HPCTRAIN_VERIFY(feature_shape.size() >= 2, InputError,
-                  where_ << ": " << split_key << ": features '" << config.data.features << "' in '" << file
-                         << "' have shape " << shape_text(feature_shape) << "; expected (samples, features...)",
-                  "store one sample per row: a 2-D (or higher) dataset whose first dimension is the sample");
-  samples_ = feature_shape[0];
-  feature_width_ = features_->sample_size();
-  HPCTRAIN_VERIFY(answer_shape[0] == samples_, InputError,
-                  where_ << ": " << split_key << ": '" << file << "' has " << samples_ << " samples in '"
-                         << config.data.features << "' but " << answer_shape[0] << " in '" << answers_path << "'",
-                  "features and " + std::string(task == TaskKind::classification ? "labels" : "targets") +
-                      " must have one row per sample");
-  if (task == TaskKind::classification) {
-    HPCTRAIN_VERIFY(answer_shape.size() == 1 || (answer_shape.size() == 2 && answer_shape[1] == 1), InputError,
-                    where_ << ": " << split_key << ": labels '" << answers_path << "' have shape "
-                           << shape_text(answer_shape) << "; cross_entropy needs one integer label per sample",
-                    "store labels as a 1-D integer dataset (N), or use model.loss = \"mse\" with " + answers_key);
-  } else {
-    target_width_ = answers_->sample_size();
-  }
-  HPCTRAIN_VERIFY(samples_ > 0, InputError, where_ << ": " << split_key << ": '" << file << "' holds no samples");
+  part_begins_.push_back(samples_);
+  HPCTRAIN_VERIFY(samples_ > 0, InputError, context << ": " << description_ << " holds no samples");
 }
 
 TrainingData::~TrainingData() = default;
 
+std::size_t TrainingData::part_of(std::int64_t sample) const {
+  // The last part whose first sample is <= sample (empty files share their begin with the next one: skip them).
+  const auto it = std::upper_bound(part_begins_.begin(), part_begins_.end() - 1, sample);
+  return static_cast<std::size_t>(it - part_begins_.begin()) - 1;
+}
+
+template <class Visit>
+void TrainingData::for_each_piece(std::int64_t first, std::int64_t count, Visit&& visit) const {
+  std::int64_t done = 0;
+  while (done < count) {
+    const std::size_t part = part_of(first + done);
+    const std::int64_t local_first = first + done - part_begins_[part];
+    const std::int64_t rows = std::min(count - done, part_begins_[part + 1] - (first + done));
+    visit(*parts_[part], local_first, rows, done);
+    done += rows;
+  }
+}
+
+void TrainingData::read_range(std::int64_t first, std::int64_t count, float* features, std::int32_t* labels,
+                              float* targets) const {
+  const std::string context = where_ + ": " + split_key_;
+  for_each_piece(first, count, [&](const Part& part, std::int64_t local_first, std::int64_t rows, std::int64_t offset) {
+    part.guarded(context, part.features->path(),
+                 [&] { part.features->read_range(local_first, rows, features + offset * feature_width_); });
+    part.guarded(context, part.answers->path(), [&] {
+      if (labels != nullptr) part.answers->read_range(local_first, rows, labels + offset);
+      if (targets != nullptr) part.answers->read_range(local_first, rows, targets + offset * target_width_);
+    });
+  });
+  transform_.apply(features, count * feature_width_);
+}
+
 void TrainingData::validate(const MpiEnvironment& mpi, std::int64_t classes) const {
-  // This rank's contiguous share.
-  const std::int64_t share = (samples_ + mpi.size() - 1) / mpi.size();
-  const std::int64_t begin = std::min<std::int64_t>(share * mpi.rank(), samples_);
-  const std::int64_t end = std::min<std::int64_t>(begin + share, samples_);
-  std::int64_t first_bad[2] = {std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::max()};
+  const auto [begin, end] = rank_slice(samples_, mpi.size(), mpi.rank());
+  std::int64_t first_bad[2] = {no_sample, no_sample};  // features, answers
   const std::int64_t rows_per_block =
       std::max<std::int64_t>(1, validation_block_values / std::max(feature_width_, target_width_));
-  std::vector<float> values;
-  std::vector<std::int32_t> labels;
-  for (std::int64_t block = begin; block < end && first_bad[0] == std::numeric_limits<std::int64_t>::max() &&
-                                   first_bad[1] == std::numeric_limits<std::int64_t>::max();
+  const bool classification = task_ == TaskKind::classification;
+  std::vector<float> features;       // (block, feature_width)
+  std::vector<std::int32_t> labels;  // (block)
+  std::vector<float> targets;        // (block, target_width)
+  for (std::int64_t block = begin; block < end && first_bad[0] == no_sample && first_bad[1] == no_sample;
        block += rows_per_block) {
     const std::int64_t rows = std::min(rows_per_block, end - block);
-    values.resize(static_cast<std::size_t>(rows * feature_width_));
-    features_->read_range(block, rows, values.data());
+    features.resize(static_cast<std::size_t>(rows * feature_width_));
+    if (classification) {
+      labels.resize(static_cast<std::size_t>(rows));
+    } else {
+      targets.resize(static_cast<std::size_t>(rows * target_width_));
+    }
+    read_range(block, rows, features.data(), classification ? labels.data() : nullptr,
+               classification ? nullptr : targets.data());
     for (std::int64_t i = 0; i < rows * feature_width_; ++i)
-      if (!std::isfinite(values[static_cast<std::size_t>(i)])) {
+      if (!std::isfinite(features[static_cast<std::size_t>(i)])) {
         first_bad[0] = block + i / feature_width_;
         break;
       }
-    if (task_ == TaskKind::classification) {
-      labels.resize(static_cast<std::size_t>(rows));
-      answers_->read_range(block, rows, labels.data());
+    if (classification) {
       for (std::int64_t i = 0; i < rows; ++i)
         if (labels[static_cast<std::size_t>(i)] < 0 || labels[static_cast<std::size_t>(i)] >= classes) {
           first_bad[1] = block + i;
           break;
         }
     } else {
-      values.resize(static_cast<std::size_t>(rows * target_width_));
-      answers_->read_range(block, rows, values.data());
       for (std::int64_t i = 0; i < rows * target_width_; ++i)
-        if (!std::isfinite(values[static_cast<std::size_t>(i)])) {
+        if (!std::isfinite(targets[static_cast<std::size_t>(i)])) {
           first_bad[1] = block + i / target_width_;
           break;
         }
     }
   }
   HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, first_bad, 2, MPI_INT64_T, MPI_MIN, mpi.world()));
-  HPCTRAIN_VERIFY(first_bad[0] == std::numeric_limits<std::int64_t>::max(), InputError,
-                  where_ << ": " << split_key_ << ": features in '" << file_ << "' contain NaN or Inf (first at sample "
-                         << first_bad[0] << ")",
-                  "clean or drop those samples before training; 'hpctrain data inspect' shows the file's contents");
-  if (task_ == TaskKind::classification) {
+
+  // "in 'b.h5'" for a single file; "in 'b.h5' (its row 23)" when the split has several.
+  auto location_of = [&](std::int64_t sample) {
+    const std::size_t part = part_of(sample);
+    std::string text = "'" + parts_[part]->file + "'";
+    if (parts_.size() > 1) text += " (its row " + std::to_string(sample - part_begins_[part]) + ")";
+    return text;
+  };
+  const std::string context = where_ + ": " + split_key_;
+  if (first_bad[0] != no_sample) {
+    const std::string transformed = transform_.is_identity() ? "" : " after " + transform_.description();
+    throw InputError(context + ": features in " + location_of(first_bad[0]) + " contain NaN or Inf" + transformed +
+                         " (first at sample " + std::to_string(first_bad[0]) + ")",
+                     transform_.log1p
+                         ? "data.log1p needs features > -1; clean or drop the bad samples first"
+                         : "clean or drop those samples before training; 'hpctrain data inspect' shows the "
+                           "file's contents");
+  }
+  if (first_bad[1] == no_sample) return;
+  if (classification) {
     std::int32_t bad_label = 0;
-    if (first_bad[1] != std::numeric_limits<std::int64_t>::max()) answers_->read_rows(&first_bad[1], 1, &bad_label);
-    HPCTRAIN_VERIFY(first_bad[1] == std::numeric_limits<std::int64_t>::max(), InputError,
-                    where_ << ": " << split_key_ << ": label " << bad_label << " of sample " << first_bad[1] << " in '"
-                           << file_ << "' is outside [0, " << classes << "), the model's " << classes << " outputs",
-                    "make the last linear layer's 'out' the number of classes, or fix the labels");
+    const Part& part = *parts_[part_of(first_bad[1])];
+    const std::int64_t row = first_bad[1] - part_begins_[part_of(first_bad[1])];
+    part.guarded(context, part.answers->path(), [&] { part.answers->read_rows(&row, 1, &bad_label); });
+    throw InputError(context + ": label " + std::to_string(bad_label) + " of sample " + std::to_string(first_bad[1]) +
+                         " in " + location_of(first_bad[1]) + " is outside [0, " + std::to_string(classes) +
+                         "), the model's " + std::to_string(classes) + " outputs",
+                     "make the last linear layer's 'out' the number of classes, or fix the labels");
+  }
+  throw InputError(context + ": targets in " + location_of(first_bad[1]) + " contain NaN or Inf (first at sample " +
+                       std::to_string(first_bad[1]) + ")",
+                   "clean or drop those samples before training");
+}
+
+void TrainingData::reserve(HostBatch& batch, std::int64_t rows) const {
+  const auto at_least = [](auto& values, std::int64_t size) {
+    if (values.size() < static_cast<std::size_t>(size)) values.resize(static_cast<std::size_t>(size));
+  };
+  batch.sample_ids.reserve(static_cast<std::size_t>(rows));
+  at_least(batch.features, rows * feature_width_);
+  if (task_ == TaskKind::classification) {
+    at_least(batch.labels, rows);
   } else {
-    HPCTRAIN_VERIFY(first_bad[1] == std::numeric_limits<std::int64_t>::max(), InputError,
-                    where_ << ": " << split_key_ << ": targets in '" << file_
-                           << "' contain NaN or Inf (first at sample " << first_bad[1] << ")");
+    at_least(batch.targets, rows * target_width_);
+  }
+}
+
+template <class Value>
+void TrainingData::gather(bool features, const std::int64_t* indices, std::int64_t count, std::int64_t width,
+                          Value* out) const {
+  const std::string context = where_ + ": " + split_key_;
+  auto read_part = [&](const Part& part, const std::int64_t* rows, std::int64_t rows_count, Value* destination) {
+    Hdf5Dataset& dataset = features ? *part.features : *part.answers;
+    part.guarded(context, dataset.path(), [&] { dataset.read_rows(rows, rows_count, destination); });
+  };
+  if (parts_.size() == 1) {
+    read_part(*parts_.front(), indices, count, out);
+    return;
+  }
+  // Group the requests by file (a counting sort of their positions), read each file's rows in one go, then put every
+  // row where the batch wants it.
+  const std::size_t parts = parts_.size();
+  part_request_begins_.assign(parts + 1, 0);
+  for (std::int64_t i = 0; i < count; ++i) ++part_request_begins_[part_of(indices[i]) + 1];
+  for (std::size_t p = 0; p < parts; ++p) part_request_begins_[p + 1] += part_request_begins_[p];
+  requests_by_part_.resize(static_cast<std::size_t>(count));
+  local_rows_.assign(part_request_begins_.begin(), part_request_begins_.end() - 1);  // fill cursors per part
+  for (std::int64_t i = 0; i < count; ++i) {
+    const std::size_t part = part_of(indices[i]);
+    requests_by_part_[static_cast<std::size_t>(local_rows_[part]++)] = i;
+  }
+  const std::size_t row_bytes = static_cast<std::size_t>(width) * sizeof(Value);
+  for (std::size_t p = 0; p < parts; ++p) {
+    const std::int64_t begin = part_request_begins_[p], end = part_request_begins_[p + 1];
+    if (begin == end) continue;
+    local_rows_.resize(static_cast<std::size_t>(end - begin));
+    for (std::int64_t j = begin; j < end; ++j)
+      local_rows_[static_cast<std::size_t>(j - begin)] =
+          indices[requests_by_part_[static_cast<std::size_t>(j)]] - part_begins_[p];
+    gathered_.resize(static_cast<std::size_t>(end - begin) * row_bytes);  // (requests of this part, width)
+    read_part(*parts_[p], local_rows_.data(), end - begin, reinterpret_cast<Value*>(gathered_.data()));
+    for (std::int64_t j = begin; j < end; ++j)
+      std::memcpy(out + requests_by_part_[static_cast<std::size_t>(j)] * width,
+                  gathered_.data() + static_cast<std::size_t>(j - begin) * row_bytes, row_bytes);
   }
 }
 
 void TrainingData::read(const std::int64_t* indices, std::int64_t count, HostBatch& batch) const {
+  reserve(batch, count);
   batch.rows = count;
   batch.sample_ids.assign(indices, indices + count);
-  batch.features.resize(std::max(batch.features.size(), static_cast<std::size_t>(count * feature_width_)));
-  features_->read_rows(indices, count, batch.features.data());
-  if (task_ == TaskKind::classification) {
-    batch.labels.resize(std::max(batch.labels.size(), static_cast<std::size_t>(count)));
-    answers_->read_rows(indices, count, batch.labels.data());
-  } else {
-    batch.targets.resize(std::max(batch.targets.size(), static_cast<std::size_t>(count * target_width_)));
-    answers_->read_rows(indices, count, batch.targets.data());
+  const bool classification = task_ == TaskKind::classification;
+
+  bool from_memory = memory_count_ > 0;
+  for (std::int64_t i = 0; i < count && from_memory; ++i)
+    from_memory = indices[i] >= memory_first_ && indices[i] - memory_first_ < memory_count_;
+  if (from_memory) {
+    for (std::int64_t i = 0; i < count; ++i) {
+      const std::int64_t row = indices[i] - memory_first_;
+      std::memcpy(batch.features.data() + i * feature_width_, memory_features_.data() + row * feature_width_,
+                  static_cast<std::size_t>(feature_width_) * sizeof(float));
+      if (classification) {
+        batch.labels[static_cast<std::size_t>(i)] = memory_labels_[static_cast<std::size_t>(row)];
+      } else {
+        std::memcpy(batch.targets.data() + i * target_width_, memory_targets_.data() + row * target_width_,
+                    static_cast<std::size_t>(target_width_) * sizeof(float));
+      }
+    }
+    return;
   }
+  gather(true, indices, count, feature_width_, batch.features.data());
+  transform_.apply(batch.features.data(), count * feature_width_);
+  if (classification) {
+    gather(false, indices, count, 1, batch.labels.data());
+  } else {
+    gather(false, indices, count, target_width_, batch.targets.data());
+  }
+}
+
+void TrainingData::load_into_memory(std::int64_t first, std::int64_t count) {
+  HPCTRAIN_ASSERT(first >= 0 && count >= 0 && first + count <= samples_,
+                  "rows [" << first << ", " << first + count << ") outside [0, " << samples_ << ")");
+  const bool classification = task_ == TaskKind::classification;
+  memory_count_ = 0;  // until the copy is complete, reads go to the files
+  memory_features_.assign(static_cast<std::size_t>(count * feature_width_), 0.0f);
+  memory_labels_.assign(classification ? static_cast<std::size_t>(count) : 0, 0);
+  memory_targets_.assign(classification ? 0 : static_cast<std::size_t>(count * target_width_), 0.0f);
+  read_range(first, count, memory_features_.data(), classification ? memory_labels_.data() : nullptr,
+             classification ? nullptr : memory_targets_.data());
+  memory_first_ = first;
+  memory_count_ = count;
 }
 
 }  // namespace hpctrain

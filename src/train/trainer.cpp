@@ -28,6 +28,8 @@
 #include "hpctrain/nn/model.hpp"
 #include "hpctrain/optim/optimizer.hpp"
 #include "hpctrain/optim/schedule.hpp"
+#include "hpctrain/train/device_batch.hpp"
+#include "hpctrain/train/evaluation.hpp"
 #include "hpctrain/train/phase_timer.hpp"
 #include "hpctrain/train/signals.hpp"
 
@@ -104,28 +106,6 @@ double median(std::vector<double> values) {
   return values.size() % 2 ? values[middle] : 0.5 * (values[middle - 1] + values[middle]);
 }
 
-// A buffer in backend memory, freed with the backend.
-struct BackendBuffer {
-  Backend* backend = nullptr;
-  void* data = nullptr;
-  BackendBuffer() = default;
-  BackendBuffer(Backend& owner, std::size_t bytes)
-      : backend(&owner), data(owner.allocate(std::max<std::size_t>(bytes, 64))) {}
-  BackendBuffer(BackendBuffer&& other) noexcept : backend(other.backend), data(std::exchange(other.data, nullptr)) {}
-  BackendBuffer& operator=(BackendBuffer&& other) noexcept {
-    std::swap(backend, other.backend);
-    std::swap(data, other.data);
-    return *this;
-  }
-  ~BackendBuffer() {
-    if (data != nullptr) backend->deallocate(data);
-  }
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(data);
-  }
-};
-
 }  // namespace
 
 class Trainer::Impl {
@@ -139,11 +119,9 @@ class Trainer::Impl {
   void resume();
   std::string save_checkpoint(std::int64_t step);
   void log(const std::string& line);
-  // Copy a host batch into the model's input and the loss's label/target buffers.
-  void upload(const HostBatch& batch);
-  // Loss forward+backward of the current batch; returns nothing, accumulates into sums_.
-  void loss(const TensorView& output, bool with_gradient, std::int64_t global_rows);
-  std::pair<double, double> evaluate(std::int64_t step);
+  EvalMetrics evaluate(std::int64_t step);
+  [[nodiscard]] std::vector<std::pair<std::string, MetricKind>> eval_columns() const;
+  [[nodiscard]] std::vector<double> eval_row(std::int64_t step, const EvalMetrics& metrics) const;
   // One optimizer step on a batch; the step's scalars come back in scalars, the global mean loss is returned.
   double train_step(const HostBatch& batch, std::int64_t step, StepScalars& scalars);
   // Stop with a clear message when a step went non-finite without a scaler, or the scaler collapsed.
@@ -161,8 +139,9 @@ class Trainer::Impl {
   std::unique_ptr<GradientAllreduce> allreduce_;
   std::unique_ptr<LearningRateSchedule> schedule_;
   LossScalerConfig scaler_;
-  BackendBuffer scalars_, sums_, grad_scale_, staging_, labels_, targets_, sample_ids_;
-  HostBatch batch_;
+  BackendBuffer scalars_, sums_, grad_scale_;
+  std::unique_ptr<DeviceBatch> device_batch_;
+  std::int64_t accumulate_ = 1, micro_batch_ = 0;  // micro-batches per step and their rows per rank
   std::unique_ptr<MetricsWriter> metrics_;
   std::ofstream log_file_;
   fs::path output_;
@@ -186,6 +165,13 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
                   "data.batch_size is the global batch; pick a multiple of the rank count (e.g. " +
                       std::to_string((batch / ranks + 1) * ranks) + ")");
   local_batch_ = batch / ranks;
+  accumulate_ = config.train.accumulate;
+  HPCTRAIN_VERIFY(local_batch_ % accumulate_ == 0, InputError,
+                  config.where("train.accumulate")
+                      << ": train.accumulate = " << accumulate_ << " does not divide the " << local_batch_
+                      << " samples per rank (data.batch_size " << batch << " over " << ranks << " ranks)",
+                  "data.batch_size must be a multiple of ranks x train.accumulate");
+  micro_batch_ = local_batch_ / accumulate_;
   const std::int64_t eval_batch = config.data.eval_batch_size > 0 ? config.data.eval_batch_size : batch;
   eval_local_batch_ = std::max<std::int64_t>(1, (eval_batch + ranks - 1) / ranks);
   if (config.run.device == "cuda")
@@ -208,8 +194,9 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
   threads_ = choose_thread_count(config, mpi);
   omp_set_num_threads(threads_);
   backend_ = make_cpu_backend();
+  // Activations are sized for one micro-batch: that is the memory gradient accumulation saves.
   ModelBuffers buffers{activation_dtype_of(config.precision.mode), DType::f32,
-                       std::max(local_batch_, eval_local_batch_)};
+                       std::max(micro_batch_, eval_local_batch_)};
   model_ = std::make_unique<Model>(config.model, train_data_->feature_width(), *backend_, buffers, config.deck_path);
   if (task_ == TaskKind::regression) {
     HPCTRAIN_VERIFY(model_->output_width() == train_data_->target_width(), InputError,
@@ -245,12 +232,7 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
   backend_->copy_to_backend(scalars_.data, &initial, sizeof initial);
   sums_ = BackendBuffer(*backend_, sizeof(LossSums));
   grad_scale_ = BackendBuffer(*backend_, sizeof(float));
-  const std::int64_t max_rows = buffers.max_rows;
-  if (buffers.activation_dtype != DType::f32)
-    staging_ = BackendBuffer(*backend_, static_cast<std::size_t>(max_rows * model_->input_width()) * sizeof(float));
-  labels_ = BackendBuffer(*backend_, static_cast<std::size_t>(max_rows) * sizeof(std::int32_t));
-  targets_ = BackendBuffer(*backend_, static_cast<std::size_t>(max_rows * model_->output_width()) * sizeof(float));
-  sample_ids_ = BackendBuffer(*backend_, static_cast<std::size_t>(max_rows) * sizeof(std::int64_t));
+  device_batch_ = std::make_unique<DeviceBatch>(*backend_, *model_, task_, buffers.max_rows);
   model_->initialize(config.run.seed);
 
   output_ = config.run.output;
@@ -355,9 +337,7 @@ void Trainer::Impl::prepare_output() {
                                {"grad_norm", MetricKind::float64},
                                {"loss_scale", MetricKind::float64},
                                {"skipped", MetricKind::int64}});
-    std::vector<std::pair<std::string, MetricKind>> eval{{"step", MetricKind::int64}, {"loss", MetricKind::float64}};
-    if (task_ == TaskKind::classification) eval.push_back({"accuracy", MetricKind::float64});
-    metrics_->define("eval", eval);
+    metrics_->define("eval", eval_columns());
   });
 }
 
@@ -368,82 +348,69 @@ void Trainer::Impl::log(const std::string& line) {
   if (log_file_.is_open()) log_file_ << line << std::endl;
 }
 
-void Trainer::Impl::upload(const HostBatch& batch) {
-  const std::int64_t rows = batch.rows;
-  const TensorView input = model_->input(rows);
-  const std::size_t feature_bytes = static_cast<std::size_t>(rows * model_->input_width()) * sizeof(float);
-  if (input.dtype == DType::f32) {
-    backend_->copy_to_backend(input.data, batch.features.data(), feature_bytes);
+std::vector<std::pair<std::string, MetricKind>> Trainer::Impl::eval_columns() const {
+  std::vector<std::pair<std::string, MetricKind>> columns{{"step", MetricKind::int64}, {"loss", MetricKind::float64}};
+  if (task_ == TaskKind::regression) {
+    for (const char* name : {"mae", "mse", "r2"}) columns.emplace_back(name, MetricKind::float64);
   } else {
-    backend_->copy_to_backend(staging_.data, batch.features.data(), feature_bytes);
-    backend_->cast({staging_.data, DType::f32, rows, model_->input_width()}, input);
+    columns.emplace_back("accuracy", MetricKind::float64);
+    if (model_->output_width() > 5) columns.emplace_back("top5_accuracy", MetricKind::float64);
   }
-  if (task_ == TaskKind::classification)
-    backend_->copy_to_backend(labels_.data, batch.labels.data(), static_cast<std::size_t>(rows) * sizeof(std::int32_t));
-  else
-    backend_->copy_to_backend(targets_.data, batch.targets.data(),
-                              static_cast<std::size_t>(rows * model_->output_width()) * sizeof(float));
-  backend_->copy_to_backend(sample_ids_.data, batch.sample_ids.data(),
-                            static_cast<std::size_t>(rows) * sizeof(std::int64_t));
+  return columns;
 }
 
-void Trainer::Impl::loss(const TensorView& output, bool with_gradient, std::int64_t global_rows) {
-  TensorView gradient = output;
-  if (!with_gradient) gradient.data = nullptr;
-  if (with_gradient) {
-    // d(mean loss over the global batch)/d(output), times the loss scale; the all-reduce then sums the ranks' parts.
-    StepScalars host;
-    backend_->copy_to_host(&host, scalars_.data, sizeof host);
-    scale_in_effect_ = host.loss_scale;
-    const float scale = host.loss_scale / static_cast<float>(global_rows);
-    backend_->copy_to_backend(grad_scale_.data, &scale, sizeof scale);
+std::vector<double> Trainer::Impl::eval_row(std::int64_t step, const EvalMetrics& metrics) const {
+  std::vector<double> row{static_cast<double>(step), metrics.loss};
+  if (task_ == TaskKind::regression) {
+    row.insert(row.end(), {metrics.mae, metrics.mse, metrics.r2});
+  } else {
+    row.push_back(metrics.accuracy);
+    if (model_->output_width() > 5) row.push_back(metrics.top5_accuracy);
   }
-  if (task_ == TaskKind::classification)
-    backend_->softmax_cross_entropy(output, labels_.as<std::int32_t>(), grad_scale_.as<float>(), gradient,
-                                    sums_.as<LossSums>());
-  else
-    backend_->mean_squared_error(output, targets_.data, grad_scale_.as<float>(), gradient, sums_.as<LossSums>());
+  return row;
 }
 
-std::pair<double, double> Trainer::Impl::evaluate(std::int64_t step) {
-  // Each rank takes samples rank, rank + R, ...: every sample once, no padding counted.
-  const TrainingData& data = *validation_data_;
-  std::vector<std::int64_t> mine;
-  for (std::int64_t i = mpi_.rank(); i < data.samples(); i += mpi_.size()) mine.push_back(i);
-  backend_->zero(sums_.data, sizeof(LossSums));
-  StepContext context{
-      backend_.get(), false, config_.run.seed, static_cast<std::uint32_t>(step), sample_ids_.as<std::int64_t>(), 0};
-  for (std::size_t begin = 0; begin < mine.size(); begin += static_cast<std::size_t>(eval_local_batch_)) {
-    const auto count = static_cast<std::int64_t>(std::min<std::size_t>(eval_local_batch_, mine.size() - begin));
-    data.read(mine.data() + begin, count, batch_);
-    upload(batch_);
-    context.rows = count;
-    loss(model_->forward(context), false, 0);
-  }
-  LossSums sums;
-  backend_->copy_to_host(&sums, sums_.data, sizeof sums);
-  double totals[2] = {sums.loss_sum, sums.correct};
-  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, totals, 2, MPI_DOUBLE, MPI_SUM, mpi_.world()));
-  const double count = static_cast<double>(data.samples());
-  return {totals[0] / count, totals[1] / count};
+EvalMetrics Trainer::Impl::evaluate(std::int64_t step) {
+  const StepContext context{backend_.get(), false, config_.run.seed, static_cast<std::uint32_t>(step), nullptr, 0};
+  return evaluate_split(*validation_data_, *model_, *backend_, *device_batch_, task_, eval_local_batch_, context, mpi_);
 }
 
 double Trainer::Impl::train_step(const HostBatch& batch, std::int64_t step, StepScalars& scalars) {
   timer_.begin(Phase::forward);
-  upload(batch);
   const std::int64_t global_rows = batch.rows * mpi_.size();
   const auto learning_rate = static_cast<float>(schedule_->at(step));
   backend_->copy_to_backend(scalars_.as<char>() + offsetof(StepScalars, learning_rate), &learning_rate,
                             sizeof learning_rate);
-  const StepContext context{backend_.get(), true, config_.run.seed, static_cast<std::uint32_t>(step),
-                            sample_ids_.as<std::int64_t>(), batch.rows};
+  // d(mean loss over the global batch)/d(output), times the loss scale (fixed for the whole step); the all-reduce
+  // then sums the ranks' parts.
+  StepScalars before;
+  backend_->copy_to_host(&before, scalars_.data, sizeof before);
+  scale_in_effect_ = before.loss_scale;
+  const float gradient_scale = before.loss_scale / static_cast<float>(global_rows);
+  backend_->copy_to_backend(grad_scale_.data, &gradient_scale, sizeof gradient_scale);
   backend_->zero(sums_.data, sizeof(LossSums));
-  const TensorView output = model_->forward(context);
-  loss(output, true, global_rows);
 
-  timer_.begin(Phase::backward);
-  allreduce_->begin_step();
-  model_->backward(context, false, [&](std::int64_t begin) { allreduce_->ready_from(begin); });
+  // Micro-batches accumulate into the gradient buffer; only the last one's backward all-reduces (no communication
+  // for the others).
+  const std::int64_t micro_batches = (batch.rows + micro_batch_ - 1) / micro_batch_;
+  for (std::int64_t micro = 0; micro < micro_batches; ++micro) {
+    const std::int64_t first = micro * micro_batch_;
+    const std::int64_t rows = std::min(micro_batch_, batch.rows - first);
+    const bool last_micro = micro + 1 == micro_batches;
+    timer_.begin(Phase::forward);
+    device_batch_->upload(batch, first, rows, *model_);
+    const StepContext context{backend_.get(), true, config_.run.seed, static_cast<std::uint32_t>(step),
+                              device_batch_->sample_ids(), rows};
+    const TensorView output = model_->forward(context);
+    device_batch_->loss(output, grad_scale_.as<float>(), sums_.as<LossSums>());
+    timer_.begin(Phase::backward);
+    if (last_micro) {
+      allreduce_->begin_step();
+      model_->backward(context, micro > 0, [&](std::int64_t begin) { allreduce_->ready_from(begin); });
+    } else {
+      model_->backward(context, micro > 0, nullptr);
+    }
+  }
   timer_.begin(Phase::allreduce);
   allreduce_->finish();
 
@@ -549,21 +516,12 @@ TrainSummary Trainer::Impl::run() {
         validation_data_ && (last || (config_.train.eval_every > 0 && step % config_.train.eval_every == 0));
     if (evaluate_now) {
       timer_.begin(Phase::evaluation);
-      const auto [eval_loss, accuracy] = evaluate(step);
+      const EvalMetrics metrics = evaluate(step);
       timer_.end();
-      last_eval_loss = eval_loss;
-      char line[160];
-      if (task_ == TaskKind::classification) {
-        last_eval_accuracy = accuracy;
-        std::snprintf(line, sizeof line, "eval at step %lld: loss %.5f  accuracy %.4f", static_cast<long long>(step),
-                      eval_loss, accuracy);
-        if (metrics_) metrics_->append("eval", {static_cast<double>(step), eval_loss, accuracy});
-      } else {
-        std::snprintf(line, sizeof line, "eval at step %lld: loss (mse) %.6f", static_cast<long long>(step),
-                      eval_loss);
-        if (metrics_) metrics_->append("eval", {static_cast<double>(step), eval_loss});
-      }
-      log(line);
+      last_eval_loss = metrics.loss;
+      last_eval_accuracy = std::isnan(metrics.accuracy) ? -1.0 : metrics.accuracy;
+      if (metrics_) metrics_->append("eval", eval_row(step, metrics));
+      log("eval at step " + std::to_string(step) + ": " + describe(metrics));
     }
 
     const bool signalled = control_[1] > 0, out_of_time = control_[2] > 1.5;

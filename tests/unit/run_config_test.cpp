@@ -114,6 +114,19 @@ void expect_same_values(const RunConfig& a, const RunConfig& b) {
   EXPECT_EQ(a.data.eval_batch_size, b.data.eval_batch_size);
   EXPECT_EQ(a.data.shuffle, b.data.shuffle);
   EXPECT_EQ(a.data.drop_last, b.data.drop_last);
+  EXPECT_EQ(a.data.prefetch, b.data.prefetch);
+  EXPECT_EQ(a.data.in_memory, b.data.in_memory);
+  EXPECT_EQ(a.data.log1p, b.data.log1p);
+  EXPECT_EQ(a.data.scale, b.data.scale);
+  EXPECT_EQ(a.data.shift, b.data.shift);
+  EXPECT_EQ(a.train.time_limit, b.train.time_limit);
+  EXPECT_EQ(a.train.accumulate, b.train.accumulate);
+  EXPECT_EQ(a.optimizer.no_decay, b.optimizer.no_decay);
+  EXPECT_EQ(a.checkpoint.every_steps, b.checkpoint.every_steps);
+  EXPECT_EQ(a.checkpoint.every_seconds, b.checkpoint.every_seconds);
+  EXPECT_EQ(a.checkpoint.keep, b.checkpoint.keep);
+  EXPECT_EQ(a.checkpoint.at_end, b.checkpoint.at_end);
+  EXPECT_EQ(a.checkpoint.on_signal, b.checkpoint.on_signal);
   EXPECT_EQ(a.train.steps, b.train.steps);
   EXPECT_EQ(a.train.epochs, b.train.epochs);
   EXPECT_EQ(a.train.log_every, b.train.log_every);
@@ -261,7 +274,7 @@ TEST(RunConfig, FullDeckValues) {
   EXPECT_EQ(config.data.targets, "/t");
   EXPECT_EQ(config.data.batch_size, 256);
   EXPECT_EQ(config.data.eval_batch_size, 512);
-  EXPECT_FALSE(config.data.shuffle);
+  EXPECT_EQ(config.data.shuffle, "none");
   EXPECT_TRUE(config.data.drop_last);
   EXPECT_EQ(config.train.steps, 0);
   EXPECT_EQ(config.train.epochs, 5);
@@ -310,7 +323,7 @@ TEST(RunConfig, Defaults) {
   EXPECT_EQ(config.data.targets, "/targets");
   EXPECT_EQ(config.data.batch_size, 64);
   EXPECT_EQ(config.data.eval_batch_size, 0);
-  EXPECT_TRUE(config.data.shuffle);
+  EXPECT_EQ(config.data.shuffle, "global");
   EXPECT_FALSE(config.data.drop_last);
   EXPECT_EQ(config.train.steps, 100);
   EXPECT_EQ(config.train.epochs, 0);
@@ -507,7 +520,9 @@ TEST(RunConfigErrors, WrongTypes) {
       {"data.batch_size", "64.0", "must be an integer", "got a float (64.0)"},
       {"optimizer.lr", "\"0.1\"", "must be a number", "got a string"},
       {"optimizer.lr", "true", "must be a number", "got a boolean (true)"},
-      {"data.shuffle", "1", "must be a boolean (true or false)", "got an integer (1)"},
+      {"data.shuffle", "1", "must be a boolean or a string (true, false or \"local\")", "got an integer (1)"},
+      {"optimizer.no_decay", "1", "must be an array of strings", "got an integer (1)"},
+      {"checkpoint.keep", "\"3\"", "must be an integer", "got a string"},
       {"run.device", "1", "must be a string", "got an integer (1)"},
       {"run.seed", "[1, 2]", "must be an integer", "got an array"},
       {"data.features", "{ a = 1 }", "must be a string", "got a table"},
@@ -703,7 +718,7 @@ TEST(RunConfigOverrides, TypesAndBareWords) {
                                                });
   EXPECT_EQ(config.optimizer.lr, 0.5);
   EXPECT_EQ(config.train.steps, 7);
-  EXPECT_FALSE(config.data.shuffle);
+  EXPECT_EQ(config.data.shuffle, "none");
   EXPECT_EQ(config.precision.mode, "bf16");
   EXPECT_EQ(config.run.output, "runs/exp-1");
   EXPECT_EQ(config.run.device, "cuda");
@@ -857,6 +872,80 @@ fs::path find_input_reference() {
   return from_source;
 }
 
+// ---------------------------------------------------------------------------------------------------------------------
+// Data pipeline, checkpoint, time limit, accumulation and no_decay keys
+// ---------------------------------------------------------------------------------------------------------------------
+
+TEST(RunConfig, DataPipelineAndCheckpointKeys) {
+  const RunConfig defaults = parse(minimal_body);
+  EXPECT_EQ(defaults.data.prefetch, 2);
+  EXPECT_FALSE(defaults.data.in_memory);
+  EXPECT_EQ(defaults.data.scale, 1.0);
+  EXPECT_EQ(defaults.checkpoint.on_signal, (std::vector<std::string>{"USR1", "USR2", "TERM"}));
+  EXPECT_EQ(defaults.optimizer.no_decay, (std::vector<std::string>{"bias", "norm"}));
+
+  const RunConfig config = parse(
+      minimal_body, {"data.shuffle=local", "data.prefetch=0", "data.in_memory=true", "data.log1p=true",
+                     "data.scale=0.5", "data.shift=-1", "train.time_limit=1:30:00", "train.accumulate=4",
+                     "optimizer.no_decay=[\"bias\"]", "checkpoint.every_steps=100", "checkpoint.every_seconds=600",
+                     "checkpoint.keep=0", "checkpoint.at_end=false", "checkpoint.on_signal=[]"});
+  EXPECT_EQ(config.data.shuffle, "local");
+  EXPECT_EQ(config.data.prefetch, 0);
+  EXPECT_TRUE(config.data.in_memory);
+  EXPECT_TRUE(config.data.log1p);
+  EXPECT_EQ(config.data.scale, 0.5);
+  EXPECT_EQ(config.data.shift, -1.0);
+  EXPECT_EQ(config.train.time_limit, "1:30:00");
+  EXPECT_EQ(config.train.accumulate, 4);
+  EXPECT_EQ(config.optimizer.no_decay, (std::vector<std::string>{"bias"}));
+  EXPECT_EQ(config.checkpoint.every_steps, 100);
+  EXPECT_EQ(config.checkpoint.every_seconds, 600.0);
+  EXPECT_EQ(config.checkpoint.keep, 0);
+  EXPECT_FALSE(config.checkpoint.at_end);
+  EXPECT_TRUE(config.checkpoint.on_signal.empty());
+  // The resolved deck writes them back (shuffle words global/none as booleans) and reads back the same.
+  const std::string resolved = to_toml(config);
+  EXPECT_CONTAINS(resolved, "shuffle = \"local\"\n");
+  EXPECT_CONTAINS(resolved, "on_signal = []\n");
+  EXPECT_CONTAINS(resolved, "no_decay = [\"bias\"]\n");
+  expect_same_values(config, parse(resolved));
+  EXPECT_CONTAINS(to_toml(defaults), "shuffle = true\n");
+  EXPECT_EQ(parse(to_toml(defaults)).data.shuffle, "global");
+  // A single string is a one-element list.
+  EXPECT_EQ(parse(deck_with("optimizer.no_decay", "\"norm\"")).optimizer.no_decay, (std::vector<std::string>{"norm"}));
+}
+
+TEST(RunConfigErrors, DataPipelineAndCheckpointRanges) {
+  struct Case {
+    std::string key, value, expected;
+  };
+  const std::vector<Case> cases = {
+      {"data.shuffle", "\"locale\"",
+       "data.shuffle must be one of global, none, local (got \"locale\"); did you mean 'local'?"},
+      {"data.prefetch", "-1", "data.prefetch must be >= 0 (got -1)"},
+      {"data.scale", "0", "data.scale must be a non-zero number (got 0)"},
+      {"train.accumulate", "0", "train.accumulate must be >= 1 (got 0)"},
+      {"train.time_limit", "\"1:60:00\"", "train.time_limit must be \"HH:MM:SS\""},
+      {"train.time_limit", "\"12\"", "train.time_limit must be \"HH:MM:SS\""},
+      {"train.time_limit", "\"0:00\"", "train.time_limit must be \"HH:MM:SS\""},
+      {"train.time_limit", "\"1:2:3\"", "train.time_limit must be \"HH:MM:SS\""},
+      {"train.time_limit", "\"1:00:00:00\"", "train.time_limit must be \"HH:MM:SS\""},
+      {"checkpoint.every_steps", "-5", "checkpoint.every_steps must be >= 0 (got -5)"},
+      {"checkpoint.every_seconds", "-0.5", "checkpoint.every_seconds must be >= 0 (got -0.5)"},
+      {"checkpoint.keep", "-1", "checkpoint.keep must be >= 0 (got -1)"},
+      {"checkpoint.on_signal", "[\"USR1\", \"KILL\"]",
+       "checkpoint.on_signal must be one of USR1, USR2, TERM, INT, HUP (got \"KILL\")"},
+      {"checkpoint.on_signal", "[\"USR1\", 2]", "checkpoint.on_signal[1] must be a string, got an integer (2)"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.key + " = " + c.value);
+    const auto error = error_of(deck_with(c.key, c.value));
+    EXPECT_CONTAINS(error.message, "decks/test.toml:2:1: " + c.expected);
+  }
+  for (const std::string good : {"\"48:00:00\"", "\"90:00\"", "\"0:00:01\"", "\"\""})
+    EXPECT_NO_THROW(parse(deck_with("train.time_limit", good))) << good;
+}
+
 TEST(RunConfigDocs, ReferenceListsExactlyTheAcceptedKeys) {
   const fs::path doc_path = find_input_reference();
   std::ifstream file(doc_path);
@@ -871,7 +960,8 @@ TEST(RunConfigDocs, ReferenceListsExactlyTheAcceptedKeys) {
   for (const auto& key : keys) EXPECT_TRUE(contains(doc, "`" + key + "`")) << key << " is not in " << doc_path;
 
   // Every backticked dotted key in the document must be one the parser accepts.
-  const std::regex documented_key(R"(`((run|model|data|train|optimizer|schedule|precision)\.[A-Za-z0-9_.\[\]]+)`)");
+  const std::regex documented_key(
+      R"(`((run|model|data|train|optimizer|schedule|precision|checkpoint)\.[A-Za-z0-9_.\[\]]+)`)");
   std::size_t documented = 0;
   for (auto it = std::sregex_iterator(doc.begin(), doc.end(), documented_key); it != std::sregex_iterator(); ++it) {
     ++documented;
@@ -887,7 +977,7 @@ TEST(RunConfigDocs, AcceptedKeysCoverTheSchema) {
        {"run.seed", "model.layers", "model.layers[].type", "model.layers[].negative_slope", "data.eval_batch_size",
         "optimizer.nesterov", "schedule.step_size", "precision.max_skipped_steps"})
     EXPECT_TRUE(accepted.count(key)) << key;
-  EXPECT_EQ(keys.size(), 4u + 2u + 9u + 5u + 9u + 5u + 7u + 8u);  // per section; update when adding a key
+  EXPECT_EQ(keys.size(), 4u + 2u + 14u + 7u + 10u + 5u + 7u + 5u + 8u);  // per section; update when adding a key
 }
 
 }  // namespace

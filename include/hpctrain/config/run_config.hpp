@@ -42,13 +42,19 @@ struct ModelSection {
 struct DataSection {
   std::string train;             // HDF5 file (required)
   std::string validation;        // HDF5 file (optional)
-  std::string features = "/features";
-  std::string labels = "/labels";    // cross_entropy: integer class labels (N)
-  std::string targets = "/targets";  // mse: float targets (N x K)
-  std::int64_t batch_size = 64;      // global batch over all ranks
-  std::int64_t eval_batch_size = 0;  // global; 0 = batch_size
-  bool shuffle = true;
+  std::string features = "/features";  // (N, F), (N, C, H, W), ...: flattened per sample
+  std::string labels = "/labels";      // cross_entropy: integer class labels (N)
+  std::string targets = "/targets";    // mse: float targets (N x K)
+  std::int64_t batch_size = 64;        // global batch over all ranks
+  std::int64_t eval_batch_size = 0;    // global; 0 = batch_size
+  std::string shuffle = "global";      // global (TOML true) | none (false) | local (each rank within its own slice)
   bool drop_last = false;
+  std::int64_t prefetch = 2;  // batches read ahead by a background thread; 0 = read in next()
+  bool in_memory = false;     // load the rank's share once (global/none: the whole split) instead of reading per batch
+  // Applied to the features on load, in this order: log1p (if set), then multiply by scale, then add shift.
+  bool log1p = false;
+  double scale = 1.0;
+  double shift = 0.0;
 };
 
 struct TrainSection {

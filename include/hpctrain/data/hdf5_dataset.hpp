@@ -39,6 +39,14 @@ class Hdf5Dataset {
   // Reads the rows [first, first + count) into out, (count, sample_size()).
   void read_range(std::int64_t first, std::int64_t count, float* out);
   void read_range(std::int64_t first, std::int64_t count, std::int32_t* out);
+  void read_range(std::int64_t first, std::int64_t count, double* out);  // statistics in double precision
+
+  // The stored type itself (HDF5 owns the handle; valid while this object lives) and its size: for copying values
+  // unchanged (data split).
+  [[nodiscard]] hid_t stored_type() const { return stored_type_.get(); }
+  [[nodiscard]] std::size_t stored_value_bytes() const { return stored_value_bytes_; }
+  // Like read_rows, but the values keep the stored type: out is (count, sample_size()) values of stored_value_bytes().
+  void read_rows_stored(const std::int64_t* indices, std::int64_t count, void* out);
 
  private:
   void read_rows_as(hid_t memory_type, std::size_t value_bytes, const std::int64_t* indices, std::int64_t count,
@@ -55,6 +63,8 @@ class Hdf5Dataset {
   std::string file_name_, dataset_path_;
   H5Handle file_, dataset_, file_space_;  // kept open for the life of the object: many small reads
   H5Handle combined_selection_;           // the selection of the latest read with many runs
+  H5Handle stored_type_;
+  std::size_t stored_value_bytes_ = 0;
   std::vector<std::int64_t> shape_;
   std::int64_t sample_size_ = 1;
   std::string type_name_;

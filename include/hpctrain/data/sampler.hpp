@@ -35,7 +35,8 @@ class Sampler {
 // slices differ in size by at most one) and visits it in a fresh random order every epoch. The order is a Fisher-Yates
 // shuffle driven by the counter-based generator of core/rng.hpp keyed with seed + epoch, on a stream of its own per
 // rank, so it depends on (seed, epoch, rank, slice) only. Like PyTorch's sampler, drop_last = false pads a short slice
-// with the first samples of its own order up to ceil(N / R), and drop_last = true truncates every slice to floor(N / R).
+// with the first samples of its own order up to ceil(N / R), and drop_last = true truncates every slice to floor(N /
+// R).
 //
 // The trade-off: a rank reads one contiguous range once and never touches the file again (the staging pattern of large
 // runs), but a sample only ever meets samples of its own slice in a batch, and the data order depends on the rank

@@ -1,6 +1,10 @@
-// One split (train or validation) of the data as one rank sees it: the features and labels/targets datasets of an HDF5
-// file, checked against each other and against the model at start-up, read a batch at a time (only the rows this rank
-// needs).
+// One split (train or validation) of the data as one rank sees it: the features and labels/targets datasets of one or
+// more HDF5 files read as one concatenated dataset, checked against each other and against the model at start-up, and
+// read a batch at a time (only the rows this rank needs), or from memory once loaded there.
+//
+// Features of any rank >= 2 ((N, F), (N, C, H, W), (N, C, D, H, W), ...) are flattened to one row per sample; their
+// per-sample shape stays available (sample_shape()). The deck's transforms (data.log1p, data.scale, data.shift) are
+// applied to the features as they are read, in that order.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +18,7 @@ namespace hpctrain {
 
 class Hdf5Dataset;
 struct RunConfig;
+struct DataSection;
 
 enum class TaskKind { classification, regression };
 
@@ -26,28 +31,90 @@ struct HostBatch {
   std::vector<float> targets;            // (rows, target_width) regression
 };
 
+// x -> scale * log1p(x) + shift (log1p only when set). log1p first so that scale and shift can standardise the
+// log-transformed values, which is what a heavy-tailed feature needs.
+struct FeatureTransform {
+  bool log1p = false;
+  float scale = 1.0f;
+  float shift = 0.0f;
+
+  static FeatureTransform from(const DataSection& section);
+  [[nodiscard]] bool is_identity() const { return !log1p && scale == 1.0f && shift == 0.0f; }
+  void apply(float* values, std::int64_t count) const;  // in place
+  [[nodiscard]] std::string description() const;        // "log1p, then * 0.5, then + 1" for messages
+};
+
 class TrainingData {
  public:
-  // split_key: "data.train" or "data.validation" (names the deck key in messages). Throws InputError.
+  // split_key: "data.train" or "data.validation" (names the deck key in messages); patterns: its files or glob
+  // patterns, concatenated in order. Throws InputError.
+  TrainingData(const RunConfig& config, const std::string& split_key, const std::vector<std::string>& patterns,
+               TaskKind task);
   TrainingData(const RunConfig& config, const std::string& split_key, const std::string& file, TaskKind task);
   ~TrainingData();
+  TrainingData(const TrainingData&) = delete;
+  TrainingData& operator=(const TrainingData&) = delete;
 
   [[nodiscard]] std::int64_t samples() const { return samples_; }
   [[nodiscard]] std::int64_t feature_width() const { return feature_width_; }
   [[nodiscard]] std::int64_t target_width() const { return target_width_; }  // 1 for labels
-  [[nodiscard]] const std::string& file() const { return file_; }
+  // The shape of one sample's features, e.g. {784} for (N, 784) or {1, 28, 28} for (N, 1, 28, 28).
+  [[nodiscard]] const std::vector<std::int64_t>& sample_shape() const { return sample_shape_; }
+  [[nodiscard]] TaskKind task() const { return task_; }
+  // The files, after glob expansion, in concatenation order.
+  [[nodiscard]] const std::vector<std::string>& files() const { return files_; }
+  // The files for messages: "a.h5" or "a.h5 (and 3 more files)".
+  [[nodiscard]] const std::string& file() const { return description_; }
 
-  // Check every value once, each rank its own contiguous 1/R of the file: labels in [0, classes) (classification),
-  // finite features and targets. Ranks agree on the first bad sample, and one message names it.
+  // Check every value once, each rank its own contiguous 1/R of the data: labels in [0, classes) (classification),
+  // finite features (after the transforms) and targets. Ranks agree on the first bad sample, and one message names it.
   void validate(const MpiEnvironment& mpi, std::int64_t classes) const;
-  // Read the rows `indices` into batch (resized once to the largest batch, never shrunk).
+
+  // Size batch's buffers for `rows` rows, so that later reads of up to that many rows allocate nothing.
+  void reserve(HostBatch& batch, std::int64_t rows) const;
+  // Read the rows `indices` (any order, repeats allowed) into batch (grown if needed, never shrunk). Reads from memory
+  // when every row is there (load_into_memory), from the files otherwise. One reader at a time: the scratch space for
+  // spreading a batch over several files is shared.
   void read(const std::int64_t* indices, std::int64_t count, HostBatch& batch) const;
 
+  // Keep the rows [first, first + count) in memory, transformed, from now on (the rank's share with data.in_memory, or
+  // its slice with data.shuffle = "local"). Reads them in large contiguous blocks.
+  void load_into_memory(std::int64_t first, std::int64_t count);
+  [[nodiscard]] std::int64_t rows_in_memory() const { return memory_count_; }
+
  private:
-  std::string split_key_, file_, where_;
+  struct Part;  // one file: its datasets and where its samples start in the concatenation
+  // Visit the pieces of the sample range [first, first + count) that lie in each file: (part, first row there, rows,
+  // offset of the piece in the range).
+  template <class Visit>
+  void for_each_piece(std::int64_t first, std::int64_t count, Visit&& visit) const;
+  // Rows [first, first + count) of the concatenation, features transformed: features (count, feature_width),
+  // labels (count) or targets (count, target_width).
+  void read_range(std::int64_t first, std::int64_t count, float* features, std::int32_t* labels, float* targets) const;
+  template <class Value>
+  void gather(bool features, const std::int64_t* indices, std::int64_t count, std::int64_t width, Value* out) const;
+  std::size_t part_of(std::int64_t sample) const;
+
+  std::string split_key_, where_, description_;
+  std::vector<std::string> files_;
   TaskKind task_;
-  std::unique_ptr<Hdf5Dataset> features_, answers_;
+  FeatureTransform transform_;
+  std::vector<std::unique_ptr<Part>> parts_;
+  std::vector<std::int64_t> part_begins_;  // (parts + 1): first global sample of each part, then the total
   std::int64_t samples_ = 0, feature_width_ = 0, target_width_ = 1;
+  std::vector<std::int64_t> sample_shape_;
+
+  // Rows kept in memory: [memory_first_, memory_first_ + memory_count_).
+  std::int64_t memory_first_ = 0, memory_count_ = 0;
+  std::vector<float> memory_features_;       // (memory_count, feature_width)
+  std::vector<std::int32_t> memory_labels_;  // (memory_count) classification
+  std::vector<float> memory_targets_;        // (memory_count, target_width) regression
+
+  // Scratch for batches that span several files, reused from batch to batch.
+  mutable std::vector<std::int64_t> requests_by_part_;     // (count) request positions, grouped by part
+  mutable std::vector<std::int64_t> part_request_begins_;  // (parts + 1)
+  mutable std::vector<std::int64_t> local_rows_;           // (requests of one part) rows inside that part's file
+  mutable std::vector<unsigned char> gathered_;            // (requests of one part, width) values read from one file
 };
 
 }  // namespace hpctrain

@@ -1,0 +1,49 @@
+// Moving a host batch to the backend, and the loss.
+#include "hpctrain/train/device_batch.hpp"
+
+#include "hpctrain/nn/model.hpp"
+
+namespace hpctrain {
+
+DeviceBatch::DeviceBatch(Backend& backend, const Model& model, TaskKind task, std::int64_t max_rows)
+    : backend_(backend), task_(task) {
+  if (model.buffers().activation_dtype != DType::f32)
+    staging_ = BackendBuffer(backend, static_cast<std::size_t>(max_rows * model.input_width()) * sizeof(float));
+  labels_ = BackendBuffer(backend, static_cast<std::size_t>(max_rows) * sizeof(std::int32_t));
+  targets_ = BackendBuffer(backend, static_cast<std::size_t>(max_rows * model.output_width()) * sizeof(float));
+  sample_ids_ = BackendBuffer(backend, static_cast<std::size_t>(max_rows) * sizeof(std::int64_t));
+}
+
+void DeviceBatch::upload(const HostBatch& batch, std::int64_t first, std::int64_t rows, Model& model) {
+  const std::int64_t features = model.input_width();
+  const TensorView input = model.input(rows);
+  const float* source = batch.features.data() + first * features;
+  const std::size_t feature_bytes = static_cast<std::size_t>(rows * features) * sizeof(float);
+  if (input.dtype == DType::f32) {
+    backend_.copy_to_backend(input.data, source, feature_bytes);
+  } else {
+    backend_.copy_to_backend(staging_.data, source, feature_bytes);
+    backend_.cast({staging_.data, DType::f32, rows, features}, input);
+  }
+  if (task_ == TaskKind::classification) {
+    backend_.copy_to_backend(labels_.data, batch.labels.data() + first,
+                             static_cast<std::size_t>(rows) * sizeof(std::int32_t));
+  } else {
+    const std::int64_t outputs = model.output_width();
+    backend_.copy_to_backend(targets_.data, batch.targets.data() + first * outputs,
+                             static_cast<std::size_t>(rows * outputs) * sizeof(float));
+  }
+  backend_.copy_to_backend(sample_ids_.data, batch.sample_ids.data() + first,
+                           static_cast<std::size_t>(rows) * sizeof(std::int64_t));
+}
+
+void DeviceBatch::loss(const TensorView& output, const float* gradient_scale, LossSums* sums) const {
+  TensorView gradient = output;
+  if (gradient_scale == nullptr) gradient.data = nullptr;
+  if (task_ == TaskKind::classification)
+    backend_.softmax_cross_entropy(output, labels_.as<std::int32_t>(), gradient_scale, gradient, sums);
+  else
+    backend_.mean_squared_error(output, targets_.data, gradient_scale, gradient, sums);
+}
+
+}  // namespace hpctrain

@@ -1,0 +1,108 @@
+// Evaluation over a split: loss on the backend, the other metrics on the host from the fp32 outputs.
+#include "hpctrain/train/evaluation.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "hpctrain/core/error.hpp"
+#include "hpctrain/kernels/backend_buffer.hpp"
+#include "hpctrain/nn/model.hpp"
+#include "hpctrain/train/device_batch.hpp"
+
+namespace hpctrain {
+
+std::vector<std::int64_t> evaluation_share(std::int64_t samples, int rank, int ranks) {
+  std::vector<std::int64_t> mine;
+  for (std::int64_t i = rank; i < samples; i += ranks) mine.push_back(i);
+  return mine;
+}
+
+EvalMetrics evaluate_split(TrainingData& data, Model& model, Backend& backend, DeviceBatch& device, TaskKind task,
+                           std::int64_t local_batch, const StepContext& context, const MpiEnvironment& mpi,
+                           std::vector<float>* outputs) {
+  const std::vector<std::int64_t> mine = evaluation_share(data.samples(), mpi.rank(), mpi.size());
+  const std::int64_t width = model.output_width();
+  BackendBuffer sums_buffer(backend, sizeof(LossSums));
+  backend.zero(sums_buffer.data, sizeof(LossSums));
+  // fp32 copies of the outputs, for the host-side metrics
+  BackendBuffer wide(backend, static_cast<std::size_t>(local_batch * width) * sizeof(float));
+  std::vector<float> host(static_cast<std::size_t>(local_batch * width));
+  // reduced: loss sum, correct, top-5 hits, |error| sum, then per output: sum t, sum t^2, sum (p - t)^2
+  std::vector<double> totals(4 + 3 * static_cast<std::size_t>(width), 0.0);
+  if (outputs) outputs->clear();
+  HostBatch batch;
+  StepContext step = context;
+  step.training = false;
+  step.sample_ids = device.sample_ids();
+  for (std::size_t begin = 0; begin < mine.size(); begin += static_cast<std::size_t>(local_batch)) {
+    const auto rows = static_cast<std::int64_t>(std::min<std::size_t>(local_batch, mine.size() - begin));
+    data.read(mine.data() + begin, rows, batch);
+    device.upload(batch, 0, rows, model);
+    step.rows = rows;
+    const TensorView output = model.forward(step);
+    const TensorView output32{wide.data, DType::f32, rows, width};
+    backend.cast(output, output32);
+    device.loss(output, nullptr, sums_buffer.as<LossSums>());
+    backend.copy_to_host(host.data(), wide.data, static_cast<std::size_t>(rows * width) * sizeof(float));
+    for (std::int64_t row = 0; row < rows; ++row) {
+      const float* prediction = host.data() + row * width;
+      if (task == TaskKind::classification) {
+        const float target_logit = prediction[batch.labels[static_cast<std::size_t>(row)]];
+        std::int64_t above = 0;
+        for (std::int64_t k = 0; k < width; ++k) above += prediction[k] > target_logit;
+        totals[2] += above < 5;
+      } else {
+        for (std::int64_t k = 0; k < width; ++k) {
+          const double target = batch.targets[static_cast<std::size_t>(row * width + k)];
+          const double error = prediction[k] - target;
+          totals[3] += std::abs(error);
+          totals[4 + 3 * k] += target;
+          totals[5 + 3 * k] += target * target;
+          totals[6 + 3 * k] += error * error;
+        }
+      }
+    }
+    if (outputs) outputs->insert(outputs->end(), host.begin(), host.begin() + rows * width);
+  }
+  LossSums sums;
+  backend.copy_to_host(&sums, sums_buffer.data, sizeof sums);
+  totals[0] = sums.loss_sum;
+  totals[1] = sums.correct;
+  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, totals.data(), static_cast<int>(totals.size()), MPI_DOUBLE, MPI_SUM,
+                                   mpi.world()));
+  EvalMetrics metrics;
+  metrics.samples = data.samples();
+  const auto n = static_cast<double>(data.samples());
+  metrics.loss = totals[0] / n;
+  if (task == TaskKind::classification) {
+    metrics.accuracy = totals[1] / n;
+    if (width > 5) metrics.top5_accuracy = totals[2] / n;
+  } else {
+    metrics.mae = totals[3] / (n * static_cast<double>(width));
+    double residual = 0.0, r2 = 0.0;
+    for (std::int64_t k = 0; k < width; ++k) {
+      const double sum = totals[4 + 3 * k], squares = totals[5 + 3 * k], errors = totals[6 + 3 * k];
+      residual += errors;
+      const double total_variation = squares - sum * sum / n;
+      r2 += total_variation > 0 ? 1.0 - errors / total_variation : NAN;
+    }
+    metrics.mse = residual / (n * static_cast<double>(width));
+    metrics.r2 = r2 / static_cast<double>(width);
+  }
+  return metrics;
+}
+
+std::string describe(const EvalMetrics& metrics) {
+  char text[200];
+  if (!std::isnan(metrics.accuracy)) {
+    const int length = std::snprintf(text, sizeof text, "loss %.5f  accuracy %.4f", metrics.loss, metrics.accuracy);
+    if (!std::isnan(metrics.top5_accuracy))
+      std::snprintf(text + length, sizeof text - static_cast<std::size_t>(length), "  top-5 %.4f",
+                    metrics.top5_accuracy);
+  } else {
+    std::snprintf(text, sizeof text, "loss (mse) %.6g  mae %.6g  r2 %.5f", metrics.loss, metrics.mae, metrics.r2);
+  }
+  return text;
+}
+
+}  // namespace hpctrain
