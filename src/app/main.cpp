@@ -17,6 +17,8 @@ const char* const usage_text =
     "  train DECK.toml [--set section.key=value]... [--output DIR]   train a model\n"
     "  data generate KIND ... --output FILE.h5                       write a synthetic dataset\n"
     "  data inspect FILE.h5                                          describe a dataset file\n"
+    "  predict CHECKPOINT.h5 --data FILE.h5 [--output FILE.h5]       apply a trained model, write predictions\n"
+    "  evaluate CHECKPOINT.h5 --data FILE.h5                         the model's loss and metrics on a dataset\n"
     "  checkpoint verify FILE.h5|RUN_DIR                             check a checkpoint's checksums\n"
     "  --version                                                     version and build facts\n"
     "\n"
@@ -37,6 +39,8 @@ int main(int argc, char** argv) {
     if (command == "--version" || command == "version") return hpctrain::version_command(mpi);
     if (command == "train") return hpctrain::train_command(rest, mpi);
     if (command == "data") return hpctrain::data_command(rest, mpi);
+    if (command == "predict") return hpctrain::predict_command(rest, mpi);
+    if (command == "evaluate") return hpctrain::evaluate_command(rest, mpi);
     if (command == "checkpoint") return hpctrain::checkpoint_command(rest, mpi);
     throw hpctrain::InputError("unknown command '" + command + "'", "run 'hpctrain --help' for the list of commands");
   } catch (const hpctrain::Error& error) {

@@ -300,6 +300,12 @@ std::string convert_csv(const CsvConversion& conversion, const std::string& outp
   const std::string& path = conversion.csv;
   std::ifstream stream(path);
   HPCTRAIN_VERIFY(stream, InputError, "cannot read '" << path << "'", "check the path and the file's permissions");
+  // A first quick pass counts the rows, so that the datasets get their final size and chunks no larger than the data.
+  std::int64_t data_rows = conversion.header ? -1 : 0;
+  for (std::string text; std::getline(stream, text);)
+    if (text.find_first_not_of(" \t\r") != std::string::npos) ++data_rows;
+  stream.clear();
+  stream.seekg(0);
 
   std::vector<std::string> cells, names;
   std::string line;
@@ -382,12 +388,13 @@ std::string convert_csv(const CsvConversion& conversion, const std::string& outp
                     "the file needs the label column and at least one feature column");
     if (!features_writer) {
       const std::int64_t width = columns - 1;
-      features_writer = std::make_unique<DatasetWriter>(file.get(), "/features", H5T_IEEE_F32LE,
-                                                        std::vector<std::int64_t>{width}, -1, conversion.compress);
+      features_writer = std::make_unique<DatasetWriter>(
+          file.get(), "/features", H5T_IEEE_F32LE, std::vector<std::int64_t>{width}, data_rows, conversion.compress);
       answers_writer = std::make_unique<DatasetWriter>(
           file.get(), conversion.targets ? "/targets" : "/labels", conversion.targets ? H5T_IEEE_F32LE : H5T_STD_I32LE,
-          conversion.targets ? std::vector<std::int64_t>{1} : std::vector<std::int64_t>{}, -1, conversion.compress);
-      block_rows = block_rows_for(width * static_cast<std::int64_t>(sizeof(float)));
+          conversion.targets ? std::vector<std::int64_t>{1} : std::vector<std::int64_t>{}, data_rows,
+          conversion.compress);
+      block_rows = std::min(block_rows_for(width * static_cast<std::int64_t>(sizeof(float))), data_rows);
       features.resize(static_cast<std::size_t>(block_rows * width));
       (conversion.targets ? targets.resize(static_cast<std::size_t>(block_rows))
                           : labels.resize(static_cast<std::size_t>(block_rows)));

@@ -354,6 +354,7 @@ std::string CheckpointStore::save(const Model& model, const Optimizer& optimizer
     write_string_attribute(f, "format", checkpoint_format);
     write_string_attribute(f, "hpctrain_version", HPCTRAIN_VERSION);
     write_integer_attribute(f, "world_size", mpi_.size());
+    write_integer_attribute(f, "input_features", model.input_width());
     write_string_attribute(f, "deck", deck_text);
     optimizer_group.close();
     file.close();
@@ -432,6 +433,35 @@ void load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer
   model.refresh_working_copy();
   for (std::size_t i = 0; i < names.size(); ++i)
     backend.copy_to_backend(optimizer.state(static_cast<int>(i)), states[i].data(), states[i].size() * sizeof(float));
+}
+
+void load_parameters(const std::string& path, Model& model, Backend& backend, const MpiEnvironment& mpi) {
+  const std::int64_t count = model.parameter_count();
+  std::vector<float> parameters(static_cast<std::size_t>(count));
+  {
+    const auto lock = lock_hdf5();
+    silence_hdf5_error_printing();
+    H5Handle access = parallel_access(mpi);
+    const hid_t opened = H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.get());
+    HPCTRAIN_VERIFY(opened >= 0, InputError,
+                    "checkpoint '" << path << "' cannot be opened: missing, truncated or not an HDF5 file");
+    H5Handle file(opened);
+    H5Handle transfer = collective_transfer();
+    read_tensors(file.get(), path, tensor_entries(model, "/model"), parameters.data(), count, mpi, transfer.get());
+  }
+  backend.copy_to_backend(model.master(), parameters.data(), parameters.size() * sizeof(float));
+  model.refresh_working_copy();
+}
+
+std::string checkpoint_deck(const std::string& path) {
+  const auto lock = lock_hdf5();
+  H5Handle file = open_file_read_only(path, "checkpoint");
+  HPCTRAIN_VERIFY(attribute_exists(file.get(), "format") &&
+                      read_string_attribute(file.get(), "format") == checkpoint_format &&
+                      attribute_exists(file.get(), "deck"),
+                  InputError, "'" << path << "' is not an hpctrain checkpoint (" << checkpoint_format << ")",
+                  "pass a file from a run's checkpoints/ directory");
+  return read_string_attribute(file.get(), "deck");
 }
 
 std::string verify_checkpoint(const std::string& path) {

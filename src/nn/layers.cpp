@@ -20,8 +20,8 @@ class Linear final : public Layer {
   [[nodiscard]] std::string type() const override { return "linear"; }
 
   [[nodiscard]] std::vector<ParameterSpec> parameters() const override {
-    std::vector<ParameterSpec> specs{{"weight", {output_width(), input_width()}, true}};
-    if (bias_) specs.push_back({"bias", {output_width()}, false});
+    std::vector<ParameterSpec> specs{{"weight", {output_width(), input_width()}}};
+    if (bias_) specs.push_back({"bias", {output_width()}});
     return specs;
   }
 
@@ -117,7 +117,7 @@ class LayerNorm final : public Layer {
   LayerNorm(std::string name, std::int64_t width, float eps) : Layer(std::move(name), width, width), eps_(eps) {}
   [[nodiscard]] std::string type() const override { return "layernorm"; }
   [[nodiscard]] std::vector<ParameterSpec> parameters() const override {
-    return {{"weight", {input_width()}, false}, {"bias", {input_width()}, false}};
+    return {{"weight", {input_width()}}, {"bias", {input_width()}}};
   }
   void initialize(float* host_master, std::uint64_t, std::uint32_t) const override {
     for (std::int64_t i = 0; i < input_width(); ++i) {

@@ -28,7 +28,7 @@ Model::Model(const ModelSection& spec, std::int64_t input_width, Backend& backen
     for (const ParameterSpec& parameter : layer.parameters()) {
       std::int64_t count = 1;
       for (auto extent : parameter.shape) count *= extent;
-      entries_.push_back({layer.name(), parameter.name, parameter.shape, parameter_count_, count, parameter.decays});
+      entries_.push_back({layer.name(), layer.type(), parameter.name, parameter.shape, parameter_count_, count});
       parameter_count_ += count;
     }
     saved_rows_blocks += layer.saved_per_row();

@@ -18,13 +18,17 @@ Optimizer::Optimizer(const OptimizerSection& section, Model& model, Backend& bac
   hyper_.weight_decay = static_cast<float>(section.weight_decay);
   hyper_.max_grad_norm = static_cast<float>(section.grad_clip);
 
-  // Weight decay applies to weights, not to biases and normalisation parameters (the usual AdamW practice).
+  // Weight decay applies to every parameter except those named by optimizer.no_decay: a word matches a parameter's
+  // name ("bias") or its layer's type ("norm" matches layernorm), the usual AdamW practice.
   for (const ParameterEntry& entry : model.parameter_entries()) {
-    if (!ranges_.empty() && ranges_.back().decay == entry.decays &&
+    bool decays = true;
+    for (const std::string& word : section.no_decay)
+      if (entry.name.find(word) != std::string::npos || entry.layer_type.find(word) != std::string::npos) decays = false;
+    if (!ranges_.empty() && ranges_.back().decay == decays &&
         ranges_.back().offset + ranges_.back().count == entry.offset)
       ranges_.back().count += entry.count;
     else
-      ranges_.push_back({entry.offset, entry.count, entry.decays});
+      ranges_.push_back({entry.offset, entry.count, decays});
   }
   const bool needs_first = hyper_.type == OptimizerType::adamw || hyper_.momentum > 0.0f;
   const bool needs_second = hyper_.type == OptimizerType::adamw;

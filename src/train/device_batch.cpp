@@ -25,10 +25,10 @@ void DeviceBatch::upload(const HostBatch& batch, std::int64_t first, std::int64_
     backend_.copy_to_backend(staging_.data, source, feature_bytes);
     backend_.cast({staging_.data, DType::f32, rows, features}, input);
   }
-  if (task_ == TaskKind::classification) {
+  if (task_ == TaskKind::classification && !batch.labels.empty()) {  // predictions need no labels
     backend_.copy_to_backend(labels_.data, batch.labels.data() + first,
                              static_cast<std::size_t>(rows) * sizeof(std::int32_t));
-  } else {
+  } else if (task_ == TaskKind::regression && !batch.targets.empty()) {
     const std::int64_t outputs = model.output_width();
     backend_.copy_to_backend(targets_.data, batch.targets.data() + first * outputs,
                              static_cast<std::size_t>(rows * outputs) * sizeof(float));

@@ -13,6 +13,8 @@ using Arguments = std::vector<std::string>;
 
 int train_command(const Arguments& args, const MpiEnvironment& mpi);
 int data_command(const Arguments& args, const MpiEnvironment& mpi);  // data generate | inspect
+int predict_command(const Arguments& args, const MpiEnvironment& mpi);
+int evaluate_command(const Arguments& args, const MpiEnvironment& mpi);
 int checkpoint_command(const Arguments& args, const MpiEnvironment& mpi);  // checkpoint verify
 int version_command(const MpiEnvironment& mpi);
 

@@ -64,6 +64,11 @@ class CheckpointStore {
 void load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer, Backend& backend,
                      CheckpointState& state, const MpiEnvironment& mpi);
 
+// Load only the model parameters (inference): no optimizer state is read or kept. Collective.
+void load_parameters(const std::string& path, Model& model, Backend& backend, const MpiEnvironment& mpi);
+// The resolved deck a checkpoint was written with (its `deck` attribute). Throws InputError if it is not a checkpoint.
+std::string checkpoint_deck(const std::string& path);
+
 // Check a checkpoint file on its own (one process): every dataset present and matching its checksum. Returns an empty
 // string when it is sound, else what is wrong.
 std::string verify_checkpoint(const std::string& path);

@@ -27,7 +27,6 @@ struct StepContext {
 struct ParameterSpec {
   std::string name;  // "weight", "bias"
   std::vector<std::int64_t> shape;
-  bool decays = true;  // weight decay applies (weights) or not (biases, norm parameters)
 };
 
 // Where a layer's parameters live: element offsets into the model's flat buffers, one per ParameterSpec.

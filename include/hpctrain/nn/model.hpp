@@ -24,11 +24,11 @@ struct ModelBuffers {
 // A parameter tensor as stored in the flat buffer, for checkpoints and summaries.
 struct ParameterEntry {
   std::string layer;
+  std::string layer_type;
   std::string name;
   std::vector<std::int64_t> shape;
   std::int64_t offset = 0;
   std::int64_t count = 0;
-  bool decays = true;
 };
 
 class Model {

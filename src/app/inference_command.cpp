@@ -1,0 +1,263 @@
+// `hpctrain predict` and `hpctrain evaluate`: apply a checkpoint's model (its deck is stored in the checkpoint) to a
+// dataset, sharded over the ranks like training evaluation, without gradients or optimizer state.
+#include <hdf5.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "hpctrain/app/commands.hpp"
+#include "hpctrain/config/run_config.hpp"
+#include "hpctrain/core/error.hpp"
+#include "hpctrain/data/hdf5_dataset.hpp"
+#include "hpctrain/dist/mpi_environment.hpp"
+#include "hpctrain/io/checkpoint.hpp"
+#include "hpctrain/io/hdf5.hpp"
+#include "hpctrain/io/metrics_writer.hpp"
+#include "hpctrain/nn/model.hpp"
+#include "hpctrain/train/device_batch.hpp"
+#include "hpctrain/train/evaluation.hpp"
+#include "hpctrain/train/trainer.hpp"
+
+namespace hpctrain {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct InferenceArguments {
+  std::string checkpoint, data, output;
+  std::vector<std::string> overrides;
+  bool force = false;
+};
+
+InferenceArguments parse_inference_arguments(const Arguments& args, const char* command, const char* usage,
+                                             const MpiEnvironment& mpi, bool* help) {
+  InferenceArguments parsed;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    auto value = [&]() -> std::string {
+      HPCTRAIN_VERIFY(i + 1 < args.size(), InputError, "hpctrain " << command << ": " << arg << " needs a value",
+                      std::string("see 'hpctrain ") + command + " --help'");
+      return args[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      if (mpi.is_root()) std::fputs(usage, stdout);
+      *help = true;
+      return parsed;
+    }
+    if (arg == "--data") parsed.data = value();
+    else if (arg == "--output") parsed.output = value();
+    else if (arg == "--set") parsed.overrides.push_back(value());
+    else if (arg == "--force") parsed.force = true;
+    else if (!arg.empty() && arg[0] == '-')
+      throw InputError(std::string("hpctrain ") + command + ": unknown option '" + arg + "'",
+                       std::string("see 'hpctrain ") + command + " --help'");
+    else if (parsed.checkpoint.empty()) parsed.checkpoint = arg;
+    else throw InputError(std::string("hpctrain ") + command + ": unexpected argument '" + arg + "'",
+                          std::string("see 'hpctrain ") + command + " --help'");
+  }
+  HPCTRAIN_VERIFY(!parsed.checkpoint.empty() && !parsed.data.empty(), InputError,
+                  "hpctrain " << command << ": needs a checkpoint and --data FILE.h5",
+                  std::string("usage: hpctrain ") + command + " CHECKPOINT.h5 --data FILE.h5");
+  return parsed;
+}
+
+// The checkpoint's deck, with --set overrides; the model and the backend set up for inference.
+struct InferenceSetup {
+  RunConfig config;
+  TaskKind task;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+  std::int64_t local_batch = 0;
+};
+
+InferenceSetup set_up(const InferenceArguments& arguments, std::int64_t data_width, const MpiEnvironment& mpi) {
+  InferenceSetup setup;
+  setup.config = parse_run_config(checkpoint_deck(arguments.checkpoint), arguments.checkpoint, arguments.overrides);
+  setup.task = setup.config.model.loss == "mse" ? TaskKind::regression : TaskKind::classification;
+  std::int64_t trained_width = 0;
+  {
+    const auto lock = lock_hdf5();
+    H5Handle file = open_file_read_only(arguments.checkpoint, "checkpoint");
+    trained_width = static_cast<std::int64_t>(read_number_attribute(file.get(), "input_features"));
+  }
+  HPCTRAIN_VERIFY(data_width == trained_width, InputError,
+                  "'" << arguments.data << "': samples have " << data_width << " features, but the model in '"
+                      << arguments.checkpoint << "' takes " << trained_width,
+                  "apply the model to data shaped like its training data");
+  omp_set_num_threads(choose_thread_count(setup.config, mpi));
+  setup.backend = make_cpu_backend();
+  const std::int64_t batch = setup.config.data.eval_batch_size > 0 ? setup.config.data.eval_batch_size
+                                                                   : setup.config.data.batch_size;
+  setup.local_batch = std::max<std::int64_t>(1, (batch + mpi.size() - 1) / mpi.size());
+  const DType activation = setup.config.precision.mode == "bf16"   ? DType::bf16
+                           : setup.config.precision.mode == "fp16" ? DType::f16
+                                                                   : DType::f32;
+  setup.model = std::make_unique<Model>(setup.config.model, data_width, *setup.backend,
+                                        ModelBuffers{activation, DType::f32, setup.local_batch},
+                                        arguments.checkpoint);
+  load_parameters(arguments.checkpoint, *setup.model, *setup.backend, mpi);
+  return setup;
+}
+
+void refuse_to_overwrite(const std::string& path, bool force, const MpiEnvironment& mpi) {
+  run_on_root(mpi, [&] {
+    if (!force && fs::exists(path))
+      throw InputError("'" + path + "' exists; hpctrain does not overwrite results", "pass --force or another --output");
+  });
+}
+
+const char* const predict_usage =
+    "usage: hpctrain predict CHECKPOINT.h5 --data FILE.h5 [--output predictions.h5] [--set section.key=value]...\n"
+    "                        [--force]\n"
+    "\n"
+    "Run the checkpoint's model (its deck is stored in the checkpoint) over every sample of FILE.h5 (the dataset\n"
+    "data.features), sharded over the ranks, in the deck's precision, and write one HDF5 file (written by all ranks\n"
+    "together) with /predictions (N x outputs, fp32, in the file's sample order), /indices (N), and for\n"
+    "classification /probabilities (softmax) and /classes (argmax). Default output: predictions.h5.\n";
+
+const char* const evaluate_usage =
+    "usage: hpctrain evaluate CHECKPOINT.h5 --data FILE.h5 [--output evaluation.h5] [--set section.key=value]...\n"
+    "                         [--force]\n"
+    "\n"
+    "The deck's loss and metrics (classification: accuracy, top-5 accuracy with more than 5 classes; regression:\n"
+    "MSE, MAE, R^2) of the checkpoint's model on FILE.h5, printed and, with --output, written to HDF5 as /eval/...\n";
+
+}  // namespace
+
+int predict_command(const Arguments& args, const MpiEnvironment& mpi) {
+  bool help = false;
+  const InferenceArguments arguments = parse_inference_arguments(args, "predict", predict_usage, mpi, &help);
+  if (help) return 0;
+  const std::string output = arguments.output.empty() ? "predictions.h5" : arguments.output;
+  refuse_to_overwrite(output, arguments.force, mpi);
+  // Features only: predictions need no labels.
+  const std::string features_path = parse_run_config(checkpoint_deck(arguments.checkpoint), arguments.checkpoint,
+                                                     arguments.overrides)
+                                        .data.features;
+  Hdf5Dataset features(arguments.data, features_path);
+  InferenceSetup setup = set_up(arguments, features.sample_size(), mpi);
+  Model& model = *setup.model;
+  Backend& backend = *setup.backend;
+  DeviceBatch device(backend, model, setup.task, setup.local_batch);
+  const std::int64_t samples = features.samples(), width = model.output_width();
+
+  // Forward over this rank's samples (rank, rank + R, ...).
+  const std::vector<std::int64_t> mine = evaluation_share(samples, mpi.rank(), mpi.size());
+  std::vector<float> outputs(mine.size() * static_cast<std::size_t>(width));
+  BackendBuffer wide(backend, static_cast<std::size_t>(setup.local_batch * width) * sizeof(float));
+  HostBatch batch;
+  StepContext context{&backend, false, setup.config.run.seed, 0, device.sample_ids(), 0};
+  for (std::size_t begin = 0; begin < mine.size(); begin += static_cast<std::size_t>(setup.local_batch)) {
+    const auto rows = static_cast<std::int64_t>(std::min<std::size_t>(setup.local_batch, mine.size() - begin));
+    batch.rows = rows;
+    batch.sample_ids.assign(mine.begin() + static_cast<std::ptrdiff_t>(begin),
+                            mine.begin() + static_cast<std::ptrdiff_t>(begin) + rows);
+    batch.features.resize(static_cast<std::size_t>(rows * features.sample_size()));
+    features.read_rows(batch.sample_ids.data(), rows, batch.features.data());
+    for (float value : batch.features)
+      HPCTRAIN_VERIFY(std::isfinite(value), InputError,
+                      "'" << arguments.data << "': features contain NaN or Inf", "clean the data before predicting");
+    device.upload(batch, 0, rows, model);
+    context.rows = rows;
+    const TensorView output = model.forward(context);
+    backend.cast(output, {wide.data, DType::f32, rows, width});
+    backend.copy_to_host(outputs.data() + begin * static_cast<std::size_t>(width), wide.data,
+                         static_cast<std::size_t>(rows * width) * sizeof(float));
+  }
+
+  // Write: rank r's rows are samples r, r + R, ...: one strided hyperslab per rank, collective.
+  const auto lock = lock_hdf5();
+  H5Handle access(HPCTRAIN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
+  HPCTRAIN_H5_CHECK(H5Pset_fapl_mpio(access.get(), mpi.world(), MPI_INFO_NULL));
+  const std::string partial = output + ".partial";
+  const hid_t created = H5Fcreate(partial.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get());
+  HPCTRAIN_VERIFY(created >= 0, InputError, "cannot create '" << output << "'", "choose a writable --output");
+  H5Handle file(created);
+  H5Handle transfer(HPCTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)));
+  HPCTRAIN_H5_CHECK(H5Pset_dxpl_mpio(transfer.get(), H5FD_MPIO_COLLECTIVE));
+  const auto mine_count = static_cast<hsize_t>(mine.size());
+  auto write = [&](const char* name, hid_t file_type, hid_t memory_type, std::int64_t columns, const void* data) {
+    const hsize_t dims[2] = {static_cast<hsize_t>(samples), static_cast<hsize_t>(columns)};
+    const int rank = columns > 0 ? 2 : 1;
+    H5Handle space(HPCTRAIN_H5_CHECK(H5Screate_simple(rank, dims, nullptr)));
+    H5Handle dataset(HPCTRAIN_H5_CHECK(
+        H5Dcreate2(file.get(), name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+    const hsize_t start[2] = {static_cast<hsize_t>(mpi.rank()), 0}, stride[2] = {static_cast<hsize_t>(mpi.size()), 1},
+                  count[2] = {mine_count, static_cast<hsize_t>(std::max<std::int64_t>(columns, 1))};
+    const hsize_t memory_dims[2] = {std::max<hsize_t>(mine_count, 1), count[1]};
+    H5Handle memory(HPCTRAIN_H5_CHECK(H5Screate_simple(rank, memory_dims, nullptr)));
+    if (mine_count > 0) {
+      HPCTRAIN_H5_CHECK(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, stride, count, nullptr));
+    } else {
+      HPCTRAIN_H5_CHECK(H5Sselect_none(space.get()));
+      HPCTRAIN_H5_CHECK(H5Sselect_none(memory.get()));
+    }
+    HPCTRAIN_H5_CHECK(H5Dwrite(dataset.get(), memory_type, memory.get(), space.get(), transfer.get(), data));
+  };
+  write("predictions", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, width, outputs.data());
+  write("indices", H5T_STD_I64LE, H5T_NATIVE_INT64, 0, mine.data());
+  if (setup.task == TaskKind::classification) {
+    std::vector<float> probabilities(outputs.size());
+    std::vector<std::int32_t> classes(mine.size());
+    for (std::size_t row = 0; row < mine.size(); ++row) {
+      const float* logits = outputs.data() + row * static_cast<std::size_t>(width);
+      float* probability = probabilities.data() + row * static_cast<std::size_t>(width);
+      const float largest = *std::max_element(logits, logits + width);
+      double total = 0.0;
+      for (std::int64_t k = 0; k < width; ++k) total += probability[k] = std::exp(logits[k] - largest);
+      for (std::int64_t k = 0; k < width; ++k) probability[k] = static_cast<float>(probability[k] / total);
+      classes[row] = static_cast<std::int32_t>(std::max_element(logits, logits + width) - logits);
+    }
+    write("probabilities", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, width, probabilities.data());
+    write("classes", H5T_STD_I32LE, H5T_NATIVE_INT32, 0, classes.data());
+  }
+  write_string_attribute(file.get(), "checkpoint", arguments.checkpoint);
+  write_string_attribute(file.get(), "data", arguments.data);
+  file.close();
+  HPCTRAIN_MPI_CHECK(MPI_Barrier(mpi.world()));
+  run_on_root(mpi, [&] { fs::rename(partial, output); });
+  if (mpi.is_root()) std::printf("wrote predictions for %lld samples to %s\n", static_cast<long long>(samples), output.c_str());
+  return 0;
+}
+
+int evaluate_command(const Arguments& args, const MpiEnvironment& mpi) {
+  bool help = false;
+  const InferenceArguments arguments = parse_inference_arguments(args, "evaluate", evaluate_usage, mpi, &help);
+  if (help) return 0;
+  if (!arguments.output.empty()) refuse_to_overwrite(arguments.output, arguments.force, mpi);
+  RunConfig deck = parse_run_config(checkpoint_deck(arguments.checkpoint), arguments.checkpoint, arguments.overrides);
+  const TaskKind task = deck.model.loss == "mse" ? TaskKind::regression : TaskKind::classification;
+  TrainingData data(deck, "--data", arguments.data, task);
+  InferenceSetup setup = set_up(arguments, data.feature_width(), mpi);
+  data.validate(mpi, task == TaskKind::classification ? setup.model->output_width() : 0);
+  DeviceBatch device(*setup.backend, *setup.model, task, setup.local_batch);
+  const StepContext context{setup.backend.get(), false, deck.run.seed, 0, nullptr, 0};
+  const EvalMetrics metrics =
+      evaluate_split(data, *setup.model, *setup.backend, device, task, setup.local_batch, context, mpi);
+  if (mpi.is_root()) {
+    std::printf("%s on %s (%lld samples): %s\n", arguments.checkpoint.c_str(), arguments.data.c_str(),
+                static_cast<long long>(metrics.samples), describe(metrics).c_str());
+    if (!arguments.output.empty()) {
+      MetricsWriter writer(arguments.output);
+      std::vector<std::pair<std::string, MetricKind>> columns{{"samples", MetricKind::int64}, {"loss", MetricKind::float64}};
+      std::vector<double> row{static_cast<double>(metrics.samples), metrics.loss};
+      for (const auto& [name, value] : {std::pair<const char*, double>{"accuracy", metrics.accuracy},
+                                        {"top5_accuracy", metrics.top5_accuracy}, {"mae", metrics.mae},
+                                        {"mse", metrics.mse}, {"r2", metrics.r2}})
+        if (!std::isnan(value)) {
+          columns.emplace_back(name, MetricKind::float64);
+          row.push_back(value);
+        }
+      writer.define("eval", columns);
+      writer.append("eval", row);
+      writer.set_attribute("checkpoint", arguments.checkpoint);
+      writer.set_attribute("data", arguments.data);
+    }
+  }
+  return 0;
+}
+
+}  // namespace hpctrain

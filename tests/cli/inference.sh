@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# predict and evaluate: predictions of a trained checkpoint reproduce the final /eval metrics of its training run, are
+# identical on 1, 2 and 4 ranks and in sample order; evaluate prints and writes the same metrics; regression runs get
+# MAE/MSE/R^2 and 10-class runs top-5 accuracy; a dataset of the wrong shape is refused.
+source "$(dirname "$0")/lib/common.bash"
+cd "$WORK"
+make_spirals train.h5 3000 1
+make_spirals validation.h5 777 2
+cat >deck.toml <<'TOML'
+[data]
+train = "train.h5"
+validation = "validation.h5"
+batch_size = 64
+[model]
+layers = [ { type = "linear", out = 32 }, { type = "relu" }, { type = "dropout", p = 0.1 }, { type = "linear", out = 3 } ]
+[optimizer]
+lr = 0.01
+[train]
+steps = 150
+log_every = 50
+TOML
+run_ranks 2 train deck.toml --output run >run.log 2>&1 || { cat run.log >&2; fail "training"; }
+checkpoint=run/checkpoints/step-00000150.h5
+for ranks in 1 2 4; do
+  run_ranks $ranks predict $checkpoint --data validation.h5 --output predictions-$ranks.h5 >predict-$ranks.log 2>&1 ||
+    { cat predict-$ranks.log >&2; fail "predict on $ranks ranks"; }
+done
+run_ranks 2 evaluate $checkpoint --data validation.h5 --output evaluation.h5 >evaluate.log 2>&1 ||
+  { cat evaluate.log >&2; fail "evaluate"; }
+cat evaluate.log
+$PYTHON - <<'PY' && pass "predictions reproduce the run's final evaluation, same on 1/2/4 ranks" || fail "predictions"
+import h5py, numpy as np
+labels = h5py.File("validation.h5", "r")["/labels"][()]
+runs = [h5py.File(f"predictions-{r}.h5", "r") for r in (1, 2, 4)]
+for other in runs[1:]:
+    for name in ("predictions", "probabilities", "classes", "indices"):
+        assert np.array_equal(runs[0][name][()], other[name][()]), name
+p = runs[0]
+assert np.array_equal(p["indices"][()], np.arange(len(labels)))
+assert p["predictions"].shape == (len(labels), 3)
+accuracy = np.mean(p["classes"][()] == labels)
+loss = -np.mean(np.log(p["probabilities"][()][np.arange(len(labels)), labels].astype(np.float64)))
+metrics = h5py.File("run/metrics.h5", "r")
+print(f"accuracy {accuracy:.4f} vs {metrics['/eval/accuracy'][-1]:.4f}; loss {loss:.6f} vs {metrics['/eval/loss'][-1]:.6f}")
+assert accuracy == metrics["/eval/accuracy"][-1]
+assert abs(loss - metrics["/eval/loss"][-1]) < 1e-5 * metrics["/eval/loss"][-1]
+evaluation = h5py.File("evaluation.h5", "r")
+assert evaluation["/eval/accuracy"][0] == metrics["/eval/accuracy"][-1]
+assert abs(evaluation["/eval/loss"][0] - metrics["/eval/loss"][-1]) < 1e-9
+PY
+
+# wrong sample shape
+"$HPCTRAIN" data generate blobs --samples 100 --features 5 --classes 3 --output wide.h5 >/dev/null
+expect_error predict_shape "samples have 5 features, but the model in .* takes 2" 2 predict $checkpoint --data wide.h5 \
+  --output wide-predictions.h5
+expect_error evaluate_shape "samples have 5 features, but the model in .* takes 2" 2 evaluate $checkpoint --data wide.h5
+expect_error predict_no_overwrite "exists; hpctrain does not overwrite" 2 predict $checkpoint --data validation.h5 \
+  --output predictions-1.h5
+
+# regression metrics and top-5
+"$HPCTRAIN" data generate regression --samples 2000 --features 4 --outputs 2 --seed 1 --output reg.h5 >/dev/null
+"$HPCTRAIN" data generate regression --samples 400 --features 4 --outputs 2 --seed 2 --output reg-val.h5 >/dev/null
+run_ranks 2 train deck.toml --output reg --set model.loss=mse --set data.train=reg.h5 --set data.validation=reg-val.h5 \
+  --set 'model.layers[3].out=2' >reg.log 2>&1 || { cat reg.log >&2; fail "regression run"; }
+"$HPCTRAIN" data generate blobs --samples 2000 --features 8 --classes 10 --seed 1 --output ten.h5 >/dev/null
+run_ranks 2 train deck.toml --output ten --set data.train=ten.h5 --set data.validation=ten.h5 \
+  --set 'model.layers[3].out=10' >ten.log 2>&1 || { cat ten.log >&2; fail "10-class run"; }
+$PYTHON - <<'PY' && pass "regression MAE/MSE/R^2 and top-5 accuracy recorded" || fail "metrics"
+import h5py, numpy as np
+reg = h5py.File("reg/metrics.h5", "r")
+assert np.isclose(reg["/eval/mse"][-1], reg["/eval/loss"][-1], rtol=1e-9)
+assert 0 < reg["/eval/mae"][-1] and reg["/eval/r2"][-1] <= 1, reg["/eval/r2"][-1]
+ten = h5py.File("ten/metrics.h5", "r")
+assert ten["/eval/top5_accuracy"][-1] >= ten["/eval/accuracy"][-1]
+print("r2", reg["/eval/r2"][-1], "top5", ten["/eval/top5_accuracy"][-1], "top1", ten["/eval/accuracy"][-1])
+PY
+finish
