@@ -90,8 +90,8 @@ const std::vector<SectionSpec>& schema() {
        }},
       {"data",
        {
-           {"train", Kind::string, bind_field<&Config::data, &DataSection::train>},
-           {"validation", Kind::string, bind_field<&Config::data, &DataSection::validation>},
+           {"train", Kind::string_array, bind_field<&Config::data, &DataSection::train>},
+           {"validation", Kind::string_array, bind_field<&Config::data, &DataSection::validation>},
            {"features", Kind::string, bind_field<&Config::data, &DataSection::features>},
            {"labels", Kind::string, bind_field<&Config::data, &DataSection::labels>},
            {"targets", Kind::string, bind_field<&Config::data, &DataSection::targets>},
@@ -1184,7 +1184,9 @@ class DeckReader {
   }
 
   void resolve_data_paths(std::string& path) const { path = resolve_data_path(path); }
+  // An empty entry means "no file" (validation = "" is the way to switch validation off): dropped.
   void resolve_data_paths(std::vector<std::string>& paths) const {
+    std::erase(paths, std::string());
     for (auto& path : paths) path = resolve_data_path(path);
   }
 

@@ -328,7 +328,7 @@ std::string CheckpointStore::save(const Model& model, const Optimizer& optimizer
     backend.copy_to_host(states.back().data(), optimizer.state(static_cast<int>(i)), states.back().size() * sizeof(float));
   }
 
-  {
+  try {
     const auto lock = lock_hdf5();
     H5Handle access = parallel_access(mpi_);
     H5Handle file(HPCTRAIN_H5_CHECK(H5Fcreate(partial_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get())));
@@ -358,6 +358,10 @@ std::string CheckpointStore::save(const Model& model, const Optimizer& optimizer
     write_string_attribute(f, "deck", deck_text);
     optimizer_group.close();
     file.close();
+  } catch (const LibraryError& error) {
+    throw Error("writing checkpoint '" + partial_path.string() + "' failed (the file system may be full or over quota); " +
+                    "the previous checkpoint is intact. Detail: " + error.what(),
+                ErrorScope::this_rank, "free space in " + directory_.string() + " and resume with --resume auto");
   }
   HPCTRAIN_MPI_CHECK(MPI_Barrier(mpi_.world()));
 

@@ -182,7 +182,7 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
   if (!config.data.validation.empty())
     validation_data_ = std::make_unique<TrainingData>(config, "data.validation", config.data.validation, task_);
   HPCTRAIN_VERIFY(train_data_->samples() >= batch, InputError,
-                  config.where("data.batch_size") << ": data.batch_size = " << batch << " but '" << config.data.train
+                  config.where("data.batch_size") << ": data.batch_size = " << batch << " but '" << train_data_->file()
                                                   << "' holds only " << train_data_->samples() << " samples",
                   "use a smaller batch or more data: one global batch must fit in the training set");
   if (validation_data_)

@@ -267,8 +267,8 @@ TEST(RunConfig, FullDeckValues) {
   EXPECT_EQ(config.model.layers[7].name, "linear7");
   EXPECT_EQ(config.model.layers[7].out, 3);
   EXPECT_TRUE(config.model.layers[7].bias);
-  EXPECT_EQ(config.data.train, "/data/train.h5");
-  EXPECT_EQ(config.data.validation, "/data/val.h5");
+  EXPECT_EQ(config.data.train, (std::vector<std::string>{"/data/train.h5"}));
+  EXPECT_EQ(config.data.validation, (std::vector<std::string>{"/data/val.h5"}));
   EXPECT_EQ(config.data.features, "/x");
   EXPECT_EQ(config.data.labels, "/y");
   EXPECT_EQ(config.data.targets, "/t");
@@ -316,8 +316,8 @@ TEST(RunConfig, Defaults) {
   EXPECT_EQ(config.model.layers[0].in, 0);
   EXPECT_TRUE(config.model.layers[0].bias);
   // "train.h5" does not exist from the current directory, so it is taken relative to the deck's directory.
-  EXPECT_EQ(config.data.train, fs::absolute("decks/train.h5").lexically_normal().string());
-  EXPECT_EQ(config.data.validation, "");
+  EXPECT_EQ(config.data.train, (std::vector<std::string>{fs::absolute("decks/train.h5").lexically_normal().string()}));
+  EXPECT_TRUE(config.data.validation.empty());
   EXPECT_EQ(config.data.features, "/features");
   EXPECT_EQ(config.data.labels, "/labels");
   EXPECT_EQ(config.data.targets, "/targets");
@@ -728,7 +728,7 @@ TEST(RunConfigOverrides, TypesAndBareWords) {
   EXPECT_EQ(config.precision.loss_scale, "1024");
   EXPECT_EQ(config.schedule.type, "cosine");
   EXPECT_EQ(config.run.seed, 2u);
-  EXPECT_EQ(config.data.validation, "");
+  EXPECT_TRUE(config.data.validation.empty());
   // A key given by --set has no deck position, even when the deck also wrote it.
   EXPECT_EQ(config.positions.count("train.steps"), 0u);
   EXPECT_EQ(config.where("train.steps"), deck_path);
@@ -831,9 +831,9 @@ TEST(RunConfigFiles, LoadAndResolveDataPaths) {
   const RunConfig config = load_run_config("../decks/exp.toml", {"train.steps=4"});
   EXPECT_EQ(config.deck_path, "../decks/exp.toml");
   // Not found from the current directory: relative to the deck's directory.
-  EXPECT_EQ(config.data.train, (root / "decks" / "data" / "train.h5").string());
+  EXPECT_EQ(config.data.train, (std::vector<std::string>{(root / "decks" / "data" / "train.h5").string()}));
   // Found from the current directory: that file.
-  EXPECT_EQ(config.data.validation, (root / "cwd" / "local.h5").string());
+  EXPECT_EQ(config.data.validation, (std::vector<std::string>{(root / "cwd" / "local.h5").string()}));
   EXPECT_EQ(config.run.output, "runs/exp");
   EXPECT_EQ(config.train.steps, 4);
   EXPECT_EQ(config.where("data.train"), "../decks/exp.toml:2:1");

@@ -40,8 +40,8 @@ struct ModelSection {
 };
 
 struct DataSection {
-  std::string train;             // HDF5 file (required)
-  std::string validation;        // HDF5 file (optional)
+  std::vector<std::string> train;       // HDF5 files or glob patterns, read as one dataset (required)
+  std::vector<std::string> validation;  // the same for the validation set (optional; empty = none)
   std::string features = "/features";  // (N, F), (N, C, H, W), ...: flattened per sample
   std::string labels = "/labels";      // cross_entropy: integer class labels (N)
   std::string targets = "/targets";    // mse: float targets (N x K)
