@@ -96,7 +96,7 @@ InferenceSetup set_up(const InferenceArguments& arguments, std::int64_t data_wid
                            : setup.config.precision.mode == "fp16" ? DType::f16
                                                                    : DType::f32;
   setup.model = std::make_unique<Model>(setup.config.model, data_width, *setup.backend,
-                                        ModelBuffers{activation, DType::f32, setup.local_batch},
+                                        ModelBuffers{activation, DType::f32, setup.local_batch, false},
                                         arguments.checkpoint);
   load_parameters(arguments.checkpoint, *setup.model, *setup.backend, mpi);
   return setup;

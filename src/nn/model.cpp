@@ -42,7 +42,7 @@ Model::Model(const ModelSection& spec, std::int64_t input_width, Backend& backen
   const std::size_t parameter_bytes =
       static_cast<std::size_t>(std::max<std::int64_t>(parameter_count_, 1)) * master_size;
   master_ = backend_.allocate(parameter_bytes);
-  gradients_ = backend_.allocate(parameter_bytes);
+  if (buffers_.training) gradients_ = backend_.allocate(parameter_bytes);
   const bool keep_working_copy = buffers_.activation_dtype != buffers_.master_dtype;
   if (keep_working_copy)
     working_ = backend_.allocate(static_cast<std::size_t>(std::max<std::int64_t>(parameter_count_, 1)) *
@@ -58,10 +58,11 @@ Model::Model(const ModelSection& spec, std::int64_t input_width, Backend& backen
     if (i < layers_.size()) layer_width = layers_[i]->output_width();
   }
   const std::size_t scratch_bytes = static_cast<std::size_t>(buffers_.max_rows * widest) * activation_size;
-  for (auto& scratch : scratch_) {
-    scratch = backend_.allocate(scratch_bytes);
-    activation_bytes_ += scratch_bytes;
-  }
+  if (buffers_.training)
+    for (auto& scratch : scratch_) {
+      scratch = backend_.allocate(scratch_bytes);
+      activation_bytes_ += scratch_bytes;
+    }
   if (saved_rows_blocks > 0) {
     const std::size_t bytes = static_cast<std::size_t>(saved_rows_blocks * buffers_.max_rows) * master_size;
     saved_ = backend_.allocate(bytes);
@@ -136,6 +137,7 @@ TensorView Model::forward(const StepContext& context) {
 
 void Model::backward(const StepContext& context, bool accumulate,
                      const std::function<void(std::int64_t)>& after_layer) {
+  HPCTRAIN_ASSERT(buffers_.training, "backward on a model built for inference");
   const DType dtype = buffers_.activation_dtype;
   TensorView dy{activations_.back(), dtype, context.rows, output_width()};
   for (std::size_t i = layers_.size(); i-- > 0;) {

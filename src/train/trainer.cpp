@@ -258,6 +258,7 @@ void Trainer::Impl::resume() {
   for (const fs::path& candidate : candidates) {
     CheckpointState state;
     std::string problem;
+    const double load_start = MPI_Wtime();
     try {
       load_checkpoint(candidate.string(), *model_, *optimizer_, *backend_, state, mpi_);
     } catch (const Error& error) {
@@ -285,8 +286,10 @@ void Trainer::Impl::resume() {
     LoaderPosition position{state.epoch, state.step_in_epoch};
     if (position.step_in_epoch >= steps_per_epoch_) position = {position.epoch + 1, 0};  // other rank count
     loader_->seek(position);
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%.3f", MPI_Wtime() - load_start);
     log("resumed from " + candidate.string() + " at step " + std::to_string(state.step) + " (epoch " +
-        std::to_string(state.epoch) + ")");
+        std::to_string(state.epoch) + "), read in " + seconds + " s");
     return;
   }
   throw InputError("no usable checkpoint to resume from:" + failures,
@@ -303,7 +306,7 @@ std::string Trainer::Impl::save_checkpoint(std::int64_t step) {
   const double start = MPI_Wtime();
   const std::string path = checkpoints_->save(*model_, *optimizer_, *backend_, state, to_toml(config_));
   char line[512];
-  std::snprintf(line, sizeof line, "checkpoint %s written in %.2f s", path.c_str(), MPI_Wtime() - start);
+  std::snprintf(line, sizeof line, "checkpoint %s written in %.3f s", path.c_str(), MPI_Wtime() - start);
   log(line);
   return path;
 }

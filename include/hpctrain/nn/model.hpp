@@ -19,6 +19,7 @@ struct ModelBuffers {
   DType activation_dtype = DType::f32;  // storage of activations and their gradients (16-bit in mixed precision)
   DType master_dtype = DType::f32;      // parameters, gradients, optimizer state
   std::int64_t max_rows = 0;            // largest batch this model will see (per rank)
+  bool training = true;                 // false (inference): no gradient buffer, no backward scratch
 };
 
 // A parameter tensor as stored in the flat buffer, for checkpoints and summaries.

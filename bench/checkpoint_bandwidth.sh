@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Checkpoint write and read bandwidth of hpctrain for models of several sizes, on 1 and 2 ranks, against a raw `dd` of
+# the same number of bytes to the same disk (write: dd conv=fsync, like the checkpoint's fsync; read: dd to /dev/null).
+# Medians of REPEATS runs. Both reads find the file in the page cache (it was just written): the read rows compare
+# hpctrain's parallel-HDF5 read + all-gather with a cached sequential read.
+#
+#   bench/checkpoint_bandwidth.sh [SIZES_MB...]      (default: 10 100 1000; REPEATS=3; BENCH_DIR=a directory on the disk)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+sizes=("${@:-10 100 1000}")
+read -r -a sizes <<<"${sizes[*]}"
+repeats=${REPEATS:-3}
+hpctrain=${HPCTRAIN:-build/release/bin/hpctrain}
+[[ -x $hpctrain ]] || { cmake --preset release >/dev/null && cmake --build --preset release -j2 >/dev/null; }
+mpiexec=(mpiexec --oversubscribe --bind-to none)
+[[ $(id -u) -eq 0 ]] && mpiexec+=(--allow-run-as-root)
+work=$(mktemp -d "${BENCH_DIR:-${TMPDIR:-/tmp}}/hpctrain-ckpt-bench.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+"$hpctrain" data generate blobs --samples 64 --features 16 --classes 2 --output "$work/data.h5" >/dev/null
+
+calc() { awk "BEGIN { printf \"%.6f\", $* }"; }
+now() { date +%s.%N; }
+median() { sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
+
+printf '%s\n' "checkpoint bandwidth, $(date -u +%Y-%m-%dT%H:%MZ), $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores," \
+  "disk: $(df -h "$work" | awk 'NR==2{print $1" ("$2")"}'), median of $repeats"
+printf '%-10s %-6s %12s %12s %12s %12s %8s %8s\n' "state" "ranks" "write MB/s" "dd write" "read MB/s" "dd read" \
+  "write %" "read %"
+for size in "${sizes[@]}"; do
+  # AdamW state = parameters + 2 moments = 12 bytes per parameter; model 16 -> H -> 2 has 19 H + 2 parameters.
+  hidden=$(( size * 1000000 / 12 / 19 ))
+  bytes=$(( (19 * hidden + 2) * 12 ))
+  cat >"$work/deck.toml" <<TOML
+[data]
+train = "$work/data.h5"
+batch_size = 2
+[model]
+layers = [ { type = "linear", out = $hidden }, { type = "relu" }, { type = "linear", out = 2 } ]
+[train]
+steps = 1
+log_every = 1
+TOML
+  for ranks in 1 2; do
+    writes=() reads=() dd_writes=() dd_reads=()
+    for repeat in $(seq "$repeats"); do
+      out="$work/run-$size-$ranks-$repeat"
+      OMP_NUM_THREADS=1 "${mpiexec[@]}" -n "$ranks" "$hpctrain" train "$work/deck.toml" --output "$out" >"$out.log" 2>&1
+      writes+=("$(sed -n 's/.*written in \([0-9.]*\) s/\1/p' "$out.log")")
+      OMP_NUM_THREADS=1 "${mpiexec[@]}" -n "$ranks" "$hpctrain" train "$work/deck.toml" --output "$out" \
+        --resume "$out/checkpoints/step-00000001.h5" >"$out.resume.log" 2>&1
+      reads+=("$(sed -n 's/.*read in \([0-9.]*\) s/\1/p' "$out.resume.log")")
+      start=$(now)
+      dd if=/dev/zero of="$work/dd.bin" bs=4M count=$(( (bytes + 4194303) / 4194304 )) conv=fsync status=none
+      dd_writes+=("$(calc "$(now) - $start")")
+      start=$(now)
+      dd if="$work/dd.bin" of=/dev/null bs=4M status=none
+      dd_reads+=("$(calc "$(now) - $start")")
+      rm -rf "$out" "$work/dd.bin"
+    done
+    mb=$(calc "$bytes / 1000000")
+    w=$(printf '%s\n' "${writes[@]}" | median); r=$(printf '%s\n' "${reads[@]}" | median)
+    dw=$(printf '%s\n' "${dd_writes[@]}" | median); dr=$(printf '%s\n' "${dd_reads[@]}" | median)
+    printf '%-10s %-6s %12.0f %12.0f %12.0f %12.0f %7.0f%% %7.0f%%\n' "${size} MB" "$ranks" "$(calc "$mb / $w")" \
+      "$(calc "$mb / $dw")" "$(calc "$mb / $r")" "$(calc "$mb / $dr")" \
+      "$(calc "100 * $dw / $w")" "$(calc "100 * $dr / $r")"
+  done
+done
+echo "goal: checkpoint write >= 70% of dd"
