@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <hdf5.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <array>
@@ -22,19 +23,15 @@ namespace hpctrain {
 namespace fs = std::filesystem;
 
 std::uint32_t crc32(const void* data, std::size_t bytes, std::uint32_t crc) {
-  static const std::array<std::uint32_t, 256> table = [] {
-    std::array<std::uint32_t, 256> entries{};
-    for (std::uint32_t i = 0; i < 256; ++i) {
-      std::uint32_t value = i;
-      for (int bit = 0; bit < 8; ++bit) value = (value & 1u) ? 0xEDB88320u ^ (value >> 1) : value >> 1;
-      entries[i] = value;
-    }
-    return entries;
-  }();
-  const auto* byte = static_cast<const unsigned char*>(data);
-  crc = ~crc;
-  for (std::size_t i = 0; i < bytes; ++i) crc = table[(crc ^ byte[i]) & 0xffu] ^ (crc >> 8);
-  return ~crc;
+  // zlib's CRC-32 (the one Python's zlib.crc32 computes), in pieces its 32-bit length argument can take.
+  const auto* byte = static_cast<const Bytef*>(data);
+  while (bytes > 0) {
+    const auto piece = static_cast<uInt>(std::min<std::size_t>(bytes, 1u << 30));
+    crc = static_cast<std::uint32_t>(::crc32(crc, byte, piece));
+    byte += piece;
+    bytes -= piece;
+  }
+  return crc;
 }
 
 namespace {
@@ -171,11 +168,39 @@ std::uint32_t read_crc(hid_t dataset, const std::string& path, const std::string
   return crc;
 }
 
+// The CRC-32 of every whole tensor, computed in parallel: each rank checksums the part of each tensor inside its own
+// slice, the parts are gathered, and zlib's crc32_combine joins them in order. All ranks get the same values.
+std::vector<std::uint32_t> tensor_checksums(const std::vector<TensorEntry>& tensors, const float* flat,
+                                            std::int64_t count, const MpiEnvironment& mpi) {
+  const auto [slice_begin, slice_end] = rank_slice(count, mpi.rank(), mpi.size());
+  std::vector<std::uint64_t> mine(2 * tensors.size());  // per tensor: crc, bytes
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const auto [first, last] = overlap(tensors[t], slice_begin, slice_end);
+    const std::size_t bytes = static_cast<std::size_t>(last - first) * sizeof(float);
+    mine[2 * t] = crc32(flat + tensors[t].offset + static_cast<std::int64_t>(first), bytes);
+    mine[2 * t + 1] = bytes;
+  }
+  std::vector<std::uint64_t> all(mine.size() * static_cast<std::size_t>(mpi.size()));
+  HPCTRAIN_MPI_CHECK(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_UINT64_T, all.data(),
+                                   static_cast<int>(mine.size()), MPI_UINT64_T, mpi.world()));
+  std::vector<std::uint32_t> checksums(tensors.size(), 0);
+  for (std::size_t t = 0; t < tensors.size(); ++t)
+    for (int r = 0; r < mpi.size(); ++r) {
+      const std::size_t base = static_cast<std::size_t>(r) * mine.size() + 2 * t;
+      if (all[base + 1] > 0)
+        checksums[t] = static_cast<std::uint32_t>(
+            crc32_combine(checksums[t], static_cast<uLong>(all[base]), static_cast<z_off_t>(all[base + 1])));
+    }
+  return checksums;
+}
+
 // Write this rank's slice of each tensor of a flat vector (collective: every rank calls for every tensor).
 void write_tensors(hid_t file, const std::vector<TensorEntry>& tensors, const float* flat, std::int64_t count,
                    const MpiEnvironment& mpi, hid_t transfer) {
   const auto [slice_begin, slice_end] = rank_slice(count, mpi.rank(), mpi.size());
-  for (const TensorEntry& tensor : tensors) {
+  const std::vector<std::uint32_t> checksums = tensor_checksums(tensors, flat, count, mpi);
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const TensorEntry& tensor = tensors[t];
     H5Handle dataset = create_dataset(file, tensor.path, H5T_IEEE_F32LE, tensor.shape);
     const auto [first, last] = overlap(tensor, slice_begin, slice_end);
     H5Handle file_space(HPCTRAIN_H5_CHECK(H5Dget_space(dataset.get())));
@@ -187,8 +212,7 @@ void write_tensors(hid_t file, const std::vector<TensorEntry>& tensors, const fl
     if (last == first) HPCTRAIN_H5_CHECK(H5Sselect_none(memory_space.get()));
     HPCTRAIN_H5_CHECK(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, memory_space.get(), file_space.get(), transfer,
                                flat + tensor.offset + static_cast<std::int64_t>(first)));
-    // Every rank holds the whole (replicated) tensor, so all compute the same checksum for the collective attribute.
-    write_crc(dataset.get(), crc32(flat + tensor.offset, static_cast<std::size_t>(tensor.count) * sizeof(float)));
+    write_crc(dataset.get(), checksums[t]);  // the same value on every rank, as a collective attribute needs
   }
 }
 
@@ -220,6 +244,8 @@ void read_tensors(hid_t file, const std::string& file_name, const std::vector<Te
     HPCTRAIN_H5_CHECK(H5Dread(dataset.get(), H5T_NATIVE_FLOAT, memory_space.get(), file_space.get(), transfer,
                               flat + tensor.offset + static_cast<std::int64_t>(first)));
   }
+  // Checksums of the whole tensors from the slices just read, before they are assembled.
+  const std::vector<std::uint32_t> checksums = tensor_checksums(tensors, flat, count, mpi);
   // Assemble: rank r contributed [slice_begin_r, slice_end_r).
   std::vector<int> counts(static_cast<std::size_t>(mpi.size())), displacements(counts.size());
   for (int r = 0; r < mpi.size(); ++r) {
@@ -229,11 +255,11 @@ void read_tensors(hid_t file, const std::string& file_name, const std::vector<Te
   }
   HPCTRAIN_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, flat, counts.data(), displacements.data(),
                                     MPI_FLOAT, mpi.world()));
-  for (const TensorEntry& tensor : tensors) {
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const TensorEntry& tensor = tensors[t];
     H5Handle dataset(HPCTRAIN_H5_CHECK(H5Dopen2(file, tensor.path.c_str(), H5P_DEFAULT)));
     const std::uint32_t stored = read_crc(dataset.get(), tensor.path, file_name);
-    const std::uint32_t actual = crc32(flat + tensor.offset, static_cast<std::size_t>(tensor.count) * sizeof(float));
-    HPCTRAIN_VERIFY(stored == actual, InputError,
+    HPCTRAIN_VERIFY(stored == checksums[t], InputError,
                     "checkpoint '" << file_name << "' is damaged: tensor " << tensor.path << " fails its checksum");
   }
 }
