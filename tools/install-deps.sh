@@ -3,7 +3,7 @@
 # prints the exact command to run. Idempotent: a second run installs nothing.
 set -euo pipefail
 packages=(build-essential cmake ninja-build ccache pkg-config
-  libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools libdnnl-dev libtomlplusplus-dev libgtest-dev
+  libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools libdnnl-dev libtomlplusplus-dev libgtest-dev zlib1g-dev
   python3-h5py python3-numpy)
 missing=()
 for package in "${packages[@]}"; do
