@@ -883,10 +883,13 @@ int bench_command(const Arguments& args, const MpiEnvironment& mpi) {
   for (std::int64_t step = 0; step < steps; ++step) rows += loader.next().rows;
   const double seconds = MPI_Wtime() - start;
 
-  // Rank 0 prints every rank's figures: (staging s, seconds, bytes).
-  const double mine[3] = {staging, seconds, static_cast<double>(rows * row_bytes)};
-  std::vector<double> all(static_cast<std::size_t>(3 * mpi.size()));
-  HPCTRAIN_MPI_CHECK(MPI_Gather(mine, 3, MPI_DOUBLE, all.data(), 3, MPI_DOUBLE, 0, mpi.world()));
+  // Rank 0 prints every rank's figures: (staging s, staged bytes, seconds, bytes).
+  constexpr int figures_per_rank = 4;
+  const double mine[figures_per_rank] = {staging, static_cast<double>(data.rows_in_memory() * row_bytes), seconds,
+                                         static_cast<double>(rows * row_bytes)};
+  std::vector<double> all(static_cast<std::size_t>(figures_per_rank * mpi.size()));
+  HPCTRAIN_MPI_CHECK(
+      MPI_Gather(mine, figures_per_rank, MPI_DOUBLE, all.data(), figures_per_rank, MPI_DOUBLE, 0, mpi.world()));
   if (mpi.is_root()) {
     std::printf(
         "# hpctrain data bench: %s: %s, %lld samples of %lld bytes (float32), %d ranks x %lld steps of %lld; "
@@ -895,16 +898,26 @@ int bench_command(const Arguments& args, const MpiEnvironment& mpi) {
         static_cast<long long>(row_bytes), mpi.size(), static_cast<long long>(steps),
         static_cast<long long>(local_batch), config.data.shuffle.c_str(), static_cast<long long>(config.data.prefetch),
         config.data.in_memory ? "true" : "false");
-    std::vector<double> rates;
+    std::vector<double> rates, staging_rates;
     for (int rank = 0; rank < mpi.size(); ++rank) {
-      const double* figures = all.data() + 3 * rank;
-      const double rate = figures[2] / std::max(figures[1], 1e-12) / 1e6;
+      const double* figures = all.data() + figures_per_rank * rank;
+      const double rate = figures[3] / std::max(figures[2], 1e-12) / 1e6;
       rates.push_back(rate);
-      std::printf("rank %d: staging %.3f s, read %.1f MB in %.3f s: %.1f MB/s\n", rank, figures[0], figures[2] / 1e6,
-                  figures[1], rate);
+      std::printf("rank %d: staging %.1f MB in %.3f s", rank, figures[1] / 1e6, figures[0]);
+      if (figures[1] > 0) {
+        staging_rates.push_back(figures[1] / std::max(figures[0], 1e-12) / 1e6);
+        std::printf(" (%.1f MB/s)", staging_rates.back());
+      }
+      std::printf(", then read %.1f MB of batches in %.3f s: %.1f MB/s\n", figures[3] / 1e6, figures[2], rate);
     }
-    std::sort(rates.begin(), rates.end());
-    std::printf("median per-rank read throughput: %.1f MB/s\n", rates[rates.size() / 2]);
+    // The median of R values: the middle one, or the mean of the middle two.
+    auto median = [](std::vector<double> values) {
+      std::sort(values.begin(), values.end());
+      const std::size_t middle = values.size() / 2;
+      return values.size() % 2 ? values[middle] : 0.5 * (values[middle - 1] + values[middle]);
+    };
+    if (!staging_rates.empty()) std::printf("median per-rank staging throughput: %.1f MB/s\n", median(staging_rates));
+    std::printf("median per-rank read throughput: %.1f MB/s\n", median(rates));
     std::fflush(stdout);
   }
   return 0;

@@ -47,16 +47,22 @@ InferenceArguments parse_inference_arguments(const Arguments& args, const char* 
       *help = true;
       return parsed;
     }
-    if (arg == "--data") parsed.data = value();
-    else if (arg == "--output") parsed.output = value();
-    else if (arg == "--set") parsed.overrides.push_back(value());
-    else if (arg == "--force") parsed.force = true;
+    if (arg == "--data")
+      parsed.data = value();
+    else if (arg == "--output")
+      parsed.output = value();
+    else if (arg == "--set")
+      parsed.overrides.push_back(value());
+    else if (arg == "--force")
+      parsed.force = true;
     else if (!arg.empty() && arg[0] == '-')
       throw InputError(std::string("hpctrain ") + command + ": unknown option '" + arg + "'",
                        std::string("see 'hpctrain ") + command + " --help'");
-    else if (parsed.checkpoint.empty()) parsed.checkpoint = arg;
-    else throw InputError(std::string("hpctrain ") + command + ": unexpected argument '" + arg + "'",
-                          std::string("see 'hpctrain ") + command + " --help'");
+    else if (parsed.checkpoint.empty())
+      parsed.checkpoint = arg;
+    else
+      throw InputError(std::string("hpctrain ") + command + ": unexpected argument '" + arg + "'",
+                       std::string("see 'hpctrain ") + command + " --help'");
   }
   HPCTRAIN_VERIFY(!parsed.checkpoint.empty() && !parsed.data.empty(), InputError,
                   "hpctrain " << command << ": needs a checkpoint and --data FILE.h5",
@@ -89,15 +95,15 @@ InferenceSetup set_up(const InferenceArguments& arguments, std::int64_t data_wid
                   "apply the model to data shaped like its training data");
   omp_set_num_threads(choose_thread_count(setup.config, mpi));
   setup.backend = make_cpu_backend();
-  const std::int64_t batch = setup.config.data.eval_batch_size > 0 ? setup.config.data.eval_batch_size
-                                                                   : setup.config.data.batch_size;
+  const std::int64_t batch =
+      setup.config.data.eval_batch_size > 0 ? setup.config.data.eval_batch_size : setup.config.data.batch_size;
   setup.local_batch = std::max<std::int64_t>(1, (batch + mpi.size() - 1) / mpi.size());
   const DType activation = setup.config.precision.mode == "bf16"   ? DType::bf16
                            : setup.config.precision.mode == "fp16" ? DType::f16
                                                                    : DType::f32;
-  setup.model = std::make_unique<Model>(setup.config.model, data_width, *setup.backend,
-                                        ModelBuffers{activation, DType::f32, setup.local_batch, false},
-                                        arguments.checkpoint);
+  setup.model =
+      std::make_unique<Model>(setup.config.model, data_width, *setup.backend,
+                              ModelBuffers{activation, DType::f32, setup.local_batch, false}, arguments.checkpoint);
   load_parameters(arguments.checkpoint, *setup.model, *setup.backend, mpi);
   return setup;
 }
@@ -105,7 +111,8 @@ InferenceSetup set_up(const InferenceArguments& arguments, std::int64_t data_wid
 void refuse_to_overwrite(const std::string& path, bool force, const MpiEnvironment& mpi) {
   run_on_root(mpi, [&] {
     if (!force && fs::exists(path))
-      throw InputError("'" + path + "' exists; hpctrain does not overwrite results", "pass --force or another --output");
+      throw InputError("'" + path + "' exists; hpctrain does not overwrite results",
+                       "pass --force or another --output");
   });
 }
 
@@ -134,9 +141,8 @@ int predict_command(const Arguments& args, const MpiEnvironment& mpi) {
   const std::string output = arguments.output.empty() ? "predictions.h5" : arguments.output;
   refuse_to_overwrite(output, arguments.force, mpi);
   // Features only: predictions need no labels.
-  const std::string features_path = parse_run_config(checkpoint_deck(arguments.checkpoint), arguments.checkpoint,
-                                                     arguments.overrides)
-                                        .data.features;
+  const std::string features_path =
+      parse_run_config(checkpoint_deck(arguments.checkpoint), arguments.checkpoint, arguments.overrides).data.features;
   Hdf5Dataset features(arguments.data, features_path);
   InferenceSetup setup = set_up(arguments, features.sample_size(), mpi);
   Model& model = *setup.model;
@@ -158,8 +164,8 @@ int predict_command(const Arguments& args, const MpiEnvironment& mpi) {
     batch.features.resize(static_cast<std::size_t>(rows * features.sample_size()));
     features.read_rows(batch.sample_ids.data(), rows, batch.features.data());
     for (float value : batch.features)
-      HPCTRAIN_VERIFY(std::isfinite(value), InputError,
-                      "'" << arguments.data << "': features contain NaN or Inf", "clean the data before predicting");
+      HPCTRAIN_VERIFY(std::isfinite(value), InputError, "'" << arguments.data << "': features contain NaN or Inf",
+                      "clean the data before predicting");
     device.upload(batch, 0, rows, model);
     context.rows = rows;
     const TensorView output = model.forward(context);
@@ -183,8 +189,8 @@ int predict_command(const Arguments& args, const MpiEnvironment& mpi) {
     const hsize_t dims[2] = {static_cast<hsize_t>(samples), static_cast<hsize_t>(columns)};
     const int rank = columns > 0 ? 2 : 1;
     H5Handle space(HPCTRAIN_H5_CHECK(H5Screate_simple(rank, dims, nullptr)));
-    H5Handle dataset(HPCTRAIN_H5_CHECK(
-        H5Dcreate2(file.get(), name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+    H5Handle dataset(
+        HPCTRAIN_H5_CHECK(H5Dcreate2(file.get(), name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
     const hsize_t start[2] = {static_cast<hsize_t>(mpi.rank()), 0}, stride[2] = {static_cast<hsize_t>(mpi.size()), 1},
                   count[2] = {mine_count, static_cast<hsize_t>(std::max<std::int64_t>(columns, 1))};
     const hsize_t memory_dims[2] = {std::max<hsize_t>(mine_count, 1), count[1]};
@@ -219,7 +225,8 @@ int predict_command(const Arguments& args, const MpiEnvironment& mpi) {
   file.close();
   HPCTRAIN_MPI_CHECK(MPI_Barrier(mpi.world()));
   run_on_root(mpi, [&] { fs::rename(partial, output); });
-  if (mpi.is_root()) std::printf("wrote predictions for %lld samples to %s\n", static_cast<long long>(samples), output.c_str());
+  if (mpi.is_root())
+    std::printf("wrote predictions for %lld samples to %s\n", static_cast<long long>(samples), output.c_str());
   return 0;
 }
 
@@ -242,11 +249,14 @@ int evaluate_command(const Arguments& args, const MpiEnvironment& mpi) {
                 static_cast<long long>(metrics.samples), describe(metrics).c_str());
     if (!arguments.output.empty()) {
       MetricsWriter writer(arguments.output);
-      std::vector<std::pair<std::string, MetricKind>> columns{{"samples", MetricKind::int64}, {"loss", MetricKind::float64}};
+      std::vector<std::pair<std::string, MetricKind>> columns{{"samples", MetricKind::int64},
+                                                              {"loss", MetricKind::float64}};
       std::vector<double> row{static_cast<double>(metrics.samples), metrics.loss};
       for (const auto& [name, value] : {std::pair<const char*, double>{"accuracy", metrics.accuracy},
-                                        {"top5_accuracy", metrics.top5_accuracy}, {"mae", metrics.mae},
-                                        {"mse", metrics.mse}, {"r2", metrics.r2}})
+                                        {"top5_accuracy", metrics.top5_accuracy},
+                                        {"mae", metrics.mae},
+                                        {"mse", metrics.mse},
+                                        {"r2", metrics.r2}})
         if (!std::isnan(value)) {
           columns.emplace_back(name, MetricKind::float64);
           row.push_back(value);

@@ -1002,7 +1002,7 @@ class DeckReader {
 
     validate_layers();
 
-    if (config.data.train.empty())
+    if (std::all_of(config.data.train.begin(), config.data.train.end(), [](const auto& f) { return f.empty(); }))
       fail(location("data.train"), "data.train is missing: the training data file is required",
            "add under [data]: train = \"path/to/train.h5\" (relative paths are resolved as described in "
            "docs/input-reference.md)");

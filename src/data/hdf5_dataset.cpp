@@ -1,10 +1,21 @@
-// Row reads from one HDF5 dataset: hyperslab selections of exactly the requested rows, type conversion by HDF5.
+// Row reads from one HDF5 dataset: straight from a memory map of the file where the layout allows, otherwise hyperslab
+// selections of exactly the requested rows with type conversion by HDF5.
 #include "hpctrain/data/hdf5_dataset.hpp"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <type_traits>
 
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/core/half.hpp"
 
 namespace hpctrain {
 
@@ -25,7 +36,235 @@ std::string available_datasets_text(hid_t file) {
   return text;
 }
 
+// --- the direct path ---
+
+// Element types the direct path converts itself: little-endian, no padding bits, IEEE floats.
+enum class StoredKind { u8, i8, u16, i16, u32, i32, u64, i64, f16, f32, f64 };
+
+std::optional<StoredKind> direct_kind(hid_t type) {
+  const H5T_class_t type_class = H5Tget_class(type);
+  const std::size_t bytes = H5Tget_size(type);
+  if (type_class != H5T_INTEGER && type_class != H5T_FLOAT) return std::nullopt;
+  if (H5Tget_precision(type) != bytes * 8 || H5Tget_offset(type) != 0) return std::nullopt;
+  if (bytes > 1 && H5Tget_order(type) != H5T_ORDER_LE) return std::nullopt;
+  if (type_class == H5T_INTEGER) {
+    const bool is_signed = H5Tget_sign(type) == H5T_SGN_2;
+    switch (bytes) {
+      case 1:
+        return is_signed ? StoredKind::i8 : StoredKind::u8;
+      case 2:
+        return is_signed ? StoredKind::i16 : StoredKind::u16;
+      case 4:
+        return is_signed ? StoredKind::i32 : StoredKind::u32;
+      case 8:
+        return is_signed ? StoredKind::i64 : StoredKind::u64;
+      default:
+        return std::nullopt;
+    }
+  }
+  std::size_t sign = 0, exponent_position = 0, exponent_bits = 0, mantissa_position = 0, mantissa_bits = 0;
+  if (H5Tget_fields(type, &sign, &exponent_position, &exponent_bits, &mantissa_position, &mantissa_bits) < 0)
+    return std::nullopt;
+  const std::size_t bias = H5Tget_ebias(type);
+  if (bytes == 2 && sign == 15 && exponent_position == 10 && exponent_bits == 5 && mantissa_bits == 10 && bias == 15)
+    return StoredKind::f16;
+  if (bytes == 4 && sign == 31 && exponent_position == 23 && exponent_bits == 8 && mantissa_bits == 23 && bias == 127)
+    return StoredKind::f32;
+  if (bytes == 8 && sign == 63 && exponent_position == 52 && exponent_bits == 11 && mantissa_bits == 52 && bias == 1023)
+    return StoredKind::f64;
+  return std::nullopt;
+}
+
+bool is_integer(StoredKind kind) {
+  return kind != StoredKind::f16 && kind != StoredKind::f32 && kind != StoredKind::f64;
+}
+
+template <class Stored>
+Stored load(const unsigned char* bytes) {
+  Stored value;
+  std::memcpy(&value, bytes, sizeof value);  // rows need not be aligned in the file
+  return value;
+}
+
+// HDF5's conversions saturate integers that do not fit; so do we.
+template <class Out, class Value>
+Out convert_value(Value value) {
+  if constexpr (std::is_same_v<Out, std::int32_t> && std::is_integral_v<Value>) {
+    if constexpr (std::is_signed_v<Value>) {
+      return static_cast<std::int32_t>(std::clamp<std::int64_t>(value, INT32_MIN, INT32_MAX));
+    } else {
+      return static_cast<std::int32_t>(std::min<std::uint64_t>(value, INT32_MAX));
+    }
+  } else {
+    return static_cast<Out>(value);
+  }
+}
+
+template <class Stored, class Out>
+void convert_values(const unsigned char* from, std::int64_t count, Out* to) {
+  if constexpr (std::is_same_v<Stored, Out>) {
+    std::memcpy(to, from, static_cast<std::size_t>(count) * sizeof(Out));
+  } else {
+    for (std::int64_t i = 0; i < count; ++i)
+      to[i] = convert_value<Out>(load<Stored>(from + static_cast<std::size_t>(i) * sizeof(Stored)));
+  }
+}
+
 }  // namespace
+
+struct Hdf5Dataset::DirectReader {
+  int descriptor = -1;
+  void* mapping = MAP_FAILED;
+  std::size_t mapped_bytes = 0;
+  std::vector<std::uint64_t> chunk_offsets;  // byte offset in the file of each chunk's first row
+  std::int64_t rows_per_chunk = 1, values_per_row = 0;
+  std::size_t row_bytes = 0;
+  StoredKind kind = StoredKind::f32;
+
+  ~DirectReader() {
+    if (mapping != MAP_FAILED) munmap(mapping, mapped_bytes);
+    if (descriptor >= 0) close(descriptor);
+  }
+  [[nodiscard]] const unsigned char* row(std::int64_t r) const {
+    return static_cast<const unsigned char*>(mapping) + chunk_offsets[static_cast<std::size_t>(r / rows_per_chunk)] +
+           static_cast<std::size_t>(r % rows_per_chunk) * row_bytes;
+  }
+  // Rows from r on that lie one after the other in the file: up to the end of r's chunk.
+  [[nodiscard]] std::int64_t rows_in_chunk_from(std::int64_t r) const { return rows_per_chunk - r % rows_per_chunk; }
+
+  template <class Out>
+  void convert(const unsigned char* from, std::int64_t values, Out* to) const {
+    switch (kind) {
+      case StoredKind::u8:
+        return convert_values<std::uint8_t>(from, values, to);
+      case StoredKind::i8:
+        return convert_values<std::int8_t>(from, values, to);
+      case StoredKind::u16:
+        return convert_values<std::uint16_t>(from, values, to);
+      case StoredKind::i16:
+        return convert_values<std::int16_t>(from, values, to);
+      case StoredKind::u32:
+        return convert_values<std::uint32_t>(from, values, to);
+      case StoredKind::i32:
+        return convert_values<std::int32_t>(from, values, to);
+      case StoredKind::u64:
+        return convert_values<std::uint64_t>(from, values, to);
+      case StoredKind::i64:
+        return convert_values<std::int64_t>(from, values, to);
+      case StoredKind::f32:
+        return convert_values<float>(from, values, to);
+      case StoredKind::f64:
+        return convert_values<double>(from, values, to);
+      case StoredKind::f16:
+        for (std::int64_t i = 0; i < values; ++i)
+          to[i] = static_cast<Out>(to_float(fp16{load<std::uint16_t>(from + 2 * static_cast<std::size_t>(i))}));
+        return;
+    }
+  }
+
+  // Rows indices[0..count) into out, (count, values_per_row); consecutive rows of one chunk are copied together.
+  template <class Out>
+  void read_rows(const std::int64_t* indices, std::int64_t count, Out* out) const {
+    for (std::int64_t i = 0; i < count;) {
+      const std::int64_t first = indices[i];
+      const std::int64_t limit = std::min(count - i, rows_in_chunk_from(first));
+      std::int64_t run = 1;
+      while (run < limit && indices[i + run] == first + run) ++run;
+      convert(row(first), run * values_per_row, out + i * values_per_row);
+      i += run;
+    }
+  }
+
+  // Rows indices[0..count) into out as stored, byte for byte: (count, row_bytes).
+  void copy_rows(const std::int64_t* indices, std::int64_t count, unsigned char* out) const {
+    for (std::int64_t i = 0; i < count;) {
+      const std::int64_t first = indices[i];
+      const std::int64_t limit = std::min(count - i, rows_in_chunk_from(first));
+      std::int64_t run = 1;
+      while (run < limit && indices[i + run] == first + run) ++run;
+      std::memcpy(out + static_cast<std::size_t>(i) * row_bytes, row(first), static_cast<std::size_t>(run) * row_bytes);
+      i += run;
+    }
+  }
+
+  template <class Out>
+  void read_range(std::int64_t first, std::int64_t count, Out* out) const {
+    for (std::int64_t done = 0; done < count;) {
+      const std::int64_t run = std::min(count - done, rows_in_chunk_from(first + done));
+      convert(row(first + done), run * values_per_row, out + done * values_per_row);
+      done += run;
+    }
+  }
+};
+
+// The direct reader for this dataset, or null when HDF5 must read it (see hdf5_dataset.hpp). Caller holds lock_hdf5().
+std::unique_ptr<Hdf5Dataset::DirectReader> Hdf5Dataset::make_direct_reader() const {
+  const std::string& file_name = file_name_;
+  const hid_t file = file_.get(), dataset = dataset_.get(), stored_type = stored_type_.get();
+  const std::vector<std::int64_t>& shape = shape_;
+  if (const char* setting = std::getenv("HPCTRAIN_HDF5_DIRECT"); setting != nullptr && std::string(setting) == "0")
+    return nullptr;  // the escape hatch, and the way to measure HDF5's own path
+  const auto kind = direct_kind(stored_type);
+  if (!kind || shape.empty() || shape[0] == 0) return nullptr;
+  auto reader = std::make_unique<Hdf5Dataset::DirectReader>();
+  reader->kind = *kind;
+  reader->values_per_row = 1;
+  for (std::size_t d = 1; d < shape.size(); ++d) reader->values_per_row *= shape[d];
+  reader->row_bytes = static_cast<std::size_t>(reader->values_per_row) * H5Tget_size(stored_type);
+  if (reader->row_bytes == 0) return nullptr;
+
+  // Addresses are relative to the end of a user block; files with one are left to HDF5.
+  const H5Handle file_creation(H5Fget_create_plist(file));
+  hsize_t user_block = 0;
+  if (!file_creation.valid() || H5Pget_userblock(file_creation.get(), &user_block) < 0 || user_block != 0)
+    return nullptr;
+
+  const H5Handle creation(H5Dget_create_plist(dataset));
+  if (!creation.valid()) return nullptr;
+  const H5D_layout_t layout = H5Pget_layout(creation.get());
+  const std::int64_t samples = shape[0];
+  if (layout == H5D_CONTIGUOUS) {
+    const haddr_t address = H5Dget_offset(dataset);  // undefined when external or never written
+    if (address == HADDR_UNDEF) return nullptr;
+    reader->rows_per_chunk = samples;
+    reader->chunk_offsets = {address};
+  } else if (layout == H5D_CHUNKED) {
+    if (H5Pget_nfilters(creation.get()) != 0) return nullptr;
+    std::vector<hsize_t> chunk(shape.size());
+    if (H5Pget_chunk(creation.get(), static_cast<int>(chunk.size()), chunk.data()) != static_cast<int>(shape.size()))
+      return nullptr;
+    for (std::size_t d = 1; d < shape.size(); ++d)
+      if (chunk[d] != static_cast<hsize_t>(shape[d])) return nullptr;  // a chunk must hold whole samples
+    reader->rows_per_chunk = static_cast<std::int64_t>(chunk[0]);
+    const std::int64_t chunks = (samples + reader->rows_per_chunk - 1) / reader->rows_per_chunk;
+    std::vector<hsize_t> offset(shape.size(), 0);
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      offset[0] = static_cast<hsize_t>(c * reader->rows_per_chunk);
+      unsigned filter_mask = 0;
+      haddr_t address = HADDR_UNDEF;
+      hsize_t bytes = 0;
+      if (H5Dget_chunk_info_by_coord(dataset, offset.data(), &filter_mask, &address, &bytes) < 0 ||
+          address == HADDR_UNDEF || bytes != static_cast<hsize_t>(reader->rows_per_chunk) * reader->row_bytes) {
+        H5Eclear2(H5E_DEFAULT);
+        return nullptr;  // a chunk never written (HDF5 supplies fill values) or an unexpected size
+      }
+      reader->chunk_offsets.push_back(address);
+    }
+  } else {
+    return nullptr;  // compact or virtual: small or spread over files, HDF5 handles them
+  }
+
+  reader->descriptor = open(file_name.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat status {};
+  if (reader->descriptor < 0 || fstat(reader->descriptor, &status) != 0) return nullptr;
+  reader->mapped_bytes = static_cast<std::size_t>(status.st_size);
+  const std::uint64_t chunk_span = static_cast<std::uint64_t>(reader->rows_per_chunk) * reader->row_bytes;
+  for (const std::uint64_t chunk_offset : reader->chunk_offsets)  // every byte we may touch lies inside the file
+    if (chunk_offset + chunk_span > reader->mapped_bytes) return nullptr;
+  reader->mapping = mmap(nullptr, reader->mapped_bytes, PROT_READ, MAP_SHARED, reader->descriptor, 0);
+  if (reader->mapping == MAP_FAILED) return nullptr;
+  return reader;
+}
 
 Hdf5Dataset::Hdf5Dataset(const std::string& file, const std::string& dataset_path)
     : file_name_(file), dataset_path_(dataset_path.starts_with('/') ? dataset_path : "/" + dataset_path) {
@@ -43,10 +282,20 @@ Hdf5Dataset::Hdf5Dataset(const std::string& file, const std::string& dataset_pat
     if (HPCTRAIN_H5_CHECK(H5Iget_type(object.get())) != H5I_DATASET)
       throw InputError(where + " is a group, not a dataset; " + available_datasets_text(file_.get()), inspect_hint);
   }
-  // Random rows touch chunks all over the file: a chunk cache far above HDF5's default 1 MiB keeps a dataset of modest
-  // size in memory after the first epoch, instead of re-reading a whole chunk for every row.
+  // The chunk cache. A compressed chunk must be read and inflated whole, so for filtered data a cache far above HDF5's
+  // default 1 MiB keeps a dataset of modest size in memory after the first epoch, instead of inflating a whole chunk
+  // again for every random row. Unfiltered chunks are better read without it: HDF5 then reads just the selected rows
+  // from the file (through the page cache) instead of copying every touched chunk whole into the cache first, which
+  // for random rows of a file larger than the cache costs a chunk (256 KiB - 1 MiB) per row.
+  bool filtered = false;
+  {
+    const H5Handle probe(HPCTRAIN_H5_CHECK(H5Dopen2(file_.get(), dataset_path_.c_str(), H5P_DEFAULT)));
+    const H5Handle creation(HPCTRAIN_H5_CHECK(H5Dget_create_plist(probe.get())));
+    filtered = HPCTRAIN_H5_CHECK(H5Pget_nfilters(creation.get())) > 0;
+  }
   H5Handle access(HPCTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_ACCESS)));
-  HPCTRAIN_H5_CHECK(H5Pset_chunk_cache(access.get(), chunk_cache_slots, chunk_cache_bytes, H5D_CHUNK_CACHE_W0_DEFAULT));
+  HPCTRAIN_H5_CHECK(H5Pset_chunk_cache(access.get(), filtered ? chunk_cache_slots : 0, filtered ? chunk_cache_bytes : 0,
+                                       H5D_CHUNK_CACHE_W0_DEFAULT));
   dataset_ = H5Handle(HPCTRAIN_H5_CHECK(H5Dopen2(file_.get(), dataset_path_.c_str(), access.get())));
 
   file_space_ = H5Handle(HPCTRAIN_H5_CHECK(H5Dget_space(dataset_.get())));
@@ -65,34 +314,77 @@ Hdf5Dataset::Hdf5Dataset(const std::string& file, const std::string& dataset_pat
   stores_integers_ = type_class == H5T_INTEGER;
   stored_type_ = std::move(stored_type);
   stored_value_bytes_ = H5Tget_size(stored_type_.get());
+  direct_ = make_direct_reader();
 }
 
+Hdf5Dataset::~Hdf5Dataset() = default;
+
+namespace {
+void check_rows(const std::int64_t* indices, std::int64_t count, std::int64_t samples, const std::string& path,
+                const std::string& file) {
+  HPCTRAIN_ASSERT(count >= 0, "negative row count " << count);
+  for (std::int64_t i = 0; i < count; ++i)
+    HPCTRAIN_ASSERT(indices[i] >= 0 && indices[i] < samples, "row " << indices[i] << " is outside [0, " << samples
+                                                                    << ") of '" << path << "' in '" << file << "'");
+}
+}  // namespace
+
 void Hdf5Dataset::read_rows(const std::int64_t* indices, std::int64_t count, float* out) {
+  if (direct_) {
+    check_rows(indices, count, samples(), dataset_path_, file_name_);
+    direct_->read_rows(indices, count, out);
+    return;
+  }
   const auto lock = lock_hdf5();  // taken before H5T_NATIVE_*, which are HDF5 calls too
   read_rows_as(H5T_NATIVE_FLOAT, sizeof(float), indices, count, out);
 }
 
 void Hdf5Dataset::read_rows(const std::int64_t* indices, std::int64_t count, std::int32_t* out) {
+  if (direct_ && is_integer(direct_->kind)) {  // float -> integer rounding is left to HDF5's rules
+    check_rows(indices, count, samples(), dataset_path_, file_name_);
+    direct_->read_rows(indices, count, out);
+    return;
+  }
   const auto lock = lock_hdf5();
   read_rows_as(H5T_NATIVE_INT32, sizeof(std::int32_t), indices, count, out);
 }
 
 void Hdf5Dataset::read_range(std::int64_t first, std::int64_t count, float* out) {
+  if (direct_) {
+    HPCTRAIN_ASSERT(first >= 0 && count >= 0 && first + count <= samples(), "rows outside the dataset");
+    direct_->read_range(first, count, out);
+    return;
+  }
   const auto lock = lock_hdf5();
   read_range_as(H5T_NATIVE_FLOAT, first, count, out);
 }
 
 void Hdf5Dataset::read_range(std::int64_t first, std::int64_t count, std::int32_t* out) {
+  if (direct_ && is_integer(direct_->kind)) {
+    HPCTRAIN_ASSERT(first >= 0 && count >= 0 && first + count <= samples(), "rows outside the dataset");
+    direct_->read_range(first, count, out);
+    return;
+  }
   const auto lock = lock_hdf5();
   read_range_as(H5T_NATIVE_INT32, first, count, out);
 }
 
 void Hdf5Dataset::read_range(std::int64_t first, std::int64_t count, double* out) {
+  if (direct_) {
+    HPCTRAIN_ASSERT(first >= 0 && count >= 0 && first + count <= samples(), "rows outside the dataset");
+    direct_->read_range(first, count, out);
+    return;
+  }
   const auto lock = lock_hdf5();
   read_range_as(H5T_NATIVE_DOUBLE, first, count, out);
 }
 
 void Hdf5Dataset::read_rows_stored(const std::int64_t* indices, std::int64_t count, void* out) {
+  if (direct_) {
+    check_rows(indices, count, samples(), dataset_path_, file_name_);
+    direct_->copy_rows(indices, count, static_cast<unsigned char*>(out));
+    return;
+  }
   const auto lock = lock_hdf5();
   read_rows_as(stored_type_.get(), stored_value_bytes_, indices, count, out);
 }

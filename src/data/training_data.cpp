@@ -2,10 +2,14 @@
 // memory), and the feature transforms.
 #include "hpctrain/data/training_data.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <sstream>
 
 #include "hpctrain/config/run_config.hpp"
@@ -316,12 +320,12 @@ void TrainingData::read(const std::int64_t* indices, std::int64_t count, HostBat
   if (from_memory) {
     for (std::int64_t i = 0; i < count; ++i) {
       const std::int64_t row = indices[i] - memory_first_;
-      std::memcpy(batch.features.data() + i * feature_width_, memory_features_.data() + row * feature_width_,
+      std::memcpy(batch.features.data() + i * feature_width_, memory_features_.get() + row * feature_width_,
                   static_cast<std::size_t>(feature_width_) * sizeof(float));
       if (classification) {
         batch.labels[static_cast<std::size_t>(i)] = memory_labels_[static_cast<std::size_t>(row)];
       } else {
-        std::memcpy(batch.targets.data() + i * target_width_, memory_targets_.data() + row * target_width_,
+        std::memcpy(batch.targets.data() + i * target_width_, memory_targets_.get() + row * target_width_,
                     static_cast<std::size_t>(target_width_) * sizeof(float));
       }
     }
@@ -340,12 +344,19 @@ void TrainingData::load_into_memory(std::int64_t first, std::int64_t count) {
   HPCTRAIN_ASSERT(first >= 0 && count >= 0 && first + count <= samples_,
                   "rows [" << first << ", " << first + count << ") outside [0, " << samples_ << ")");
   const bool classification = task_ == TaskKind::classification;
-  memory_count_ = 0;  // until the copy is complete, reads go to the files
-  memory_features_.assign(static_cast<std::size_t>(count * feature_width_), 0.0f);
-  memory_labels_.assign(classification ? static_cast<std::size_t>(count) : 0, 0);
-  memory_targets_.assign(classification ? 0 : static_cast<std::size_t>(count * target_width_), 0.0f);
-  read_range(first, count, memory_features_.data(), classification ? memory_labels_.data() : nullptr,
-             classification ? nullptr : memory_targets_.data());
+  memory_count_ = 0;         // until the copy is complete, reads go to the files
+  memory_features_.reset();  // free the old copy before making the new one
+  memory_labels_.reset();
+  memory_targets_.reset();
+  // Not zero-filled: the read fills it, so staging touches the memory once (first touch, a page fault per 4 KiB, is
+  // most of staging's cost already; huge pages would cut it but stall on compaction on a busy node).
+  memory_features_ = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(count * feature_width_));
+  if (classification) {
+    memory_labels_ = std::make_unique_for_overwrite<std::int32_t[]>(static_cast<std::size_t>(count));
+  } else {
+    memory_targets_ = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(count * target_width_));
+  }
+  read_range(first, count, memory_features_.get(), memory_labels_.get(), memory_targets_.get());
   memory_first_ = first;
   memory_count_ = count;
 }

@@ -146,8 +146,9 @@ H5Handle collective_transfer() {
 H5Handle create_dataset(hid_t file, const std::string& path, hid_t type, const std::vector<hsize_t>& shape) {
   H5Handle link_creation(HPCTRAIN_H5_CHECK(H5Pcreate(H5P_LINK_CREATE)));
   HPCTRAIN_H5_CHECK(H5Pset_create_intermediate_group(link_creation.get(), 1));
-  H5Handle space(shape.empty() ? HPCTRAIN_H5_CHECK(H5Screate(H5S_SCALAR))
-                               : HPCTRAIN_H5_CHECK(H5Screate_simple(static_cast<int>(shape.size()), shape.data(), nullptr)));
+  H5Handle space(shape.empty()
+                     ? HPCTRAIN_H5_CHECK(H5Screate(H5S_SCALAR))
+                     : HPCTRAIN_H5_CHECK(H5Screate_simple(static_cast<int>(shape.size()), shape.data(), nullptr)));
   return H5Handle(HPCTRAIN_H5_CHECK(
       H5Dcreate2(file, path.c_str(), type, space.get(), link_creation.get(), H5P_DEFAULT, H5P_DEFAULT)));
 }
@@ -222,10 +223,10 @@ void read_tensors(hid_t file, const std::string& file_name, const std::vector<Te
                   std::int64_t count, const MpiEnvironment& mpi, hid_t transfer) {
   const auto [slice_begin, slice_end] = rank_slice(count, mpi.rank(), mpi.size());
   for (const TensorEntry& tensor : tensors) {
-    HPCTRAIN_VERIFY(link_exists(file, tensor.path), InputError,
-                    "checkpoint '" << file_name << "' has no tensor " << tensor.path
-                                   << ": it was written for a different model",
-                    "resume with the deck the checkpoint was written with (stored in its 'deck' attribute)");
+    HPCTRAIN_VERIFY(
+        link_exists(file, tensor.path), InputError,
+        "checkpoint '" << file_name << "' has no tensor " << tensor.path << ": it was written for a different model",
+        "resume with the deck the checkpoint was written with (stored in its 'deck' attribute)");
     H5Handle dataset(HPCTRAIN_H5_CHECK(H5Dopen2(file, tensor.path.c_str(), H5P_DEFAULT)));
     H5Handle file_space(HPCTRAIN_H5_CHECK(H5Dget_space(dataset.get())));
     const auto shape = dataspace_shape(file_space.get());
@@ -351,7 +352,8 @@ std::string CheckpointStore::save(const Model& model, const Optimizer& optimizer
   std::vector<std::vector<float>> states;
   for (std::size_t i = 0; i < names.size(); ++i) {
     states.emplace_back(static_cast<std::size_t>(count));
-    backend.copy_to_host(states.back().data(), optimizer.state(static_cast<int>(i)), states.back().size() * sizeof(float));
+    backend.copy_to_host(states.back().data(), optimizer.state(static_cast<int>(i)),
+                         states.back().size() * sizeof(float));
   }
 
   try {
@@ -364,8 +366,10 @@ std::string CheckpointStore::save(const Model& model, const Optimizer& optimizer
       write_tensors(file.get(), tensor_entries(model, "/optimizer/" + names[i]), states[i].data(), count, mpi_,
                     transfer.get());
     const hid_t f = file.get(), t = transfer.get();
-    write_scalar<std::int64_t>(f, "/optimizer/step", H5T_STD_I64LE, H5T_NATIVE_INT64, state.scalars.applied_steps, mpi_, t);
-    write_scalar<float>(f, "/precision/loss_scale", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, state.scalars.loss_scale, mpi_, t);
+    write_scalar<std::int64_t>(f, "/optimizer/step", H5T_STD_I64LE, H5T_NATIVE_INT64, state.scalars.applied_steps, mpi_,
+                               t);
+    write_scalar<float>(f, "/precision/loss_scale", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, state.scalars.loss_scale, mpi_,
+                        t);
     write_scalar<std::int64_t>(f, "/precision/growth_tracker", H5T_STD_I64LE, H5T_NATIVE_INT64,
                                state.scalars.growth_tracker, mpi_, t);
     write_scalar<std::int64_t>(f, "/precision/consecutive_skips", H5T_STD_I64LE, H5T_NATIVE_INT64,
@@ -385,7 +389,8 @@ std::string CheckpointStore::save(const Model& model, const Optimizer& optimizer
     optimizer_group.close();
     file.close();
   } catch (const LibraryError& error) {
-    throw Error("writing checkpoint '" + partial_path.string() + "' failed (the file system may be full or over quota); " +
+    throw Error("writing checkpoint '" + partial_path.string() +
+                    "' failed (the file system may be full or over quota); " +
                     "the previous checkpoint is intact. Detail: " + error.what(),
                 ErrorScope::this_rank, "free space in " + directory_.string() + " and resume with --resume auto");
   }
@@ -431,24 +436,25 @@ void load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer
     HPCTRAIN_VERIFY(opened >= 0, InputError,
                     "checkpoint '" << path << "' cannot be opened: missing, truncated or not an HDF5 file");
     H5Handle file(opened);
-    HPCTRAIN_VERIFY(attribute_exists(file.get(), "format") &&
-                        read_string_attribute(file.get(), "format") == checkpoint_format,
-                    InputError, "'" << path << "' is not an hpctrain checkpoint (" << checkpoint_format << ")");
+    HPCTRAIN_VERIFY(
+        attribute_exists(file.get(), "format") && read_string_attribute(file.get(), "format") == checkpoint_format,
+        InputError, "'" << path << "' is not an hpctrain checkpoint (" << checkpoint_format << ")");
     H5Handle transfer = collective_transfer();
     read_tensors(file.get(), path, tensor_entries(model, "/model"), parameters.data(), count, mpi, transfer.get());
     H5Handle optimizer_group(HPCTRAIN_H5_CHECK(H5Gopen2(file.get(), "/optimizer", H5P_DEFAULT)));
     const std::string stored_type = read_string_attribute(optimizer_group.get(), "type");
     const std::string wanted_type = optimizer.hyper().type == OptimizerType::adamw ? "adamw" : "sgd";
-    HPCTRAIN_VERIFY(stored_type == wanted_type, InputError,
-                    "checkpoint '" << path << "' holds " << stored_type << " state but the deck asks for "
-                                   << wanted_type,
-                    "resume with the optimizer the checkpoint was written with");
+    HPCTRAIN_VERIFY(
+        stored_type == wanted_type, InputError,
+        "checkpoint '" << path << "' holds " << stored_type << " state but the deck asks for " << wanted_type,
+        "resume with the optimizer the checkpoint was written with");
     for (std::size_t i = 0; i < names.size(); ++i)
       read_tensors(file.get(), path, tensor_entries(model, "/optimizer/" + names[i]), states[i].data(), count, mpi,
                    transfer.get());
     const hid_t f = file.get();
     state.scalars = StepScalars{};
-    state.scalars.applied_steps = static_cast<std::int32_t>(read_scalar<std::int64_t>(f, "/optimizer/step", H5T_NATIVE_INT64, path));
+    state.scalars.applied_steps =
+        static_cast<std::int32_t>(read_scalar<std::int64_t>(f, "/optimizer/step", H5T_NATIVE_INT64, path));
     state.scalars.loss_scale = read_scalar<float>(f, "/precision/loss_scale", H5T_NATIVE_FLOAT, path);
     state.scalars.growth_tracker =
         static_cast<std::int32_t>(read_scalar<std::int64_t>(f, "/precision/growth_tracker", H5T_NATIVE_INT64, path));

@@ -59,12 +59,13 @@ void MetricsWriter::define(const std::string& group, const std::vector<std::pair
   if (keep_through_step_ >= 0 && link_exists(file_.get(), column_path(group, columns.front().first))) {
     // Resuming: reuse the table, cut back to the rows up to the checkpoint's step.
     Table table;
-    for (const auto& [name, kind] : columns) table.columns.push_back(Column{name, kind, open_dataset(file_.get(), column_path(group, name))});
+    for (const auto& [name, kind] : columns)
+      table.columns.push_back(Column{name, kind, open_dataset(file_.get(), column_path(group, name))});
     H5Handle space(HPCTRAIN_H5_CHECK(H5Dget_space(table.columns.front().dataset.get())));
     std::vector<std::int64_t> steps(static_cast<std::size_t>(H5Sget_simple_extent_npoints(space.get())));
     if (!steps.empty())
-      HPCTRAIN_H5_CHECK(H5Dread(table.columns.front().dataset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                                steps.data()));
+      HPCTRAIN_H5_CHECK(
+          H5Dread(table.columns.front().dataset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, steps.data()));
     hsize_t kept = 0;
     while (kept < steps.size() && steps[kept] <= keep_through_step_) ++kept;
     for (Column& column : table.columns) HPCTRAIN_H5_CHECK(H5Dset_extent(column.dataset.get(), &kept));

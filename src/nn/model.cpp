@@ -151,7 +151,7 @@ void Model::backward(const StepContext& context, bool accumulate,
       dx.data = dy.data == scratch_[0] ? scratch_[1] : scratch_[0];
     }
     layer.backward(context, static_cast<std::uint32_t>(i), x, y, dy, dx, accumulate);
-    if (after_layer && !layer.parameters().empty()) after_layer(parameter_begin_[i]);
+    if (after_layer && parameter_begin_[i + 1] > parameter_begin_[i]) after_layer(parameter_begin_[i]);
     dy = dx;
   }
 }

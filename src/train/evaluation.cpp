@@ -68,8 +68,8 @@ EvalMetrics evaluate_split(TrainingData& data, Model& model, Backend& backend, D
   backend.copy_to_host(&sums, sums_buffer.data, sizeof sums);
   totals[0] = sums.loss_sum;
   totals[1] = sums.correct;
-  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, totals.data(), static_cast<int>(totals.size()), MPI_DOUBLE, MPI_SUM,
-                                   mpi.world()));
+  HPCTRAIN_MPI_CHECK(
+      MPI_Allreduce(MPI_IN_PLACE, totals.data(), static_cast<int>(totals.size()), MPI_DOUBLE, MPI_SUM, mpi.world()));
   EvalMetrics metrics;
   metrics.samples = data.samples();
   const auto n = static_cast<double>(data.samples());

@@ -8,8 +8,8 @@
 namespace hpctrain {
 
 namespace {
-const char* const phase_names[] = {"data wait", "forward + loss", "backward", "all-reduce wait", "optimizer",
-                                   "evaluation"};
+const char* const phase_names[] = {"data wait",       "forward + loss", "backward",
+                                   "all-reduce wait", "optimizer",      "evaluation"};
 }
 
 void PhaseTimer::begin(Phase phase) {

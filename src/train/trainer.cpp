@@ -151,12 +151,15 @@ class Trainer::Impl {
   std::int64_t first_step_ = 0;  // 0, or the step a resumed run continues from
   TrainOptions options_;
   std::unique_ptr<CheckpointStore> checkpoints_;
-  double control_[3] = {0, 0, 0};
-  double construction_time_ = MPI_Wtime();  // all-reduced with the loss each step: loss sum, signal, rank 0's stop request
+  double control_[3] = {0, 0, 0};  // all-reduced with the loss each step: loss sum, signal, rank 0's stop request
+  double construction_time_ = MPI_Wtime();  // train.time_limit counts from here
 };
 
 Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOptions options)
-    : config_(config), mpi_(mpi), options_(std::move(options)), task_(config.model.loss == "mse" ? TaskKind::regression : TaskKind::classification) {
+    : config_(config),
+      mpi_(mpi),
+      task_(config.model.loss == "mse" ? TaskKind::regression : TaskKind::classification),
+      options_(std::move(options)) {
   const int ranks = mpi.size();
   const std::int64_t batch = config.data.batch_size;
   HPCTRAIN_VERIFY(batch % ranks == 0, InputError,
@@ -272,14 +275,15 @@ void Trainer::Impl::resume() {
       failures += "\n  " + problem;
       if (problem.find("different model") != std::string::npos || problem.find("needs") != std::string::npos ||
           problem.find("deck asks") != std::string::npos)
-        throw InputError(problem, "resume with the deck the checkpoint was written with (stored in its 'deck' attribute)");
+        throw InputError(problem,
+                         "resume with the deck the checkpoint was written with (stored in its 'deck' attribute)");
       log("warning: " + problem + (candidate != candidates.back() ? "; trying an older checkpoint" : ""));
       continue;
     }
-    HPCTRAIN_VERIFY(state.step <= total_steps_, InputError,
-                    candidate.string() << " is at step " << state.step << ", past this deck's " << total_steps_
-                                       << " steps",
-                    "raise train.steps (or train.epochs) to continue training");
+    HPCTRAIN_VERIFY(
+        state.step <= total_steps_, InputError,
+        candidate.string() << " is at step " << state.step << ", past this deck's " << total_steps_ << " steps",
+        "raise train.steps (or train.epochs) to continue training");
     first_step_ = state.step;
     state.scalars.found_nonfinite = 0;
     backend_->copy_to_backend(scalars_.data, &state.scalars, sizeof state.scalars);
@@ -402,8 +406,8 @@ double Trainer::Impl::train_step(const HostBatch& batch, std::int64_t step, Step
     const bool last_micro = micro + 1 == micro_batches;
     timer_.begin(Phase::forward);
     device_batch_->upload(batch, first, rows, *model_);
-    const StepContext context{backend_.get(), true, config_.run.seed, static_cast<std::uint32_t>(step),
-                              device_batch_->sample_ids(), rows};
+    const StepContext context{
+        backend_.get(), true, config_.run.seed, static_cast<std::uint32_t>(step), device_batch_->sample_ids(), rows};
     const TensorView output = model_->forward(context);
     device_batch_->loss(output, grad_scale_.as<float>(), sums_.as<LossSums>());
     timer_.begin(Phase::backward);
@@ -506,7 +510,8 @@ TrainSummary Trainer::Impl::run() {
       if (step > first_step_ + 1 || last) interval_rates.push_back(interval_rate);
       interval_start = now;
       interval_samples = 0;
-      const double eta = (now - start) / static_cast<double>(step - first_step_) * static_cast<double>(total_steps_ - step);
+      const double eta =
+          (now - start) / static_cast<double>(step - first_step_) * static_cast<double>(total_steps_ - step);
       char line[256];
       std::snprintf(line, sizeof line, "step %6lld/%lld  epoch %lld  loss %.5f  lr %.3e  %9.0f samples/s%s  ETA %s",
                     static_cast<long long>(step), static_cast<long long>(total_steps_), static_cast<long long>(epoch),
@@ -528,8 +533,8 @@ TrainSummary Trainer::Impl::run() {
     }
 
     const bool signalled = control_[1] > 0, out_of_time = control_[2] > 1.5;
-    const bool periodic = (config_.checkpoint.every_steps > 0 && step % config_.checkpoint.every_steps == 0) ||
-                          control_[2] > 0.5;
+    const bool periodic =
+        (config_.checkpoint.every_steps > 0 && step % config_.checkpoint.every_steps == 0) || control_[2] > 0.5;
     if (periodic || signalled || out_of_time || (last && config_.checkpoint.at_end)) {
       const double checkpoint_start = MPI_Wtime();
       save_checkpoint(step);
@@ -561,7 +566,7 @@ TrainSummary Trainer::Impl::run() {
                                                : ", validation mse " + number_text(last_eval_loss));
   done << ", " << static_cast<long long>(summary.samples_per_second) << " samples/s (median)\n"
        << "outputs: " << (output_ / "metrics.h5").string() << ", " << (output_ / "config.toml").string() << ", "
-       << (output_ / "train.log").string();
+       << (output_ / "train.log").string() << ", " << checkpoints_->directory().string() << "/";
   log(done.str());
   if (timer_.enabled()) log(timer_.report(step - first_step_));
   return summary;

@@ -820,6 +820,35 @@ void write_file(const fs::path& path, const std::string& text) {
   std::ofstream(path) << text;
 }
 
+TEST(RunConfigFiles, DataFileListsAndGlobPatterns) {
+  const ScratchDirectory scratch;
+  const fs::path root = fs::canonical(scratch.root());
+  write_file(root / "cwd" / "part_0.h5", "");
+  write_file(root / "decks" / "shards" / "s_0.h5", "");
+  write_file(root / "decks" / "exp.toml",
+             "[data]\ntrain = [\"part_*.h5\", \"shards/s_*.h5\", \"\"]\nvalidation = \"\"\n"
+             "[train]\nsteps = 3\n[[model.layers]]\ntype = \"relu\"\n");
+  const RunConfig config = load_run_config("../decks/exp.toml");
+  // A pattern matching from the current directory stays there; one that does not is taken from the deck's directory.
+  // Patterns are kept (expanded when the data is opened); empty entries mean no file.
+  EXPECT_EQ(config.data.train, (std::vector<std::string>{(root / "cwd" / "part_*.h5").string(),
+                                                         (root / "decks" / "shards" / "s_*.h5").string()}));
+  EXPECT_TRUE(config.data.validation.empty());
+  EXPECT_NE(to_toml(config).find("validation = []\n"), std::string::npos);
+  expect_same_values(config, parse_run_config(to_toml(config), "resolved.toml"));
+  const RunConfig listed = load_run_config("../decks/exp.toml", {"data.train=[\"a.h5\", \"b.h5\"]"});
+  EXPECT_EQ(listed.data.train,
+            (std::vector<std::string>{(root / "decks" / "a.h5").string(), (root / "decks" / "b.h5").string()}));
+  const RunConfig bare = load_run_config("../decks/exp.toml", {"data.train=shards/s_*.h5"});
+  EXPECT_EQ(bare.data.train, (std::vector<std::string>{(root / "decks" / "shards" / "s_*.h5").string()}));
+  try {
+    load_run_config("../decks/exp.toml", {"data.train=[]"});
+    FAIL() << "no error";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("data.train is missing"), std::string::npos) << error.what();
+  }
+}
+
 TEST(RunConfigFiles, LoadAndResolveDataPaths) {
   const ScratchDirectory scratch;
   const fs::path root = fs::canonical(scratch.root());

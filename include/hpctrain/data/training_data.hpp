@@ -106,9 +106,9 @@ class TrainingData {
 
   // Rows kept in memory: [memory_first_, memory_first_ + memory_count_).
   std::int64_t memory_first_ = 0, memory_count_ = 0;
-  std::vector<float> memory_features_;       // (memory_count, feature_width)
-  std::vector<std::int32_t> memory_labels_;  // (memory_count) classification
-  std::vector<float> memory_targets_;        // (memory_count, target_width) regression
+  std::unique_ptr<float[]> memory_features_;       // (memory_count, feature_width)
+  std::unique_ptr<std::int32_t[]> memory_labels_;  // (memory_count) classification
+  std::unique_ptr<float[]> memory_targets_;        // (memory_count, target_width) regression
 
   // Scratch for batches that span several files, reused from batch to batch.
   mutable std::vector<std::int64_t> requests_by_part_;     // (count) request positions, grouped by part

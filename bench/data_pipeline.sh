@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# bench/data_pipeline.sh: does the data pipeline keep the trainer fed? (issue 5). Not a test: it prints measurements.
+#
+#   bench/data_pipeline.sh --build-dir build             use build/bin/hpctrain
+#   bench/data_pipeline.sh --build-dir build --quick     small file, one run each: checks the harness, measures nothing
+#
+# What it measures, on one synthetic file (blobs, N samples x F float32 features, written by 'hpctrain data generate'):
+#   1. Raw sequential read of the file: dd bs=4M to /dev/null. The page cache is warm: the file was just written and
+#      is read once more before timing, and nothing is dropped (dropping caches needs root and says little about a
+#      node whose file system cache holds the data set), so every figure here is "from memory through the kernel".
+#   2. Per-rank read throughput of the loader on R ranks ('hpctrain data bench', data.prefetch = 0 so the reading is
+#      timed, not hidden): bytes of batches delivered per second and rank, median over the ranks, for a global shuffle
+#      (random rows; the first epoch also maps the file), the file order, and the local shuffle (its one-off staging
+#      read of the rank's slice, then batches from memory). Also HDF5's own read path (HPCTRAIN_HDF5_DIRECT=0) for
+#      comparison. Goal: >= 80% of the raw read.
+#   3. Step time of 'hpctrain train' on R ranks x 1 thread with data read from the file by the background reader
+#      (data.prefetch = 2) against the same steps with the data already in memory (data.in_memory = true), and with
+#      synchronous reads (data.prefetch = 0) for scale: median step time over the steps after a warm-up. Goal: HDF5
+#      within 5% of memory.
+# Every figure is the median over --runs repetitions (the runs of the configurations alternate, so load from elsewhere
+# hits them alike).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_DIR="$ROOT/build"
+RANKS=2
+SAMPLES=200000
+FEATURES=256
+RUNS=5
+STEPS=300
+WARMUP=20
+KEEP=0
+
+usage() {
+  sed -n '2,5p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  cat <<EOF
+
+options:
+  --build-dir DIR  the build whose bin/hpctrain to run (default: build)
+  --ranks R        ranks of the multi-rank measurements (default $RANKS)
+  --samples N      samples in the file (default $SAMPLES)
+  --features F     float32 features per sample (default $FEATURES: $((SAMPLES * FEATURES * 4 / 1000000)) MB)
+  --runs K         repetitions of each measurement (default $RUNS)
+  --steps S        training steps per run (default $STEPS; the first $WARMUP are warm-up)
+  --quick          20000 samples, 1 run, 60 steps
+  --keep           keep the temporary directory
+EOF
+}
+
+while (($#)); do
+  case $1 in
+    --build-dir) BUILD_DIR=$(cd "$2" && pwd); shift 2 ;;
+    --ranks) RANKS=$2; shift 2 ;;
+    --samples) SAMPLES=$2; shift 2 ;;
+    --features) FEATURES=$2; shift 2 ;;
+    --runs) RUNS=$2; shift 2 ;;
+    --steps) STEPS=$2; shift 2 ;;
+    --quick) SAMPLES=20000; RUNS=1; STEPS=60; shift ;;
+    --keep) KEEP=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "unknown option $1" >&2; usage >&2; exit 2 ;;
+  esac
+done
+
+HPCTRAIN="$BUILD_DIR/bin/hpctrain"
+[[ -x $HPCTRAIN ]] || { echo "no hpctrain at $HPCTRAIN: build first, or pass --build-dir" >&2; exit 2; }
+MPIEXEC=(mpiexec --oversubscribe)
+[[ $(id -u) -eq 0 ]] && MPIEXEC+=(--allow-run-as-root)
+export OMP_NUM_THREADS=1
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/hpctrain-data-bench.XXXXXX")
+if ((KEEP)); then echo "keeping $WORK"; else trap 'rm -rf "$WORK"' EXIT; fi
+cd "$WORK"
+
+median() { sort -g | awk '{v[NR] = $1} END {if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+percent() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.0f%%", 100 * a / b}'; }
+
+# --- data and decks ---
+"$HPCTRAIN" data generate blobs --samples "$SAMPLES" --features "$FEATURES" --classes 10 --noise 100 --seed 1 \
+  --output data.h5 >/dev/null
+BYTES=$(stat -c %s data.h5)
+cat >deck.toml <<TOML
+[run]
+seed = 1
+[data]
+train = "data.h5"
+batch_size = 256
+[model]
+layers = [ { type = "linear", out = 512 }, { type = "relu" }, { type = "linear", out = 10 } ]
+[optimizer]
+lr = 0.0001
+[train]
+steps = $STEPS
+log_every = 1
+TOML
+EPOCH_STEPS=$(( (SAMPLES / RANKS + 256 / RANKS - 1) / (256 / RANKS) ))
+
+# --- 1. raw sequential read ---
+cat data.h5 >/dev/null
+raw=()
+for ((run = 0; run < RUNS; ++run)); do
+  # Five passes timed together: one pass of a cached file takes a few tens of milliseconds.
+  start=$(date +%s.%N)
+  for pass in 1 2 3 4 5; do dd if=data.h5 of=/dev/null bs=4M status=none; done
+  end=$(date +%s.%N)
+  raw+=("$(awk -v b="$BYTES" -v s="$start" -v e="$end" 'BEGIN {printf "%.1f", 5 * b / (e - s) / 1e6}')")
+done
+RAW=$(printf '%s\n' "${raw[@]}" | median)
+
+# --- 2. per-rank read throughput ---
+bench() {  # bench FIELD ARGS...: the median over runs of a 'data bench' figure ("read" or "staging")
+  local field=$1; shift
+  local values=()
+  for ((run = 0; run < RUNS; ++run)); do
+    values+=("$("${MPIEXEC[@]}" -n "$RANKS" "$HPCTRAIN" data bench deck.toml --set data.prefetch=0 "$@" \
+      | awk -v f="$field" '$0 ~ "median per-rank " f " throughput" {print $(NF - 1)}')")
+  done
+  printf '%s\n' "${values[@]}" | median
+}
+GLOBAL_FIRST=$(bench read --steps "$EPOCH_STEPS")
+GLOBAL_THREE=$(bench read --steps $((3 * EPOCH_STEPS)))
+ORDERED=$(bench read --set data.shuffle=false)
+LOCAL_STAGING=$(bench staging --set data.shuffle=local --steps 1)
+LOCAL_BATCHES=$(bench read --set data.shuffle=local)
+HDF5_OWN=$(HPCTRAIN_HDF5_DIRECT=0 bench read --steps $((EPOCH_STEPS / 10 + 1)))
+
+# --- 3. step time: from HDF5 with prefetch, from memory, from HDF5 without prefetch ---
+step_time() {  # median step time in ms of one run's log lines after the warm-up
+  awk -v warmup="$WARMUP" '$1 == "step" {split($2, s, "/"); if (s[1] > warmup) for (i = 1; i <= NF; ++i)
+    if ($(i) == "samples/s") print 256 / $(i - 1) * 1000}' "$1" | median
+}
+declare -A times
+for ((run = 0; run < RUNS; ++run)); do
+  for variant in prefetch memory synchronous; do
+    case $variant in
+      prefetch) sets=(--set data.prefetch=2) ;;
+      memory) sets=(--set data.in_memory=true) ;;
+      synchronous) sets=(--set data.prefetch=0) ;;
+    esac
+    "${MPIEXEC[@]}" -n "$RANKS" "$HPCTRAIN" train deck.toml --output "run-$variant-$run" "${sets[@]}" \
+      >"run-$variant-$run.log" 2>&1 || { cat "run-$variant-$run.log" >&2; exit 1; }
+    times[$variant]+="$(step_time "run-$variant-$run.log") "
+  done
+done
+PREFETCH=$(printf '%s\n' ${times[prefetch]} | median)
+MEMORY=$(printf '%s\n' ${times[memory]} | median)
+SYNCHRONOUS=$(printf '%s\n' ${times[synchronous]} | median)
+
+# --- report ---
+row() { printf '  %-58s %10s %s\n' "$@"; }
+echo "hpctrain data pipeline benchmark: $SAMPLES samples x $FEATURES float32 ($((BYTES / 1000000)) MB), $RANKS ranks," \
+  "median of $RUNS runs; page cache warm (nothing dropped)"
+echo "raw sequential read (dd bs=4M to /dev/null):"
+row "one stream" "$RAW MB/s"
+echo "per-rank read throughput ('hpctrain data bench', data.prefetch = 0, median over ranks), vs the raw read:"
+row "global shuffle, first epoch (random rows; maps the file)" "$GLOBAL_FIRST MB/s" "$(percent "$GLOBAL_FIRST" "$RAW")"
+row "global shuffle, 3 epochs" "$GLOBAL_THREE MB/s" "$(percent "$GLOBAL_THREE" "$RAW")"
+row "file order (data.shuffle = false)" "$ORDERED MB/s" "$(percent "$ORDERED" "$RAW")"
+row "local shuffle: staging the rank's slice (one-off)" "$LOCAL_STAGING MB/s" "$(percent "$LOCAL_STAGING" "$RAW")"
+row "local shuffle: batches from memory" "$LOCAL_BATCHES MB/s" "$(percent "$LOCAL_BATCHES" "$RAW")"
+row "global shuffle through HDF5's own reads (HPCTRAIN_HDF5_DIRECT=0)" "$HDF5_OWN MB/s" "$(percent "$HDF5_OWN" "$RAW")"
+echo "step time (global batch 256, MLP $FEATURES-512-10, $RANKS ranks x 1 thread, median of steps $((WARMUP + 1))..$STEPS):"
+row "data in memory (data.in_memory = true)" "$MEMORY ms"
+row "data from HDF5, background reader (data.prefetch = 2)" "$PREFETCH ms" \
+  "$(awk -v a="$PREFETCH" -v b="$MEMORY" 'BEGIN {printf "%+.1f%% vs memory (goal: within 5%%)", 100 * (a / b - 1)}')"
+row "data from HDF5, synchronous (data.prefetch = 0)" "$SYNCHRONOUS ms" \
+  "$(awk -v a="$SYNCHRONOUS" -v b="$MEMORY" 'BEGIN {printf "%+.1f%% vs memory", 100 * (a / b - 1)}')"

@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""PyTorch twin of hpctrain's benchmark MLP: the anchor that bench/run.sh measures hpctrain's samples/s against.
+
+The same model (Linear 1024->2048, ReLU, Linear 2048->2048, ReLU, Linear 2048->10, cross-entropy), the same global
+batch, AdamW with the same hyper-parameters (biases without weight decay, as hpctrain's default optimizer.no_decay),
+and the same thread count. fp32 runs plain; bf16 runs the forward under torch.autocast("cpu", dtype=torch.bfloat16)
+with fp32 master weights and optimizer, which is the recipe hpctrain's bf16 mode reproduces. torch.compile is used
+when the installed torch has it and it works (--compile auto); the output says which.
+
+Data: with --data FILE.h5 (the file bench/run.sh generates for hpctrain) the /features and /labels datasets are read
+into memory once; without it, fixed random tensors (seeded) of the same shape stand in. The values do not change a
+dense MLP's speed as long as the gradients stay normal floats (on data that the model fits perfectly they become
+subnormal and every CPU framework slows down ~10x; see docs/performance.md). Every epoch is shuffled and each step
+gathers its batch by index, as a DataLoader over an in-memory tensor would.
+
+Timing: --warmup steps first (allocator, oneDNN primitive creation, compilation), then --windows windows of
+--window-steps steps each; each window's samples/s is batch * steps / wall time, and the median over the windows is
+reported. The last line is machine-readable for bench/run.sh:
+    TWIN precision=fp32 threads=2 compile=no samples_per_sec=1234.5 windows=...
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+
+def parse_arguments():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads; 0 keeps torch's default")
+    parser.add_argument("--batch", type=int, default=256, help="global batch (one process: all of it)")
+    parser.add_argument("--widths", default="1024,2048,2048,10", help="input width, then each linear layer's out")
+    parser.add_argument("--samples", type=int, default=8192, help="random samples when --data is not given")
+    parser.add_argument("--data", default="", help="HDF5 file with /features (N, F) and /labels (N)")
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--weight-decay", type=float, default=0.01)
+    parser.add_argument("--warmup", type=int, default=10, help="untimed steps before the windows")
+    parser.add_argument("--windows", type=int, default=5)
+    parser.add_argument("--window-steps", type=int, default=20)
+    parser.add_argument("--compile", choices=["auto", "on", "off"], default="auto")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args()
+
+
+def load_data(arguments, torch, input_width, classes):
+    if arguments.data:
+        import h5py  # Debian's python3-h5py, beside Debian's python3-torch
+
+        with h5py.File(arguments.data, "r") as file:
+            features = torch.from_numpy(file["features"][...]).float().contiguous()
+            labels = torch.from_numpy(file["labels"][...]).long()
+        source = f"{arguments.data} ({features.shape[0]} samples)"
+    else:
+        generator = torch.Generator().manual_seed(arguments.seed)
+        features = torch.randn(arguments.samples, input_width, generator=generator)
+        labels = torch.randint(0, classes, (arguments.samples,), generator=generator)
+        source = f"fixed random tensors ({arguments.samples} samples, seed {arguments.seed})"
+    if features.shape[1] != input_width:
+        sys.exit(f"torch_twin: the data has {features.shape[1]} features, the model expects {input_width}")
+    if features.shape[0] < arguments.batch:
+        sys.exit(f"torch_twin: {features.shape[0]} samples cannot fill a batch of {arguments.batch}")
+    return features, labels, source
+
+
+def main():
+    arguments = parse_arguments()
+    if arguments.threads > 0:
+        # Debian's torch runs fp32 matrix products in the system BLAS (OpenBLAS), whose own thread pool ignores
+        # torch.set_num_threads; it reads this variable when it loads, so it must be set before the import.
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", str(arguments.threads))
+    try:
+        import torch
+    except ImportError:
+        # bench/run.sh looks for this line and marks the torch rows "not measured".
+        print("TWIN status=not-installed (no 'import torch' for this python; see bench/install-torch.sh)")
+        return 0
+    import torch.nn.functional as functional
+
+    if arguments.threads > 0:
+        torch.set_num_threads(arguments.threads)
+    torch.manual_seed(arguments.seed)
+    widths = [int(width) for width in arguments.widths.split(",")]
+    layers = []
+    for index in range(len(widths) - 1):
+        layers.append(torch.nn.Linear(widths[index], widths[index + 1]))
+        if index < len(widths) - 2:
+            layers.append(torch.nn.ReLU())
+    model = torch.nn.Sequential(*layers)
+    # hpctrain's default optimizer.no_decay = ["bias", "norm"]: biases get no weight decay, so none here either.
+    decayed = [parameter for name, parameter in model.named_parameters() if not name.endswith("bias")]
+    not_decayed = [parameter for name, parameter in model.named_parameters() if name.endswith("bias")]
+    optimizer = torch.optim.AdamW(
+        [{"params": decayed, "weight_decay": arguments.weight_decay}, {"params": not_decayed, "weight_decay": 0.0}],
+        lr=arguments.lr,
+    )
+    features, labels, source = load_data(arguments, torch, widths[0], widths[-1])
+    bf16 = arguments.precision == "bf16"
+
+    def make_step(forward):
+        def train_step(x, y):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                logits = forward(x)
+            # The loss in fp32, as autocast would run cross_entropy anyway, and as hpctrain's policy does.
+            loss = functional.cross_entropy(logits.float(), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            return loss
+
+        return train_step
+
+    step_function = make_step(model)
+    # torch.compile (PyTorch >= 2.0) compiles the forward; the backward comes with it through AOTAutograd.
+    if arguments.compile == "off":
+        compiled = "no (--compile off)"
+    elif not hasattr(torch, "compile"):
+        compiled = "no (this torch has no torch.compile)"
+    else:
+        try:
+            compiled_step = make_step(torch.compile(model))
+            compiled_step(features[: arguments.batch], labels[: arguments.batch]).item()  # compiles now, or raises
+            step_function = compiled_step
+            compiled = "yes"
+        except Exception as error:  # any compiler failure: fall back to eager and say why
+            if arguments.compile == "on":
+                raise
+            compiled = f"no (torch.compile failed: {type(error).__name__}: {str(error).splitlines()[0][:120]})"
+
+    print(
+        f"torch_twin: torch {torch.__version__}, {arguments.precision}"
+        + (" (autocast bf16)" if bf16 else "")
+        + f", {torch.get_num_threads()} threads, batch {arguments.batch}, model {'-'.join(map(str, widths))}, AdamW"
+    )
+    print(f"torch_twin: data {source}; torch.compile: {compiled}")
+
+    generator = torch.Generator().manual_seed(arguments.seed + 1)
+    order = torch.randperm(features.shape[0], generator=generator)
+    position = 0
+
+    def next_batch():
+        nonlocal order, position
+        if position + arguments.batch > order.numel():  # epoch boundary: reshuffle (drop the incomplete batch)
+            order = torch.randperm(features.shape[0], generator=generator)
+            position = 0
+        indices = order[position : position + arguments.batch]
+        position += arguments.batch
+        return features.index_select(0, indices), labels.index_select(0, indices)
+
+    for _ in range(arguments.warmup):
+        step_function(*next_batch()).item()
+    rates = []
+    for _ in range(arguments.windows):
+        start = time.perf_counter()
+        for _ in range(arguments.window_steps):
+            loss = step_function(*next_batch())
+            loss.item()  # the host sees the loss every step, as hpctrain's log and metrics do
+        elapsed = time.perf_counter() - start
+        rates.append(arguments.batch * arguments.window_steps / elapsed)
+    median = statistics.median(rates)
+    print("torch_twin: samples/s per window: " + ", ".join(f"{rate:.1f}" for rate in rates))
+    print(
+        f"TWIN precision={arguments.precision} threads={torch.get_num_threads()} "
+        f"compile={'yes' if compiled == 'yes' else 'no'} torch={torch.__version__} samples_per_sec={median:.2f} "
+        f"windows={len(rates)}x{arguments.window_steps} final_loss={loss.item():.5f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+// Hdf5Dataset's direct (memory-mapped) read path against HDF5's own: for every stored type and layout the direct path
+// takes, both give identical values (random rows with repeats, ranges across chunks, int32 saturation); layouts it
+// must not take (compressed chunks, chunks that split a sample, big-endian values, unwritten chunks) fall back to HDF5.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+#include <random>
+
+#include "hpctrain/data/convert.hpp"
+#include "hpctrain/data/hdf5_dataset.hpp"
+#include "hpctrain/io/hdf5.hpp"
+
+namespace hpctrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Layout {
+  std::vector<hsize_t> chunk;  // empty: contiguous
+  bool compress = false;
+};
+
+// (rows, 4, 3) values of `file_type` in a new file, from doubles; `write_rows` < rows leaves the tail unwritten.
+void write_values(const std::string& file, hid_t file_type, const Layout& layout, std::int64_t rows,
+                  const std::vector<double>& values, std::int64_t write_rows = -1) {
+  const auto lock = lock_hdf5();
+  H5Handle handle = create_file(file);
+  const hsize_t dims[3] = {static_cast<hsize_t>(rows), 4, 3};
+  H5Handle space(H5Screate_simple(3, dims, nullptr));
+  H5Handle creation(H5Pcreate(H5P_DATASET_CREATE));
+  if (!layout.chunk.empty()) {
+    H5Pset_chunk(creation.get(), 3, layout.chunk.data());
+    if (layout.compress) H5Pset_deflate(creation.get(), 1);
+  }
+  H5Handle dataset(H5Dcreate2(handle.get(), "/x", file_type, space.get(), H5P_DEFAULT, creation.get(), H5P_DEFAULT));
+  const hsize_t start[3] = {0, 0, 0};
+  const hsize_t count[3] = {static_cast<hsize_t>(write_rows < 0 ? rows : write_rows), 4, 3};
+  H5Handle file_space(H5Dget_space(dataset.get()));
+  H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
+  H5Handle memory_space(H5Screate_simple(3, count, nullptr));
+  ASSERT_GE(
+      H5Dwrite(dataset.get(), H5T_NATIVE_DOUBLE, memory_space.get(), file_space.get(), H5P_DEFAULT, values.data()), 0);
+  handle.close();
+}
+
+// Reads with the direct path allowed or not (HPCTRAIN_HDF5_DIRECT=0 sends everything through HDF5).
+std::unique_ptr<Hdf5Dataset> open_with(const std::string& file, bool direct) {
+  if (direct) {
+    unsetenv("HPCTRAIN_HDF5_DIRECT");
+  } else {
+    setenv("HPCTRAIN_HDF5_DIRECT", "0", 1);
+  }
+  auto dataset = std::make_unique<Hdf5Dataset>(file, "/x");
+  unsetenv("HPCTRAIN_HDF5_DIRECT");
+  return dataset;
+}
+
+class DirectReadTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    directory_ = fs::temp_directory_path() /
+                 ("hpctrain-direct-" + std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}()));
+    fs::create_directories(directory_);
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    fs::remove_all(directory_, ignored);
+  }
+  std::string path(const std::string& name) const { return (directory_ / name).string(); }
+  fs::path directory_;
+};
+
+// Values that every type holds exactly where it can, plus extremes that saturate on the way to int32.
+std::vector<double> values_for(hid_t type, std::int64_t rows) {
+  const H5T_class_t type_class = H5Tget_class(type);
+  const bool is_signed = type_class == H5T_FLOAT || H5Tget_sign(type) == H5T_SGN_2;
+  const std::size_t bytes = H5Tget_size(type);
+  std::vector<double> values(static_cast<std::size_t>(rows * 12));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    double v = static_cast<double>(i % 97) * (type_class == H5T_FLOAT ? 0.25 : 1.0);
+    if (is_signed && i % 3 == 1) v = -v;
+    values[i] = v;
+  }
+  if (type_class == H5T_INTEGER && bytes == 8) {  // beyond int32 both ways: HDF5 saturates, so must we
+    values[5] = is_signed ? -9.0e15 : 9.0e15;
+    values[6] = 5.0e9;
+  }
+  if (type_class == H5T_INTEGER && bytes == 4 && !is_signed) values[7] = 4.0e9;
+  return values;
+}
+
+TEST_F(DirectReadTest, SameValuesAsHdf5ForEveryTypeAndLayout) {
+  const std::int64_t rows = 50;
+  const H5Handle half = float16_file_type();
+  const std::vector<std::pair<const char*, hid_t>> types = {
+      {"uint8", H5T_STD_U8LE},   {"int8", H5T_STD_I8LE},      {"uint16", H5T_STD_U16LE},  {"int16", H5T_STD_I16LE},
+      {"uint32", H5T_STD_U32LE}, {"int32", H5T_STD_I32LE},    {"uint64", H5T_STD_U64LE},  {"int64", H5T_STD_I64LE},
+      {"float16", half.get()},   {"float32", H5T_IEEE_F32LE}, {"float64", H5T_IEEE_F64LE}};
+  const std::vector<std::pair<const char*, Layout>> layouts = {
+      {"contiguous", {}}, {"chunks of 7 rows", {{7, 4, 3}}}, {"one chunk", {{50, 4, 3}}}};
+  std::vector<std::int64_t> indices = {49, 0, 6, 7, 8, 9, 13, 14, 14, 3, 48, 27, 28, 29, 30, 2};
+  for (const auto& [type_name, type] : types)
+    for (const auto& [layout_name, layout] : layouts) {
+      SCOPED_TRACE(std::string(type_name) + ", " + layout_name);
+      const std::string file = path(std::string(type_name) + "-" + layout_name + ".h5");
+      write_values(file, type, layout, rows, values_for(type, rows));
+      const auto direct = open_with(file, true), through_hdf5 = open_with(file, false);
+      ASSERT_TRUE(direct->reads_directly());
+      ASSERT_FALSE(through_hdf5->reads_directly());
+      std::vector<float> a(indices.size() * 12), b(a.size());
+      direct->read_rows(indices.data(), static_cast<std::int64_t>(indices.size()), a.data());
+      through_hdf5->read_rows(indices.data(), static_cast<std::int64_t>(indices.size()), b.data());
+      EXPECT_EQ(a, b);
+      std::vector<float> range_a(30 * 12), range_b(range_a.size());
+      direct->read_range(5, 30, range_a.data());
+      through_hdf5->read_range(5, 30, range_b.data());
+      EXPECT_EQ(range_a, range_b);
+      std::vector<std::int32_t> ints_a(indices.size() * 12), ints_b(ints_a.size());
+      direct->read_rows(indices.data(), static_cast<std::int64_t>(indices.size()), ints_a.data());
+      through_hdf5->read_rows(indices.data(), static_cast<std::int64_t>(indices.size()), ints_b.data());
+      EXPECT_EQ(ints_a, ints_b);
+      std::vector<double> doubles_a(50 * 12), doubles_b(doubles_a.size());
+      direct->read_range(0, 50, doubles_a.data());
+      through_hdf5->read_range(0, 50, doubles_b.data());
+      EXPECT_EQ(doubles_a, doubles_b);
+      std::vector<unsigned char> raw_a(indices.size() * 12 * direct->stored_value_bytes()), raw_b(raw_a.size());
+      direct->read_rows_stored(indices.data(), static_cast<std::int64_t>(indices.size()), raw_a.data());
+      through_hdf5->read_rows_stored(indices.data(), static_cast<std::int64_t>(indices.size()), raw_b.data());
+      EXPECT_EQ(raw_a, raw_b);
+    }
+}
+
+TEST_F(DirectReadTest, LayoutsTheDirectPathLeavesToHdf5) {
+  const std::int64_t rows = 20;
+  const std::vector<double> values = values_for(H5T_IEEE_F32LE, rows);
+  struct Case {
+    const char* name;
+    hid_t type;
+    Layout layout;
+    std::int64_t written;
+  };
+  const std::vector<Case> cases = {
+      {"compressed", H5T_IEEE_F32LE, {{5, 4, 3}, true}, -1},
+      {"chunks split a sample", H5T_IEEE_F32LE, {{5, 2, 3}}, -1},
+      {"big-endian", H5T_IEEE_F32BE, {}, -1},
+      {"unwritten chunks", H5T_IEEE_F32LE, {{5, 4, 3}}, 8},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string file = path(std::string(c.name) + ".h5");
+    write_values(file, c.type, c.layout, rows, values, c.written);
+    const auto dataset = open_with(file, true);
+    EXPECT_FALSE(dataset->reads_directly());
+    std::vector<float> read(static_cast<std::size_t>(rows * 12));
+    dataset->read_range(0, rows, read.data());
+    const std::int64_t written = c.written < 0 ? rows : c.written;
+    for (std::int64_t i = 0; i < rows * 12; ++i)
+      ASSERT_EQ(read[i], i < written * 12 ? static_cast<float>(values[i]) : 0.0f) << i;
+  }
+}
+
+}  // namespace
+}  // namespace hpctrain
