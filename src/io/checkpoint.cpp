@@ -128,6 +128,25 @@ std::pair<hsize_t, hsize_t> overlap(const TensorEntry& tensor, std::int64_t slic
   return {static_cast<hsize_t>(begin - tensor.offset), static_cast<hsize_t>(end - tensor.offset)};
 }
 
+// The part of a tensor in this rank's slice, as a file selection on the dataset and a 1-D memory selection (both
+// empty when the slice misses the tensor: the collective call is still made).
+struct SliceSelection {
+  H5Handle file, memory;
+  hsize_t first = 0;  // first element, in the tensor's flat coordinates
+};
+
+SliceSelection select_slice(hid_t dataset, const TensorEntry& tensor, std::int64_t slice_begin, std::int64_t slice_end) {
+  const auto [first, last] = overlap(tensor, slice_begin, slice_end);
+  SliceSelection slice{H5Handle(HPCTRAIN_H5_CHECK(H5Dget_space(dataset))), {}, first};
+  HPCTRAIN_H5_CHECK(H5Sselect_none(slice.file.get()));
+  std::vector<hsize_t> prefix;
+  select_flat_range(slice.file.get(), tensor.shape, 0, prefix, first, last);
+  const hsize_t elements = std::max<hsize_t>(last - first, 1);
+  slice.memory = H5Handle(HPCTRAIN_H5_CHECK(H5Screate_simple(1, &elements, nullptr)));
+  if (last == first) HPCTRAIN_H5_CHECK(H5Sselect_none(slice.memory.get()));
+  return slice;
+}
+
 H5Handle parallel_access(const MpiEnvironment& mpi) {
   H5Handle access(HPCTRAIN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
   HPCTRAIN_H5_CHECK(H5Pset_fapl_mpio(access.get(), mpi.world(), MPI_INFO_NULL));
@@ -203,16 +222,9 @@ void write_tensors(hid_t file, const std::vector<TensorEntry>& tensors, const fl
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const TensorEntry& tensor = tensors[t];
     H5Handle dataset = create_dataset(file, tensor.path, H5T_IEEE_F32LE, tensor.shape);
-    const auto [first, last] = overlap(tensor, slice_begin, slice_end);
-    H5Handle file_space(HPCTRAIN_H5_CHECK(H5Dget_space(dataset.get())));
-    HPCTRAIN_H5_CHECK(H5Sselect_none(file_space.get()));
-    std::vector<hsize_t> prefix;
-    select_flat_range(file_space.get(), tensor.shape, 0, prefix, first, last);
-    const hsize_t elements = std::max<hsize_t>(last - first, 1);
-    H5Handle memory_space(HPCTRAIN_H5_CHECK(H5Screate_simple(1, &elements, nullptr)));
-    if (last == first) HPCTRAIN_H5_CHECK(H5Sselect_none(memory_space.get()));
-    HPCTRAIN_H5_CHECK(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, memory_space.get(), file_space.get(), transfer,
-                               flat + tensor.offset + static_cast<std::int64_t>(first)));
+    const SliceSelection slice = select_slice(dataset.get(), tensor, slice_begin, slice_end);
+    HPCTRAIN_H5_CHECK(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, slice.memory.get(), slice.file.get(), transfer,
+                               flat + tensor.offset + static_cast<std::int64_t>(slice.first)));
     write_crc(dataset.get(), checksums[t]);  // the same value on every rank, as a collective attribute needs
   }
 }
@@ -235,15 +247,9 @@ void read_tensors(hid_t file, const std::string& file_name, const std::vector<Te
                     "checkpoint '" << file_name << "': tensor " << tensor.path << " has shape " << shape_text(shape)
                                    << " but the deck's model needs " << shape_text(expected),
                     "resume with the deck the checkpoint was written with (stored in its 'deck' attribute)");
-    const auto [first, last] = overlap(tensor, slice_begin, slice_end);
-    HPCTRAIN_H5_CHECK(H5Sselect_none(file_space.get()));
-    std::vector<hsize_t> prefix;
-    select_flat_range(file_space.get(), tensor.shape, 0, prefix, first, last);
-    const hsize_t elements = std::max<hsize_t>(last - first, 1);
-    H5Handle memory_space(HPCTRAIN_H5_CHECK(H5Screate_simple(1, &elements, nullptr)));
-    if (last == first) HPCTRAIN_H5_CHECK(H5Sselect_none(memory_space.get()));
-    HPCTRAIN_H5_CHECK(H5Dread(dataset.get(), H5T_NATIVE_FLOAT, memory_space.get(), file_space.get(), transfer,
-                              flat + tensor.offset + static_cast<std::int64_t>(first)));
+    const SliceSelection slice = select_slice(dataset.get(), tensor, slice_begin, slice_end);
+    HPCTRAIN_H5_CHECK(H5Dread(dataset.get(), H5T_NATIVE_FLOAT, slice.memory.get(), slice.file.get(), transfer,
+                              flat + tensor.offset + static_cast<std::int64_t>(slice.first)));
   }
   // Checksums of the whole tensors from the slices just read, before they are assembled.
   const std::vector<std::uint32_t> checksums = tensor_checksums(tensors, flat, count, mpi);

@@ -18,6 +18,7 @@
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/data/hdf5_dataset.hpp"
 #include "hpctrain/io/hdf5.hpp"
+#include "temporary_directory.hpp"
 
 namespace hpctrain {
 namespace {
@@ -328,23 +329,7 @@ TEST(Generate, PinnedValues) {
 
 // --- the written file ---
 
-class GenerateFileTest : public testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = testing::UnitTest::GetInstance()->current_test_info();
-    directory_ =
-        fs::temp_directory_path() / ("hpctrain-" + std::string(info->name()) + "-" + std::to_string(::getpid()) + "-" +
-                                     std::to_string(std::random_device{}()));
-    fs::create_directories(directory_);
-  }
-  void TearDown() override {
-    std::error_code ignored;
-    fs::remove_all(directory_, ignored);
-  }
-  std::string path(const std::string& name) const { return (directory_ / name).string(); }
-
-  fs::path directory_;
-};
+using GenerateFileTest = testing_support::TemporaryDirectoryTest;
 
 TEST_F(GenerateFileTest, ClassificationFileHoldsWhatGenerateRowsMakes) {
   SyntheticSpec spec = make_spec(SyntheticKind::spirals, 777, 21);

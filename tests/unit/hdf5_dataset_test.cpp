@@ -18,30 +18,14 @@
 
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/io/hdf5.hpp"
+#include "temporary_directory.hpp"
 
 namespace hpctrain {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory per test, removed afterwards.
-class Hdf5DatasetTest : public testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = testing::UnitTest::GetInstance()->current_test_info();
-    directory_ =
-        fs::temp_directory_path() / ("hpctrain-" + std::string(info->name()) + "-" + std::to_string(::getpid()) + "-" +
-                                     std::to_string(std::random_device{}()));
-    fs::create_directories(directory_);
-  }
-  void TearDown() override {
-    std::error_code ignored;
-    fs::remove_all(directory_, ignored);
-  }
-  std::string path(const std::string& name) const { return (directory_ / name).string(); }
-
-  fs::path directory_;
-};
+using Hdf5DatasetTest = testing_support::TemporaryDirectoryTest;
 
 struct Layout {
   std::vector<hsize_t> chunk;  // empty: contiguous
