@@ -23,12 +23,12 @@ trials=${HPCTRAIN_KILL_TRIALS:-20}
 sound=0
 for trial in $(seq "$trials"); do
   # shellcheck disable=SC2086
-  $MPIEXEC -n 2 "$HPCTRAIN" train deck.toml --output run --resume auto >trial.log 2>&1 &
+  $MPIEXEC -n 2 "$HPCTRAIN" train deck.toml --output "$WORK/run" --resume auto >trial.log 2>&1 &
   launcher=$!
   for _ in $(seq 200); do [[ -f run/checkpoints/latest ]] || ! kill -0 $launcher 2>/dev/null && break; sleep 0.05; done
   if ! kill -0 $launcher 2>/dev/null; then cat trial.log >&2; fail "trial $trial: the run ended by itself"; break; fi
   sleep "0.$((RANDOM % 10))$((RANDOM % 10))"
-  pkill -9 -f "hpctrain train deck.toml --output run" || true
+  pkill -9 -f "train deck.toml --output $WORK/run" || true  # this test's ranks only (tests run in parallel)
   wait $launcher 2>/dev/null || true
   if "$HPCTRAIN" checkpoint verify run >verify.log 2>&1; then
     sound=$((sound + 1))

@@ -15,10 +15,10 @@ steps = 1000000
 log_every = 100
 TOML
 # shellcheck disable=SC2086
-$MPIEXEC -n 2 "$HPCTRAIN" train deck.toml --output interrupted >interrupted.log 2>&1 &
+$MPIEXEC -n 2 "$HPCTRAIN" train deck.toml --output "$WORK/interrupted" >interrupted.log 2>&1 &
 launcher=$!
 for _ in $(seq 100); do grep -q "step .*/1000000" interrupted.log 2>/dev/null && break; sleep 0.1; done
-ranks=($(pgrep -f "hpctrain train deck.toml --output interrupted" | grep -v "^$launcher\$"))
+ranks=($(pgrep -f "train deck.toml --output $WORK/interrupted" | grep -v "^$launcher\$"))
 ((${#ranks[@]} >= 2)) || fail "expected 2 rank processes, found ${#ranks[@]}"
 kill -USR1 "${ranks[-1]}"  # one rank only
 status=0
