@@ -474,7 +474,7 @@ TrainSummary Trainer::Impl::run() {
   std::vector<double> interval_rates;
   std::int64_t step = first_step_;
   const double time_limit = parse_time_limit(config_.train.time_limit);
-  double last_checkpoint_time = start, longest_step = 0.0, longest_checkpoint = 1.0;
+  double last_checkpoint_time = start, recent_step = 0.0, longest_checkpoint = 1.0;
   while (step < total_steps_) {
     const double step_start = MPI_Wtime();
     // Rank 0's clock decides time-based checkpoints (1: checkpoint, 2: checkpoint and stop); the step's reduction
@@ -483,7 +483,7 @@ TrainSummary Trainer::Impl::run() {
     if (mpi_.is_root()) {
       if (config_.checkpoint.every_seconds > 0 && step_start - last_checkpoint_time >= config_.checkpoint.every_seconds)
         control_[2] = 1.0;
-      if (time_limit > 0 && step_start - construction_time_ + 3 * longest_step + 2 * longest_checkpoint >= time_limit)
+      if (time_limit > 0 && step_start - construction_time_ + 3 * recent_step + 2 * longest_checkpoint >= time_limit)
         control_[2] = 2.0;
     }
     const std::int64_t epoch = loader_->position().epoch;
@@ -502,7 +502,9 @@ TrainSummary Trainer::Impl::run() {
                                  scalars.grad_norm, scale_in_effect_, skipped ? 1.0 : 0.0});
     check_numerics(scalars, step, train_loss);
     ++step;
-    longest_step = std::max(longest_step, MPI_Wtime() - step_start);
+    // A moving average of the step time: one slow step (start-up, a busy node) must not stop the run early.
+    const double step_seconds = MPI_Wtime() - step_start;
+    recent_step = recent_step > 0.0 ? 0.9 * recent_step + 0.1 * step_seconds : step_seconds;
 
     const bool last = step == total_steps_;
     if (step % config_.train.log_every == 0 || last) {

@@ -188,8 +188,8 @@ TOML
 # --- (2) first: the interrupted job. It trains "forever" until the warning signal; the partition is taken down
 # before the signal so that the requeued job waits while the test sets the number of steps for its second segment.
 # train.time_limit only bounds the run (and the reference run's length) should the signal not come: on a machine
-# so busy that the watcher waits for a CPU for half a minute, the test fails rather than running for many minutes.
-write_deck deck_b.toml 1000000000 'time_limit = "00:00:40"'
+# so busy that the watcher waits for a CPU for two minutes, the test fails rather than running for many minutes.
+write_deck deck_b.toml 1000000000 'time_limit = "00:02:00"'
 job_b=$(submit deck_b.toml --output run_b) || { fail "sbatch failed"; exit 1; }
 pass "submitted the job to interrupt: $job_b"
 # The watcher sends the signal as soon as training has started; it runs in its own session (see setsid above).
