@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(build-essential cmake ninja-build ccache pkg-config
   libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools libdnnl-dev libtomlplusplus-dev libgtest-dev zlib1g-dev
-  python3-h5py python3-numpy)
+  python3-h5py python3-numpy python3-matplotlib)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
