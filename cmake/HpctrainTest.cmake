@@ -1,7 +1,6 @@
 # hpctrain_add_test(NAME name COMMAND exe args... [RANKS n] [LABELS l...] [TIMEOUT s] [SKIP_RETURN_CODE c])
 # One helper for every test: with RANKS the command runs under mpiexec with that many ranks (oversubscribed, and allowed
 # as root), so unit tests and MPI tests are registered the same way.
-find_program(HPCTRAIN_ID_PROGRAM id)
 execute_process(COMMAND id -u OUTPUT_VARIABLE HPCTRAIN_UID OUTPUT_STRIP_TRAILING_WHITESPACE)
 set(HPCTRAIN_MPIEXEC_EXTRA --oversubscribe)
 if(HPCTRAIN_UID STREQUAL "0")

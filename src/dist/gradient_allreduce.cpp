@@ -57,9 +57,7 @@ void GradientAllreduce::ready_from(std::int64_t begin) {
 void GradientAllreduce::finish() {
   if (ranks_ == 1) return;
   ready_from(0);
-  const double start = MPI_Wtime();
   HPCTRAIN_MPI_CHECK(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
-  wait_seconds_ += MPI_Wtime() - start;
 }
 
 }  // namespace hpctrain

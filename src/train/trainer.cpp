@@ -383,7 +383,6 @@ EvalMetrics Trainer::Impl::evaluate(std::int64_t step) {
 }
 
 double Trainer::Impl::train_step(const HostBatch& batch, std::int64_t step, StepScalars& scalars) {
-  timer_.begin(Phase::forward);
   const std::int64_t global_rows = batch.rows * mpi_.size();
   const auto learning_rate = static_cast<float>(schedule_->at(step));
   backend_->copy_to_backend(scalars_.as<char>() + offsetof(StepScalars, learning_rate), &learning_rate,

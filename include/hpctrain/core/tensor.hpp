@@ -21,8 +21,6 @@ struct TensorView {
     HPCTRAIN_ASSERT(dtype_of<T>() == dtype, "view is " << dtype_name(dtype) << ", accessed as " << dtype_name(dtype_of<T>()));
     return static_cast<T*>(data);
   }
-  // The first `count` rows, e.g. a partial last batch.
-  [[nodiscard]] TensorView first_rows(std::int64_t count) const { return {data, dtype, count, cols}; }
 };
 
 // A 1-D slice of a flat buffer, in elements.

@@ -29,7 +29,6 @@ class GradientAllreduce {
   void finish();
 
   [[nodiscard]] std::size_t bucket_count() const { return buckets_.size(); }
-  [[nodiscard]] double communication_seconds() const { return wait_seconds_; }  // time spent blocked in finish()
 
  private:
   struct Bucket {
@@ -42,7 +41,6 @@ class GradientAllreduce {
   std::vector<Bucket> buckets_;  // from the end of the buffer to its start
   std::vector<MPI_Request> requests_;
   std::size_t started_ = 0;
-  double wait_seconds_ = 0.0;
 };
 
 }  // namespace hpctrain

@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <string>
 
 namespace hpctrain {
@@ -36,11 +37,6 @@ class MpiEnvironment {
 // "[rank 3] " in multi-rank runs, "" otherwise.
 std::string rank_prefix(int rank, int size);
 
-}  // namespace hpctrain
-
-#include <functional>
-
-namespace hpctrain {
 // Run `action` on rank 0 only (creating a directory, writing a file); if it throws, every rank throws the same error,
 // so rank 0 alone prints it and no rank waits forever for the others.
 void run_on_root(const MpiEnvironment& mpi, const std::function<void()>& action);
