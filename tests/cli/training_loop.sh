@@ -41,6 +41,11 @@ grep -q "nearing train.time_limit" timed.log && "$HPCTRAIN" checkpoint verify ti
 # checkpoint.every_seconds: decided on rank 0's clock, agreed by all ranks.
 run_ranks 2 train deck.toml --output timed-checkpoints --set train.steps=100000000 --set train.time_limit=00:00:07 \
   --set checkpoint.every_seconds=1 --set checkpoint.keep=0 >every.log 2>&1 || true
+# At least one periodic checkpoint besides the time-limit one; how many more depends on how busy the machine is
+# (a loaded CI runner saw 2 in ~5 s), so the count is not pinned. Each periodic one must be a distinct, verified step.
 count=$(ls timed-checkpoints/checkpoints/step-*.h5 2>/dev/null | wc -l)
-((count >= 3)) && pass "every_seconds = 1 over ~5 s: $count checkpoints" || { cat every.log >&2; fail "every_seconds: $count checkpoints"; }
+((count >= 2)) && pass "every_seconds = 1 over ~5 s: $count checkpoints" || { cat every.log >&2; fail "every_seconds: $count checkpoints"; }
+for file in timed-checkpoints/checkpoints/step-*.h5; do
+  "$HPCTRAIN" checkpoint verify "$file" >/dev/null || fail "every_seconds: $file does not verify"
+done
 finish
