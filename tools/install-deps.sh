@@ -2,8 +2,10 @@
 # Install the system packages hpctrain needs (Debian 12), only those missing. As root it runs apt-get; otherwise it
 # prints the exact command to run. Idempotent: a second run installs nothing.
 set -euo pipefail
+# ocl-icd-opencl-dev: Debian's oneDNN is built with the OpenCL GPU runtime and its CMake config requires OpenCL
+# (only a recommendation of libdnnl-dev, which --no-install-recommends skips).
 packages=(build-essential cmake ninja-build ccache pkg-config
-  libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools libdnnl-dev libtomlplusplus-dev libgtest-dev zlib1g-dev
+  libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools libdnnl-dev ocl-icd-opencl-dev libtomlplusplus-dev libgtest-dev zlib1g-dev
   python3-h5py python3-numpy python3-matplotlib)
 missing=()
 for package in "${packages[@]}"; do

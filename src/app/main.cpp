@@ -24,6 +24,7 @@ const char* const usage_text =
     "  predict CHECKPOINT.h5 --data FILE.h5 [--output FILE.h5]       apply a trained model, write predictions\n"
     "  evaluate CHECKPOINT.h5 --data FILE.h5                         the model's loss and metrics on a dataset\n"
     "  checkpoint verify FILE.h5|RUN_DIR                             check a checkpoint's checksums\n"
+    "  report RUN_DIR [--plot OUT.png]                               summarise a run; plot its curves (no MPI)\n"
     "  --version                                                     version and build facts\n"
     "\n"
     "Run 'hpctrain <command> --help' for a command's options. Launch with mpiexec/srun for several ranks.\n";
@@ -31,6 +32,16 @@ const char* const usage_text =
 }  // namespace
 
 int main(int argc, char** argv) {
+  // `report` is a serial Python tool: it runs before (and without) MPI, so it also works on a login node.
+  if (argc > 1 && std::string(argv[1]) == "report") {
+    try {
+      return hpctrain::report_command(hpctrain::Arguments(argv + 2, argv + argc));
+    } catch (const hpctrain::Error& error) {
+      std::fprintf(stderr, "hpctrain: error: %s\n", error.what());
+      if (!error.hint().empty()) std::fprintf(stderr, "  hint: %s\n", error.hint().c_str());
+      return error.exit_code();
+    }
+  }
   hpctrain::MpiEnvironment mpi(&argc, &argv);
   const std::vector<std::string> args(argv + 1, argv + argc);
   try {

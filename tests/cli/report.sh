@@ -34,4 +34,23 @@ PY
 mkdir empty
 $PYTHON "$report" empty >empty.txt 2>&1 && fail "a directory without metrics.h5 was accepted" ||
   { grep -q "metrics.h5 does not exist" empty.txt && pass "refused: $(cat empty.txt)" || fail "unclear refusal"; }
+
+# `hpctrain report` wraps the script: same summary, the script's exit status.
+$PYTHON "$report" run >direct.txt 2>&1
+"$HPCTRAIN" report run >wrapped.txt 2>&1 && diff direct.txt wrapped.txt >/dev/null &&
+  pass "hpctrain report RUN_DIR prints the script's summary" || { cat wrapped.txt >&2; fail "hpctrain report"; }
+"$HPCTRAIN" report empty >/dev/null 2>&1 && fail "hpctrain report accepted an empty directory" ||
+  pass "hpctrain report: exit status $? on an empty directory"
+status=0
+HPCTRAIN_REPORT_SCRIPT=missing.py "$HPCTRAIN" report run >missing.txt 2>&1 || status=$?
+((status == 2)) && grep -q "HPCTRAIN_REPORT_SCRIPT=missing.py is not a file" missing.txt &&
+  pass "a wrong HPCTRAIN_REPORT_SCRIPT is one clear error" || { cat missing.txt >&2; fail "HPCTRAIN_REPORT_SCRIPT"; }
+
+# An installed tree finds its own copy of the script (share/hpctrain/), not the sources'.
+cmake --install "$(dirname "$(dirname "$HPCTRAIN")")" --prefix prefix >install.log 2>&1 || { cat install.log >&2; fail "cmake --install"; }
+[[ -x prefix/bin/hpctrain && -f prefix/share/hpctrain/inputs/default.toml && -f prefix/share/hpctrain/jobscripts/slurm.sbatch ]] &&
+  pass "cmake --install: bin/hpctrain, share/hpctrain/{inputs,jobscripts}" || fail "install tree incomplete"
+echo 'print("report: the installed copy")' >>prefix/share/hpctrain/hpctrain_report.py
+prefix/bin/hpctrain report run 2>&1 | grep -q "the installed copy" && pass "installed hpctrain report runs share/hpctrain/hpctrain_report.py" ||
+  fail "installed hpctrain report did not use its own script"
 finish

@@ -17,5 +17,7 @@ int predict_command(const Arguments& args, const MpiEnvironment& mpi);
 int evaluate_command(const Arguments& args, const MpiEnvironment& mpi);
 int checkpoint_command(const Arguments& args, const MpiEnvironment& mpi);  // checkpoint verify
 int version_command(const MpiEnvironment& mpi);
+// report: runs tools/hpctrain_report.py in place of this process (called before MPI starts); returns only by throwing.
+int report_command(const Arguments& args);
 
 }  // namespace hpctrain
