@@ -19,7 +19,8 @@ const char* const checkpoint_usage =
 }
 
 int checkpoint_command(const Arguments& args, const MpiEnvironment& mpi) {
-  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+  const auto asks_help = [](const std::string& word) { return word == "--help" || word == "-h"; };
+  if (args.empty() || asks_help(args[0]) || (args.size() == 2 && args[0] == "verify" && asks_help(args[1]))) {
     if (mpi.is_root()) std::fputs(checkpoint_usage, args.empty() ? stderr : stdout);
     return args.empty() ? exit_input_error : 0;
   }
