@@ -28,8 +28,44 @@ constexpr std::int64_t parallel_threshold = 16384;
 // Columns summed together by one thread in column reductions (bias and layernorm parameter gradients).
 constexpr std::int64_t column_block = 64;
 // Elements per partial sum of the gradient statistics; the partials are added in order, so the result does not depend
-// on the thread count.
+// on the thread count. Within a chunk, element i goes to lane i % statistics_lanes: independent sums the compiler can
+// keep in vector registers (a single running sum is one long dependency chain), still in a fixed order.
 constexpr std::int64_t statistics_chunk = 4096;
+constexpr std::int64_t statistics_lanes = 16;
+
+// The fused optimizer passes over one range. Restrict-qualified locals (not captures) and no errno from sqrt
+// (-fno-math-errno) let the compiler vectorise them: the pass is memory-bound only once it is vectorised.
+template <class W>
+void adamw_range(float* __restrict parameters, float* __restrict first_moment, float* __restrict second_moment,
+                 const float* __restrict gradients, W* __restrict working, std::int64_t count, float unscale,
+                 float clip, const km::AdamWConstants<float> constants) {
+#pragma omp parallel for simd schedule(static) if (count > parallel_threshold)
+  for (std::int64_t i = 0; i < count; ++i) {
+    float parameter = parameters[i], m = first_moment[i], v = second_moment[i];
+    km::adamw_update(parameter, m, v, gradients[i] * unscale * clip, constants);
+    parameters[i] = parameter;
+    first_moment[i] = m;
+    second_moment[i] = v;
+    if constexpr (!std::is_void_v<W>) working[i] = cpu::convert_value<W>(parameter);
+  }
+}
+
+template <class W>
+void sgd_range(float* __restrict parameters, float* __restrict momentum_buffer, const float* __restrict gradients,
+               W* __restrict working, std::int64_t count, float unscale, float clip, float learning_rate,
+               const OptimizerHyper& hyper, float weight_decay, bool first_step) {
+  const float momentum = hyper.momentum;
+  const bool nesterov = hyper.nesterov;
+#pragma omp parallel for simd schedule(static) if (count > parallel_threshold)
+  for (std::int64_t i = 0; i < count; ++i) {
+    float parameter = parameters[i], buffer = momentum_buffer != nullptr ? momentum_buffer[i] : 0.0f;
+    km::sgd_update(parameter, buffer, gradients[i] * unscale * clip, learning_rate, momentum, weight_decay, nesterov,
+                   first_step);
+    parameters[i] = parameter;
+    if (momentum_buffer != nullptr) momentum_buffer[i] = buffer;
+    if constexpr (!std::is_void_v<W>) working[i] = cpu::convert_value<W>(parameter);
+  }
+}
 
 void check_same_shape(const TensorView& a, const TensorView& b, const char* what) {
   HPCTRAIN_ASSERT(a.rows == b.rows && a.cols == b.cols && a.dtype == b.dtype,
@@ -318,15 +354,25 @@ class CpuBackend final : public Backend {
     for (std::int64_t chunk = 0; chunk < chunks; ++chunk) {
       const std::int64_t begin = chunk * statistics_chunk;
       const std::int64_t end = std::min(count, begin + statistics_chunk);
-      double sum = 0.0;
-      bool nonfinite = false;
-      for (std::int64_t i = begin; i < end; ++i) {
-        const float g = gradients[i];
-        nonfinite |= !km::is_finite(g);
-        sum += static_cast<double>(g) * static_cast<double>(g);
+      double lanes[statistics_lanes] = {};
+      int nonfinite = 0;
+      std::int64_t i = begin;
+      for (; i + statistics_lanes <= end; i += statistics_lanes) {
+        for (std::int64_t lane = 0; lane < statistics_lanes; ++lane) {
+          const float g = gradients[i + lane];
+          nonfinite |= km::is_finite(g) ? 0 : 1;
+          lanes[lane] += static_cast<double>(g) * static_cast<double>(g);
+        }
       }
+      for (; i < end; ++i) {
+        const float g = gradients[i];
+        nonfinite |= km::is_finite(g) ? 0 : 1;
+        lanes[i % statistics_lanes] += static_cast<double>(g) * static_cast<double>(g);
+      }
+      double sum = 0.0;
+      for (const double lane : lanes) sum += lane;
       partial_sums[chunk] = sum;
-      partial_nonfinite[chunk] = nonfinite ? 1 : 0;
+      partial_nonfinite[chunk] = static_cast<unsigned char>(nonfinite);
     }
     double sum_of_squares = 0.0;
     bool any_nonfinite = false;
@@ -358,24 +404,11 @@ class CpuBackend final : public Backend {
         HPCTRAIN_ASSERT(state1 != nullptr && state2 != nullptr, "AdamW needs both moment buffers");
         const auto constants = km::adamw_constants(learning_rate, hyper.beta1, hyper.beta2, hyper.eps, weight_decay,
                                                    scalars->applied_steps + 1);
-#pragma omp parallel for schedule(static) if (count > parallel_threshold)
-        for (std::int64_t i = 0; i < count; ++i) {
-          const float g = gradients[i] * inverse_loss_scale * clip;
-          km::adamw_update(parameters[i], state1[i], state2[i], g, constants);
-          if constexpr (!std::is_void_v<W>) copy[i] = cpu::convert_value<W>(parameters[i]);
-        }
+        adamw_range(parameters, state1, state2, gradients, copy, count, inverse_loss_scale, clip, constants);
       } else {
         HPCTRAIN_ASSERT(hyper.momentum == 0.0f || state1 != nullptr, "SGD with momentum needs a momentum buffer");
-        const bool first_step = scalars->applied_steps == 0;
-        float unused_buffer = 0.0f;
-#pragma omp parallel for schedule(static) if (count > parallel_threshold) firstprivate(unused_buffer)
-        for (std::int64_t i = 0; i < count; ++i) {
-          const float g = gradients[i] * inverse_loss_scale * clip;
-          float& buffer = state1 != nullptr ? state1[i] : unused_buffer;
-          km::sgd_update(parameters[i], buffer, g, learning_rate, hyper.momentum, weight_decay, hyper.nesterov,
-                         first_step);
-          if constexpr (!std::is_void_v<W>) copy[i] = cpu::convert_value<W>(parameters[i]);
-        }
+        sgd_range(parameters, hyper.momentum != 0.0f ? state1 : nullptr, gradients, copy, count, inverse_loss_scale,
+                  clip, learning_rate, hyper, weight_decay, scalars->applied_steps == 0);
       }
     };
     if (working.data == nullptr) {
