@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The benchmark harnesses that docs/performance.md and docs/data.md quote still run and print their tables: each in
+# its smallest mode (a check of the scripts, not a measurement; their figures here mean nothing).
+#   bench/data_pipeline.sh --quick, bench/checkpoint_bandwidth.sh 1 (REPEATS=1), bench/run.sh --quick
+# bench/run.sh's PyTorch rows run only where torch is installed (bench/install-torch.sh); otherwise the table must say
+# the twin was not run.
+source "$(dirname "$0")/lib/common.bash"
+cd "$WORK"
+build=$(dirname "$(dirname "$HPCTRAIN")")
+bench=$HPCTRAIN_SOURCE_DIR/bench
+export TMPDIR=$WORK
+
+"$bench/data_pipeline.sh" --build-dir "$build" --quick >data.txt 2>&1 || { cat data.txt >&2; fail "data_pipeline.sh"; }
+grep -qE "global shuffle, first epoch .* MB/s" data.txt && grep -qE "background reader .* ms .*vs memory" data.txt &&
+  pass "data_pipeline.sh --quick prints its table" || { cat data.txt >&2; fail "data_pipeline.sh table"; }
+
+REPEATS=1 BENCH_DIR=$WORK HPCTRAIN=$HPCTRAIN "$bench/checkpoint_bandwidth.sh" 1 >checkpoint.txt 2>&1 ||
+  { cat checkpoint.txt >&2; fail "checkpoint_bandwidth.sh"; }
+grep -qE "^1 MB +2 +[0-9]+" checkpoint.txt && pass "checkpoint_bandwidth.sh 1 prints rows for 1 and 2 ranks" ||
+  { cat checkpoint.txt >&2; fail "checkpoint_bandwidth.sh table"; }
+
+if [[ -x $build/bin/gemm_ceiling ]]; then
+  "$bench/run.sh" --build-dir "$build" --quick >run.txt 2>&1 || { cat run.txt >&2; fail "run.sh --quick"; }
+  grep -qE "^\| MLP fp32 GFLOP/s vs oneDNN matmul +\| [0-9,.]+ +\| [0-9,.]+ +\| [0-9.]+" run.txt &&
+    grep -q "^| weak scaling" run.txt && pass "run.sh --quick prints its table" || { cat run.txt >&2; fail "run.sh table"; }
+  if "$PYTHON" -c "import torch" 2>/dev/null; then
+    grep -qE "^\| MLP bf16 samples/s vs PyTorch twin +\| [0-9,]+ +\| [0-9,]+" run.txt && pass "torch twin rows measured" ||
+      fail "torch is installed but the twin rows are empty"
+  else
+    grep -qi "torch.*not installed\|no torch" run.txt && pass "no torch here: the table says so" ||
+      fail "torch missing and the table does not say so"
+  fi
+else
+  echo "not run: bench/run.sh (this build has HPCTRAIN_BENCHMARKS=OFF: no gemm_ceiling)"
+fi
+finish
