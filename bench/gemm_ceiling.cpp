@@ -16,6 +16,12 @@
 //
 // Output: a human-readable table per precision, then one machine-readable line per precision that bench/run.sh reads:
 //   CEILING precision=fp32 batch=256 threads=2 flops_per_step=... seconds_per_step=... gflops=...
+//
+// It also times the memory ceiling of the optimizer phase: one pass over a flat buffer of the model's parameter count
+// with the memory traffic of hpctrain's optimizer phase (read the gradients for their norm; then read parameters,
+// gradients and two moments, write parameters and moments, and in bf16 also the 16-bit working copy) but trivial
+// arithmetic, so its time is what the traffic alone costs on this machine:
+//   MEMORY precision=fp32 threads=2 elements=... bytes=... seconds=... gbps=...
 #include <omp.h>
 
 #include <algorithm>
@@ -196,6 +202,42 @@ std::vector<Product> build_step(const Options& options, bool bf16, const dnnl::e
   return forward;
 }
 
+// The optimizer phase's memory traffic with trivial arithmetic (see the header); returns the median seconds.
+double optimizer_memory_pass(std::int64_t count, bool bf16, int warmup, int repeats) {
+  std::vector<float> parameters(count, 0.5f), gradients(count, 0.25f), first(count, 0.125f), second(count, 0.0625f);
+  std::vector<std::uint16_t> working(bf16 ? count : 0);
+  std::vector<double> seconds;
+  volatile double sink = 0.0;
+  for (int repeat = 0; repeat < warmup + repeats; ++repeat) {
+    const auto start = std::chrono::steady_clock::now();
+    float* __restrict p = parameters.data();
+    float* __restrict m = first.data();
+    float* __restrict v = second.data();
+    const float* __restrict g = gradients.data();
+    std::uint16_t* __restrict w = working.data();
+    double norm = 0.0;
+#pragma omp parallel for simd reduction(+ : norm) schedule(static)
+    for (std::int64_t i = 0; i < count; ++i) norm += static_cast<double>(g[i]) * g[i];
+#pragma omp parallel for simd schedule(static)
+    for (std::int64_t i = 0; i < count; ++i) {
+      const float mi = 0.9f * m[i] + 0.1f * g[i], vi = 0.999f * v[i] + 0.001f * g[i] * g[i];
+      const float pi = p[i] - 1e-3f * mi + 1e-6f * vi;
+      m[i] = mi;
+      v[i] = vi;
+      p[i] = pi;
+      if (bf16) {
+        std::uint32_t bits;
+        std::memcpy(&bits, &pi, sizeof bits);
+        w[i] = static_cast<std::uint16_t>(bits >> 16);
+      }
+    }
+    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+    sink = sink + norm;
+    if (repeat >= warmup) seconds.push_back(elapsed.count());
+  }
+  return median(seconds);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -252,6 +294,17 @@ int main(int argc, char** argv) try {
     std::printf("CEILING precision=%s batch=%lld threads=%d flops_per_step=%.0f seconds_per_step=%.6g gflops=%.2f\n",
                 precision.c_str(), static_cast<long long>(options.batch), threads, step_flops, step_seconds,
                 step_flops / step_seconds * 1e-9);
+
+    std::int64_t parameters = 0;
+    for (std::size_t layer = 1; layer < options.widths.size(); ++layer)
+      parameters += options.widths[layer] * (options.widths[layer - 1] + 1);
+    // Bytes per parameter: 4 (norm read) + 16 read + 12 written (+ 2 for the bf16 working copy).
+    const double bytes = static_cast<double>(parameters) * (bf16 ? 34.0 : 32.0);
+    const double pass = optimizer_memory_pass(parameters, bf16, options.warmup, options.repeats);
+    std::printf("  optimizer-phase memory traffic, trivial arithmetic: %lld parameters, %.1f MB, %.3f ms, %.1f GB/s\n",
+                static_cast<long long>(parameters), bytes * 1e-6, pass * 1e3, bytes / pass * 1e-9);
+    std::printf("MEMORY precision=%s threads=%d elements=%lld bytes=%.0f seconds=%.6g gbps=%.2f\n", precision.c_str(),
+                threads, static_cast<long long>(parameters), bytes, pass, bytes / pass * 1e-9);
   }
   return 0;
 } catch (const std::exception& error) {

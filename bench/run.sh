@@ -234,6 +234,10 @@ ceiling_run() {
     line=$(grep "^CEILING precision=$precision " "$WORK/ceiling.log" || true)
     sed -n 's/.*gflops=\([0-9.]*\).*/\1/p' <<<"$line" >>"$WORK/ceiling_$precision.rates"
     record "ceiling_flops_per_step" "$(sed -n 's/.*flops_per_step=\([0-9]*\).*/\1/p' <<<"$line")"
+    # The optimizer phase's memory traffic at trivial arithmetic: the anchor of the optimizer row.
+    line=$(grep "^MEMORY precision=$precision " "$WORK/ceiling.log" || true)
+    sed -n 's/.*gbps=\([0-9.]*\).*/\1/p' <<<"$line" >>"$WORK/memory_$precision.rates"
+    record "memory_${precision}_bytes" "$(sed -n 's/.*bytes=\([0-9]*\).*/\1/p' <<<"$line")"
   done
   record onednn "$(sed -n 's/^gemm_ceiling: oneDNN \([0-9.]*\) .*/\1/p' "$WORK/ceiling.log")"
 }
@@ -279,7 +283,9 @@ done
 hpctrain_run baseline 1 "$THREADS" none precision.mode=fp32 \
   'model.layers=[{type="linear", out=16}, {type="relu"}, {type="linear", out=10}]'
 ((CORES >= 2)) || log "weak scaling: 1 core only; the 2-rank row is not measured"
-for name in fp32 bf16 baseline weak1 weak2 twin_fp32 twin_bf16 ceiling_fp32 ceiling_bf16; do summarize "$name"; done
+for name in fp32 bf16 baseline weak1 weak2 twin_fp32 twin_bf16 ceiling_fp32 ceiling_bf16 memory_fp32 memory_bf16; do
+  summarize "$name"
+done
 if ((HAVE_TORCH)); then
   grep -h '^torch_twin:' "$WORK"/twin-*.last.log | sed 's/^/  /' >&2
   echo "python3 bench/torch_twin.py --precision {fp32,bf16} --threads $THREADS --data DATA --warmup 10" \
@@ -371,6 +377,12 @@ for precision, activation_bytes in (("fp32", 4), ("bf16", 2)):
     if rss and base:
         ratio_row(f"  same, less the runtime baseline ({base / 1024:.0f} MiB)", (rss - base) / 1024, need, "MiB",
                   "report", None, 1)
+# The optimizer phase (gradient norm + fused update, --profile) as a memory rate: the bytes it must move over its
+# steady-state time, against gemm_ceiling's pass with the same traffic and trivial arithmetic.
+for precision in ("fp32", "bf16"):
+    optimizer_ms, traffic = number(f"{precision}_optimizer_ms"), number(f"memory_{precision}_bytes")
+    ratio_row(f"optimizer phase {precision} GB/s vs same-traffic pass", optimizer_ms and traffic and
+              traffic / (optimizer_ms * 1e-3) * 1e-9, number(f"memory_{precision}_rate"), "", "report", None, 1)
 w1, w2 = number("weak1_rate"), number("weak2_rate")
 ratio_row("weak scaling: 2 ranks vs 2 x 1 rank (128/rank)", w2, w1 and 2 * w1, "", "report", None)
 phase_keys = ("data", "forward", "backward", "all-reduce", "optimizer")
