@@ -25,7 +25,7 @@ for trial in $(seq "$trials"); do
   # shellcheck disable=SC2086
   $MPIEXEC -n 2 "$HPCTRAIN" train deck.toml --output "$WORK/run" --resume auto >trial.log 2>&1 &
   launcher=$!
-  for _ in $(seq 200); do [[ -f run/checkpoints/latest ]] || ! kill -0 $launcher 2>/dev/null && break; sleep 0.05; done
+  for _ in $(seq 1200); do [[ -f run/checkpoints/latest ]] || ! kill -0 $launcher 2>/dev/null && break; sleep 0.05; done
   if ! kill -0 $launcher 2>/dev/null; then cat trial.log >&2; fail "trial $trial: the run ended by itself"; break; fi
   sleep "0.$((RANDOM % 10))$((RANDOM % 10))"
   pkill -9 -f "train deck.toml --output $WORK/run" || true  # this test's ranks only (tests run in parallel)

@@ -17,7 +17,8 @@ TOML
 # shellcheck disable=SC2086
 $MPIEXEC -n 2 "$HPCTRAIN" train deck.toml --output "$WORK/interrupted" >interrupted.log 2>&1 &
 launcher=$!
-for _ in $(seq 100); do grep -q "step .*/1000000" interrupted.log 2>/dev/null && break; sleep 0.1; done
+# Up to 60 s for the first logged step: a loaded CI runner can take many seconds to start two ranks.
+for _ in $(seq 600); do grep -q "step .*/1000000" interrupted.log 2>/dev/null && break; sleep 0.1; done
 ranks=($(pgrep -f "train deck.toml --output $WORK/interrupted" | grep -v "^$launcher\$"))
 ((${#ranks[@]} >= 2)) || fail "expected 2 rank processes, found ${#ranks[@]}"
 kill -USR1 "${ranks[-1]}"  # one rank only
