@@ -142,4 +142,12 @@ class Backend {
 // The CPU backend (always built).
 std::unique_ptr<Backend> make_cpu_backend();
 
+// The CUDA backend on `device` (an index among the visible devices): one stream, cuBLASLt for matrix products, own
+// kernels for the rest. Storage dtypes f32/bf16/f16 (f64, used only by gradient checks, is NotSupported). Always
+// declared and linkable: a CPU-only build throws NotSupported saying how to rebuild.
+std::unique_ptr<Backend> make_cuda_backend(int device);
+
+// Visible CUDA devices; 0 without a driver, without a GPU, or in a CPU-only build (never throws).
+int cuda_device_count();
+
 }  // namespace hpctrain
