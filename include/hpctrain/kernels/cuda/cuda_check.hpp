@@ -16,21 +16,21 @@ namespace hpctrain::detail {
 void warn_cuda_error(cudaError_t code, const char* call, const char* file, int line);
 }  // namespace hpctrain::detail
 
-#define HPCTRAIN_CUDA_CHECK(call)                                                             \
-  do {                                                                                        \
-    const cudaError_t hpctrain_cuda_rc_ = (call);                                             \
-    if (hpctrain_cuda_rc_ != cudaSuccess)                                                     \
-      ::hpctrain::detail::throw_cuda_error(hpctrain_cuda_rc_, #call, __FILE__, __LINE__);     \
+#define HPCTRAIN_CUDA_CHECK(call)                                                         \
+  do {                                                                                    \
+    const cudaError_t hpctrain_cuda_rc_ = (call);                                         \
+    if (hpctrain_cuda_rc_ != cudaSuccess)                                                 \
+      ::hpctrain::detail::throw_cuda_error(hpctrain_cuda_rc_, #call, __FILE__, __LINE__); \
   } while (false)
 
 // After a kernel launch: launch-configuration errors show up here (execution errors at the next synchronisation).
 #define HPCTRAIN_CUDA_CHECK_LAUNCH() HPCTRAIN_CUDA_CHECK(cudaGetLastError())
 
-#define HPCTRAIN_CUDA_WARN(call)                                                              \
-  do {                                                                                        \
-    const cudaError_t hpctrain_cuda_rc_ = (call);                                             \
-    if (hpctrain_cuda_rc_ != cudaSuccess)                                                     \
-      ::hpctrain::detail::warn_cuda_error(hpctrain_cuda_rc_, #call, __FILE__, __LINE__);      \
+#define HPCTRAIN_CUDA_WARN(call)                                                         \
+  do {                                                                                   \
+    const cudaError_t hpctrain_cuda_rc_ = (call);                                        \
+    if (hpctrain_cuda_rc_ != cudaSuccess)                                                \
+      ::hpctrain::detail::warn_cuda_error(hpctrain_cuda_rc_, #call, __FILE__, __LINE__); \
   } while (false)
 
 #define HPCTRAIN_CUBLAS_CHECK(call)                                                           \
