@@ -28,6 +28,7 @@
 #include "hpctrain/nn/model.hpp"
 #include "hpctrain/optim/optimizer.hpp"
 #include "hpctrain/optim/schedule.hpp"
+#include "hpctrain/train/backend_choice.hpp"
 #include "hpctrain/train/device_batch.hpp"
 #include "hpctrain/train/evaluation.hpp"
 #include "hpctrain/train/phase_timer.hpp"
@@ -136,7 +137,7 @@ class Trainer::Impl {
   std::int64_t local_batch_ = 0, eval_local_batch_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
-  std::unique_ptr<GradientAllreduce> allreduce_;
+  std::unique_ptr<GradientExchange> allreduce_;
   std::unique_ptr<LearningRateSchedule> schedule_;
   LossScalerConfig scaler_;
   BackendBuffer scalars_, sums_, grad_scale_;
@@ -147,6 +148,8 @@ class Trainer::Impl {
   fs::path output_;
   int threads_ = 1;
   float scale_in_effect_ = 1.0f;  // the loss scale the current step runs with (finish_step may change it)
+  StepScalars last_scalars_;      // host copy of the scalars after the last step (or as initialised / resumed)
+  bool cuda_ = false;
   PhaseTimer timer_{false};
   std::int64_t first_step_ = 0;  // 0, or the step a resumed run continues from
   TrainOptions options_;
@@ -177,8 +180,6 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
   micro_batch_ = local_batch_ / accumulate_;
   const std::int64_t eval_batch = config.data.eval_batch_size > 0 ? config.data.eval_batch_size : batch;
   eval_local_batch_ = std::max<std::int64_t>(1, (eval_batch + ranks - 1) / ranks);
-  if (config.run.device == "cuda")
-    throw NotSupported(config.where("run.device") + ": run.device = \"cuda\": this build has no CUDA backend yet");
 
   // ---- data ----
   train_data_ = std::make_unique<TrainingData>(config, "data.train", config.data.train, task_);
@@ -196,7 +197,9 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
   // ---- model (validates the layer shapes against the data) ----
   threads_ = choose_thread_count(config, mpi);
   omp_set_num_threads(threads_);
-  backend_ = make_cpu_backend();
+  BackendChoice choice = choose_backend(config, mpi);
+  backend_ = std::move(choice.backend);
+  cuda_ = choice.cuda;
   // Activations are sized for one micro-batch: that is the memory gradient accumulation saves.
   ModelBuffers buffers{activation_dtype_of(config.precision.mode), DType::f32,
                        std::max(micro_batch_, eval_local_batch_)};
@@ -224,8 +227,12 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
   optimizer_ = std::make_unique<Optimizer>(config.optimizer, *model_, *backend_);
   std::vector<std::int64_t> layer_begins;
   for (std::size_t i = 0; i < model_->layer_count(); ++i) layer_begins.push_back(model_->parameter_begin(i));
-  allreduce_ = std::make_unique<GradientAllreduce>(mpi.world(), static_cast<float*>(model_->gradients()),
-                                                   model_->parameter_count(), layer_begins, 25 << 20);
+  if (cuda_)
+    allreduce_ = make_nccl_gradient_allreduce(mpi.world(), *backend_, static_cast<float*>(model_->gradients()),
+                                              model_->parameter_count(), layer_begins, 25 << 20);
+  else
+    allreduce_ = std::make_unique<GradientAllreduce>(mpi.world(), static_cast<float*>(model_->gradients()),
+                                                     model_->parameter_count(), layer_begins, 25 << 20);
   schedule_ = std::make_unique<LearningRateSchedule>(config.schedule, config.optimizer.lr, total_steps_);
   float initial_scale = 1.0f;
   scaler_ = scaler_config_of(config.precision, &initial_scale);
@@ -233,6 +240,7 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
   StepScalars initial;
   initial.loss_scale = initial_scale;
   backend_->copy_to_backend(scalars_.data, &initial, sizeof initial);
+  last_scalars_ = initial;
   sums_ = BackendBuffer(*backend_, sizeof(LossSums));
   grad_scale_ = BackendBuffer(*backend_, sizeof(float));
   device_batch_ = std::make_unique<DeviceBatch>(*backend_, *model_, task_, buffers.max_rows);
@@ -287,6 +295,7 @@ void Trainer::Impl::resume() {
     first_step_ = state.step;
     state.scalars.found_nonfinite = 0;
     backend_->copy_to_backend(scalars_.data, &state.scalars, sizeof state.scalars);
+    last_scalars_ = state.scalars;
     LoaderPosition position{state.epoch, state.step_in_epoch};
     if (position.step_in_epoch >= steps_per_epoch_) position = {position.epoch + 1, 0};  // other rank count
     loader_->seek(position);
@@ -388,12 +397,9 @@ double Trainer::Impl::train_step(const HostBatch& batch, std::int64_t step, Step
   backend_->copy_to_backend(scalars_.as<char>() + offsetof(StepScalars, learning_rate), &learning_rate,
                             sizeof learning_rate);
   // d(mean loss over the global batch)/d(output), times the loss scale (fixed for the whole step); the all-reduce
-  // then sums the ranks' parts.
-  StepScalars before;
-  backend_->copy_to_host(&before, scalars_.data, sizeof before);
-  scale_in_effect_ = before.loss_scale;
-  const float gradient_scale = before.loss_scale / static_cast<float>(global_rows);
-  backend_->copy_to_backend(grad_scale_.data, &gradient_scale, sizeof gradient_scale);
+  // then sums the ranks' parts. Formed by the backend from its own copy of the scalars: no host round trip.
+  scale_in_effect_ = last_scalars_.loss_scale;
+  backend_->loss_gradient_scale(scalars_.as<StepScalars>(), static_cast<float>(global_rows), grad_scale_.as<float>());
   backend_->zero(sums_.data, sizeof(LossSums));
 
   // Micro-batches accumulate into the gradient buffer; only the last one's backward all-reduces (no communication
@@ -427,6 +433,7 @@ double Trainer::Impl::train_step(const HostBatch& batch, std::int64_t step, Step
   LossSums sums;
   backend_->copy_to_host(&scalars, scalars_.data, sizeof scalars);
   backend_->copy_to_host(&sums, sums_.data, sizeof sums);
+  last_scalars_ = scalars;
   // One small reduction per step carries the loss and the stop requests (a signal on any rank, rank 0's clock).
   control_[0] = sums.loss_sum;
   control_[1] = pending_checkpoint_signal();

@@ -137,6 +137,9 @@ class Backend {
                               const StepScalars* scalars) = 0;
   // Loss scaler update after the optimizer: growth/backoff, counters, applied_steps. Single-thread work.
   virtual void finish_step(const LossScalerConfig& config, StepScalars* scalars) = 0;
+  // *grad_scale = scalars->loss_scale / rows: the factor of the loss gradient (mean over the global batch's rows, times
+  // the loss scale), formed where the scalars live so a step needs no host round trip. Single-thread work.
+  virtual void loss_gradient_scale(const StepScalars* scalars, float rows, float* grad_scale) = 0;
 };
 
 // The CPU backend (always built).

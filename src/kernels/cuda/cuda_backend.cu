@@ -482,6 +482,10 @@ __global__ void finish_step_kernel(LossScalerConfig config, StepScalars* scalars
   km::update_loss_scale(config, *scalars);
 }
 
+__global__ void loss_gradient_scale_kernel(const StepScalars* scalars, float rows, float* grad_scale) {
+  *grad_scale = scalars->loss_scale / rows;
+}
+
 // Grow-only device scratch (sized at construction; grows only on a first larger call, i.e. during warm-up).
 class DeviceScratch {
  public:
@@ -753,6 +757,11 @@ class CudaBackend final : public Backend {
 
   void finish_step(const LossScalerConfig& config, StepScalars* scalars) override {
     finish_step_kernel<<<1, 1, 0, stream_>>>(config, scalars);
+    HPCTRAIN_CUDA_CHECK_LAUNCH();
+  }
+
+  void loss_gradient_scale(const StepScalars* scalars, float rows, float* grad_scale) override {
+    loss_gradient_scale_kernel<<<1, 1, 0, stream_>>>(scalars, rows, grad_scale);
     HPCTRAIN_CUDA_CHECK_LAUNCH();
   }
 
