@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/kernels/backend.hpp"
 
 namespace hpctrain {
 
@@ -67,6 +68,25 @@ void GradientAllreduce::finish() {
   if (ranks_ == 1) return;
   ready_from(0);
   HPCTRAIN_MPI_CHECK(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+}
+
+StagedGradientAllreduce::StagedGradientAllreduce(MPI_Comm communicator, Backend& backend, float* gradients,
+                                                 std::int64_t count)
+    : communicator_(communicator), backend_(backend), gradients_(gradients) {
+  HPCTRAIN_MPI_CHECK(MPI_Comm_size(communicator, &ranks_));
+  if (ranks_ > 1) host_.resize(static_cast<std::size_t>(count));
+}
+
+void StagedGradientAllreduce::finish() {
+  if (ranks_ == 1 || host_.empty()) return;
+  const std::size_t bytes = host_.size() * sizeof(float);
+  backend_.copy_to_host(host_.data(), gradients_, bytes);
+  constexpr std::size_t chunk = std::size_t{1} << 30;  // MPI counts are int
+  for (std::size_t first = 0; first < host_.size(); first += chunk)
+    HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, host_.data() + first,
+                                     static_cast<int>(std::min(chunk, host_.size() - first)), MPI_FLOAT, MPI_SUM,
+                                     communicator_));
+  backend_.copy_to_backend(gradients_, host_.data(), bytes);
 }
 
 #if !defined(HPCTRAIN_HAVE_CUDA)

@@ -39,6 +39,9 @@ BackendChoice choose_backend(const RunConfig& config, const MpiEnvironment& mpi)
   // One GPU per rank on a node; several ranks share a GPU when there are more ranks than GPUs. Launchers that give
   // each task its own GPU (CUDA_VISIBLE_DEVICES with one entry) make this device 0.
   choice.device = mpi.local_rank() % visible;
+  int shared = mpi.local_size() > visible ? 1 : 0;
+  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &shared, 1, MPI_INT, MPI_MAX, mpi.world()));
+  choice.shared_device = shared != 0;
   choice.backend = make_cuda_backend(choice.device);
   choice.cuda = true;
   return choice;

@@ -150,6 +150,7 @@ class Trainer::Impl {
   float scale_in_effect_ = 1.0f;  // the loss scale the current step runs with (finish_step may change it)
   StepScalars last_scalars_;      // host copy of the scalars after the last step (or as initialised / resumed)
   bool cuda_ = false;
+  std::string exchange_name_ = "MPI";  // how gradients are all-reduced (for the log)
   PhaseTimer timer_{false};
   std::int64_t first_step_ = 0;  // 0, or the step a resumed run continues from
   TrainOptions options_;
@@ -200,6 +201,7 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
   BackendChoice choice = choose_backend(config, mpi);
   backend_ = std::move(choice.backend);
   cuda_ = choice.cuda;
+  const bool shared_device = choice.shared_device;
   // Activations are sized for one micro-batch: that is the memory gradient accumulation saves.
   ModelBuffers buffers{activation_dtype_of(config.precision.mode), DType::f32,
                        std::max(micro_batch_, eval_local_batch_)};
@@ -227,7 +229,11 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
   optimizer_ = std::make_unique<Optimizer>(config.optimizer, *model_, *backend_);
   std::vector<std::int64_t> layer_begins;
   for (std::size_t i = 0; i < model_->layer_count(); ++i) layer_begins.push_back(model_->parameter_begin(i));
-  if (cuda_)
+  if (cuda_) exchange_name_ = shared_device ? "MPI through host memory (ranks share a GPU)" : "NCCL";
+  if (cuda_ && shared_device)  // NCCL refuses two ranks on one GPU: go through the host with MPI
+    allreduce_ = std::make_unique<StagedGradientAllreduce>(
+        mpi.world(), *backend_, static_cast<float*>(model_->gradients()), model_->parameter_count());
+  else if (cuda_)
     allreduce_ = make_nccl_gradient_allreduce(mpi.world(), *backend_, static_cast<float*>(model_->gradients()),
                                               model_->parameter_count(), layer_begins, 25 << 20);
   else
@@ -464,7 +470,8 @@ TrainSummary Trainer::Impl::run() {
     std::ostringstream head;
     head << "hpctrain " << HPCTRAIN_VERSION << ": " << ranks << " rank" << (ranks > 1 ? "s" : "") << " x " << threads_
          << " thread" << (threads_ > 1 ? "s" : "") << ", backend " << backend_->name() << ", precision "
-         << config_.precision.mode << (scaler_.enabled ? " with loss scaling" : "") << "\n"
+         << config_.precision.mode << (scaler_.enabled ? " with loss scaling" : "")
+         << (ranks > 1 ? ", gradients all-reduced with " + exchange_name_ : std::string()) << "\n"
          << "data: " << train_data_->samples() << " training samples"
          << (validation_data_ ? ", " + std::to_string(validation_data_->samples()) + " validation samples" : "")
          << ", global batch " << config_.data.batch_size << " (" << local_batch_ << " per rank), " << steps_per_epoch_

@@ -60,6 +60,23 @@ class GradientAllreduce final : public GradientExchange {
   std::size_t started_ = 0;
 };
 
+// Backend-memory gradients all-reduced through host memory with one MPI_Allreduce in finish() (no overlap): for CUDA
+// ranks that share a GPU, which NCCL refuses ("duplicate GPU").
+class StagedGradientAllreduce final : public GradientExchange {
+ public:
+  StagedGradientAllreduce(MPI_Comm communicator, Backend& backend, float* gradients, std::int64_t count);
+  void begin_step() override {}
+  void ready_from(std::int64_t) override {}
+  void finish() override;
+
+ private:
+  MPI_Comm communicator_;
+  Backend& backend_;
+  int ranks_ = 1;
+  float* gradients_;
+  std::vector<float> host_;  // (count)
+};
+
 // NCCL all-reduce of device gradients of a CUDA backend, on its own stream (src/dist/cuda/). The communicator is
 // bootstrapped from `communicator` (rank 0's ncclGetUniqueId broadcast with MPI). Throws NotSupported in builds without
 // CUDA or NCCL when more than one rank runs.

@@ -12,7 +12,8 @@ namespace hpctrain {
 struct BackendChoice {
   std::unique_ptr<Backend> backend;
   bool cuda = false;
-  int device = -1;  // the CUDA device index among the visible ones
+  int device = -1;             // the CUDA device index among the visible ones
+  bool shared_device = false;  // some node runs more ranks than it has GPUs (then NCCL cannot be used)
 };
 
 // "cpu": the CPU backend. "cuda": the CUDA backend on GPU (node-local rank modulo visible devices); every rank must see
