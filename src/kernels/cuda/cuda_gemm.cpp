@@ -53,6 +53,7 @@ struct CudaGemm::Plan {
   cublasLtMatmulDesc_t operation = nullptr;
   cublasLtMatrixLayout_t layout_a = nullptr, layout_b = nullptr, layout_c = nullptr;
   cublasLtMatmulAlgo_t algorithm{};
+  bool available = true;  // false: no algorithm for these operand alignments (run_staged copies them)
   Plan() = default;
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
@@ -86,6 +87,8 @@ CudaGemm::CudaGemm(cudaStream_t stream, bool allow_tf32) : stream_(stream), allo
 
 CudaGemm::~CudaGemm() {
   plans_.clear();
+  for (Staging& staging : staging_)
+    if (staging.data != nullptr) HPCTRAIN_CUDA_WARN(cudaFree(staging.data));
   if (workspace_ != nullptr) HPCTRAIN_CUDA_WARN(cudaFree(workspace_));
   if (handle_ != nullptr) cublasLtDestroy(handle_);
 }
@@ -145,27 +148,64 @@ void CudaGemm::run(const TensorView& a, bool transpose_a, const TensorView& b, b
       set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
       set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
       set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
-      HPCTRAIN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan->operation, plan->layout_a, plan->layout_b,
-                                                           plan->layout_c, plan->layout_c, preference, 1, &result,
-                                                           &returned));
+      // NOT_SUPPORTED means "no algorithm for this configuration": handled below like zero results.
+      const cublasStatus_t status =
+          cublasLtMatmulAlgoGetHeuristic(handle_, plan->operation, plan->layout_a, plan->layout_b, plan->layout_c,
+                                         plan->layout_c, preference, 1, &result, &returned);
+      if (status == CUBLAS_STATUS_NOT_SUPPORTED)
+        returned = 0;
+      else
+        HPCTRAIN_CUBLAS_CHECK(status);
     } catch (...) {
       cublasLtMatmulPreferenceDestroy(preference);
       throw;
     }
     cublasLtMatmulPreferenceDestroy(preference);
-    HPCTRAIN_VERIFY(returned > 0, NotSupported,
+    const bool all_aligned = key.align_a >= 16 && key.align_b >= 16 && key.align_c >= 16;
+    HPCTRAIN_VERIFY(returned > 0 || !all_aligned, NotSupported,
                     "cuBLASLt has no algorithm for a " << m << "x" << n << "x" << k << " " << dtype_name(a.dtype)
                                                        << " product into " << dtype_name(c.dtype),
                     ErrorScope::this_rank);
+    plan->available = returned > 0;
     plan->algorithm = result.algo;
     found = plans_.emplace(key, std::move(plan)).first;
   }
+  if (!found->second->available) return run_staged(a, transpose_a, b, transpose_b, c, bias, accumulate);
   Plan& plan = *found->second;
   if (bias != nullptr) set_attribute(plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   HPCTRAIN_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.operation, &alpha, b.data, plan.layout_a, a.data, plan.layout_b,
                                        &beta, c.data, plan.layout_c, c.data, plan.layout_c, &plan.algorithm, workspace_,
                                        workspace_bytes_, stream_));
+}
+
+// Operands at addresses no algorithm accepts (views at odd offsets into a flat buffer) are copied into 256-byte
+// aligned staging buffers, and the output copied back: a fallback, cached per shape like any plan.
+void CudaGemm::run_staged(const TensorView& a, bool transpose_a, const TensorView& b, bool transpose_b,
+                          const TensorView& c, const void* bias, bool accumulate) {
+  const auto stage = [&](Staging& staging, const TensorView& view, bool copy_in) {
+    TensorView staged = view;
+    if (alignment_of(view.data) >= 16) return staged;
+    if (view.bytes() > staging.bytes) {
+      if (staging.data != nullptr) {
+        HPCTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        HPCTRAIN_CUDA_CHECK(cudaFree(staging.data));
+        staging.data = nullptr;
+      }
+      HPCTRAIN_CUDA_CHECK(cudaMalloc(&staging.data, view.bytes()));
+      staging.bytes = view.bytes();
+    }
+    staged.data = staging.data;
+    if (copy_in)
+      HPCTRAIN_CUDA_CHECK(cudaMemcpyAsync(staged.data, view.data, view.bytes(), cudaMemcpyDeviceToDevice, stream_));
+    return staged;
+  };
+  const TensorView staged_a = stage(staging_[0], a, true);
+  const TensorView staged_b = stage(staging_[1], b, true);
+  const TensorView staged_c = stage(staging_[2], c, accumulate);
+  run(staged_a, transpose_a, staged_b, transpose_b, staged_c, bias, accumulate);
+  if (staged_c.data != c.data)
+    HPCTRAIN_CUDA_CHECK(cudaMemcpyAsync(c.data, staged_c.data, c.bytes(), cudaMemcpyDeviceToDevice, stream_));
 }
 
 }  // namespace hpctrain::cuda

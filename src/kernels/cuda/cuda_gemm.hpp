@@ -6,7 +6,8 @@
 // inputs compute in fp32 (CUBLAS_COMPUTE_32F), or TF32 when allowed. The bias epilogue adds a bias of c's dtype (the
 // backend converts the fp32 master bias first); accumulation is beta = 1 with C = D.
 // A plan (descriptors and the heuristic's best algorithm) is made once per shape, dtypes, epilogue and operand
-// alignment, and cached; the workspace is allocated once.
+// alignment, and cached; the workspace is allocated once. Operands whose alignment no algorithm accepts are staged
+// through aligned copies.
 #pragma once
 
 #include <cublasLt.h>
@@ -44,6 +45,13 @@ class CudaGemm {
   struct Plan;
 
  private:
+  void run_staged(const TensorView& a, bool transpose_a, const TensorView& b, bool transpose_b, const TensorView& c,
+                  const void* bias, bool accumulate);
+  struct Staging {
+    void* data = nullptr;
+    std::size_t bytes = 0;
+  };
+  Staging staging_[3];  // a, b, c copies for operands no algorithm accepts (grow-only)
   cudaStream_t stream_;
   bool allow_tf32_;
   cublasLtHandle_t handle_ = nullptr;
