@@ -123,8 +123,25 @@ class Trainer::Impl {
   EvalMetrics evaluate(std::int64_t step);
   [[nodiscard]] std::vector<std::pair<std::string, MetricKind>> eval_columns() const;
   [[nodiscard]] std::vector<double> eval_row(std::int64_t step, const EvalMetrics& metrics) const;
-  // One optimizer step on a batch; the step's scalars come back in scalars, the global mean loss is returned.
-  double train_step(const HostBatch& batch, std::int64_t step, StepScalars& scalars);
+  // A step whose results are not yet on the host (CUDA: read back every few steps) or just arrived (CPU).
+  struct PendingStep {
+    std::int64_t step = 0, global_rows = 0;
+    double start = 0.0, rate = 0.0, loss = 0.0;
+    float scale_in_effect = 1.0f;
+    StepScalars scalars;  // after the step
+  };
+  // What the device records per step for a later read-back (deferred mode).
+  struct StepRecord {
+    LossSums sums;
+    StepScalars before_finish;  // after the optimizer, before the scaler update (loss scale in effect, norm, skip)
+    StepScalars after;          // after the scaler update
+  };
+  // One optimizer step on a batch; appends it to pending_ (with its results on the CPU path).
+  void train_step(const HostBatch& batch, std::int64_t step, double step_start);
+  // Reads back the pending steps' results (one synchronisation and one MPI_Allreduce for all of them in deferred
+  // mode), appends their metrics rows and checks their numerics in order. Returns the wall seconds per flushed step
+  // since the first pending step began (0 when nothing was pending).
+  double flush_pending();
   // Stop with a clear message when a step went non-finite without a scaler, or the scaler collapsed.
   void check_numerics(const StepScalars& scalars, std::int64_t step, double train_loss) const;
 
@@ -149,6 +166,14 @@ class Trainer::Impl {
   int threads_ = 1;
   float scale_in_effect_ = 1.0f;  // the loss scale the current step runs with (finish_step may change it)
   StepScalars last_scalars_;      // host copy of the scalars after the last step (or as initialised / resumed)
+  double last_train_loss_ = 0.0;
+  // Deferred read-back (CUDA): steps run without host synchronisation; their loss and scalars are recorded on the
+  // device (history_, one StepRecord per step) and read back every train.log_every steps and before anything that
+  // needs them (evaluation, checkpoint, stop). The CPU backend reads every step (nothing to gain from deferring).
+  bool defer_ = false;
+  std::size_t history_capacity_ = 1;
+  BackendBuffer history_;
+  std::vector<PendingStep> pending_;
   bool cuda_ = false;
   std::string exchange_name_ = "MPI";  // how gradients are all-reduced (for the log)
   PhaseTimer timer_{false};
@@ -249,6 +274,12 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
   last_scalars_ = initial;
   sums_ = BackendBuffer(*backend_, sizeof(LossSums));
   grad_scale_ = BackendBuffer(*backend_, sizeof(float));
+  // HPCTRAIN_DEFERRED_READBACK=1 defers on the CPU backend too: lets machines without a GPU test this path.
+  defer_ = cuda_ || std::getenv("HPCTRAIN_DEFERRED_READBACK") != nullptr;
+  if (defer_) {
+    history_capacity_ = static_cast<std::size_t>(std::clamp<std::int64_t>(config.train.log_every, 1, 1000));
+    history_ = BackendBuffer(*backend_, history_capacity_ * sizeof(StepRecord));
+  }
   device_batch_ = std::make_unique<DeviceBatch>(*backend_, *model_, task_, buffers.max_rows);
   model_->initialize(config.run.seed);
 
@@ -397,7 +428,7 @@ EvalMetrics Trainer::Impl::evaluate(std::int64_t step) {
   return evaluate_split(*validation_data_, *model_, *backend_, *device_batch_, task_, eval_local_batch_, context, mpi_);
 }
 
-double Trainer::Impl::train_step(const HostBatch& batch, std::int64_t step, StepScalars& scalars) {
+void Trainer::Impl::train_step(const HostBatch& batch, std::int64_t step, double step_start) {
   const std::int64_t global_rows = batch.rows * mpi_.size();
   const auto learning_rate = static_cast<float>(schedule_->at(step));
   backend_->copy_to_backend(scalars_.as<char>() + offsetof(StepScalars, learning_rate), &learning_rate,
@@ -435,17 +466,71 @@ double Trainer::Impl::train_step(const HostBatch& batch, std::int64_t step, Step
   timer_.begin(Phase::optimizer);
   optimizer_->gradient_statistics(scalars_.as<StepScalars>());
   optimizer_->step(scalars_.as<StepScalars>());
-  backend_->finish_step(scaler_, scalars_.as<StepScalars>());
-  LossSums sums;
-  backend_->copy_to_host(&scalars, scalars_.data, sizeof scalars);
-  backend_->copy_to_host(&sums, sums_.data, sizeof sums);
-  last_scalars_ = scalars;
-  // One small reduction per step carries the loss and the stop requests (a signal on any rank, rank 0's clock).
-  control_[0] = sums.loss_sum;
+  PendingStep pending;
+  pending.step = step;
+  pending.global_rows = global_rows;
+  pending.start = step_start;
+  if (defer_) {
+    // Recorded on the device; read back by flush_pending. The records of a window start at slot 0.
+    char* record = history_.as<char>() + pending_.size() * sizeof(StepRecord);
+    backend_->copy(record + offsetof(StepRecord, sums), sums_.data, sizeof(LossSums));
+    backend_->copy(record + offsetof(StepRecord, before_finish), scalars_.data, sizeof(StepScalars));
+    backend_->finish_step(scaler_, scalars_.as<StepScalars>());
+    backend_->copy(record + offsetof(StepRecord, after), scalars_.data, sizeof(StepScalars));
+    control_[0] = 0.0;  // the loss sums travel with the read-back
+  } else {
+    backend_->finish_step(scaler_, scalars_.as<StepScalars>());
+    LossSums sums;
+    backend_->copy_to_host(&pending.scalars, scalars_.data, sizeof pending.scalars);
+    backend_->copy_to_host(&sums, sums_.data, sizeof sums);
+    last_scalars_ = pending.scalars;
+    pending.scale_in_effect = scale_in_effect_;
+    control_[0] = sums.loss_sum;
+  }
+  // One small reduction per step carries the loss (CPU) and the stop requests (a signal on any rank, rank 0's clock).
   control_[1] = pending_checkpoint_signal();
   HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, control_, 3, MPI_DOUBLE, MPI_SUM, mpi_.world()));
   timer_.end();
-  return control_[0] / static_cast<double>(global_rows);
+  pending.loss = control_[0] / static_cast<double>(global_rows);
+  pending.rate = static_cast<double>(global_rows) / std::max(MPI_Wtime() - step_start, 1e-9);
+  pending_.push_back(pending);
+}
+
+double Trainer::Impl::flush_pending() {
+  if (pending_.empty()) return 0.0;
+  const std::size_t count = pending_.size();
+  if (defer_) {
+    std::vector<StepRecord> records(count);
+    backend_->copy_to_host(records.data(), history_.data, count * sizeof(StepRecord));
+    std::vector<double> losses(count);
+    for (std::size_t i = 0; i < count; ++i) losses[i] = records[i].sums.loss_sum;
+    HPCTRAIN_MPI_CHECK(
+        MPI_Allreduce(MPI_IN_PLACE, losses.data(), static_cast<int>(count), MPI_DOUBLE, MPI_SUM, mpi_.world()));
+    std::int64_t rows = 0;
+    for (const PendingStep& pending : pending_) rows += pending.global_rows;
+    // Steps ran asynchronously: one rate for the window is all that can be measured.
+    const double window_rate = static_cast<double>(rows) / std::max(MPI_Wtime() - pending_.front().start, 1e-9);
+    for (std::size_t i = 0; i < count; ++i) {
+      PendingStep& pending = pending_[i];
+      pending.loss = losses[i] / static_cast<double>(pending.global_rows);
+      pending.scalars = records[i].after;
+      pending.scalars.found_nonfinite = records[i].before_finish.found_nonfinite;
+      pending.scale_in_effect = records[i].before_finish.loss_scale;
+      pending.rate = window_rate;
+    }
+    last_scalars_ = pending_.back().scalars;
+  }
+  const double seconds_per_step = (MPI_Wtime() - pending_.front().start) / static_cast<double>(count);
+  for (const PendingStep& pending : pending_) {
+    last_train_loss_ = pending.loss;
+    if (metrics_)
+      metrics_->append("train", {static_cast<double>(pending.step + 1), pending.loss, schedule_->at(pending.step),
+                                 pending.rate, pending.scalars.grad_norm, pending.scale_in_effect,
+                                 pending.scalars.found_nonfinite != 0 ? 1.0 : 0.0});
+    check_numerics(pending.scalars, pending.step, pending.loss);
+  }
+  pending_.clear();
+  return seconds_per_step;
 }
 
 void Trainer::Impl::check_numerics(const StepScalars& scalars, std::int64_t step, double train_loss) const {
@@ -502,25 +587,32 @@ TrainSummary Trainer::Impl::run() {
     const std::int64_t epoch = loader_->position().epoch;
     timer_.begin(Phase::data);
     const HostBatch& batch = loader_->next();
-    StepScalars scalars;
-    const double train_loss = train_step(batch, step, scalars);
-    last_train_loss = train_loss;
-    const std::int64_t global_rows = batch.rows * ranks;
-    const double now = MPI_Wtime();
-    const double rate = static_cast<double>(global_rows) / std::max(now - step_start, 1e-9);
-    interval_samples += global_rows;
-    const bool skipped = scalars.found_nonfinite != 0;
-    if (metrics_)
-      metrics_->append("train", {static_cast<double>(step + 1), train_loss, schedule_->at(step), rate,
-                                 scalars.grad_norm, scale_in_effect_, skipped ? 1.0 : 0.0});
-    check_numerics(scalars, step, train_loss);
+    train_step(batch, step, step_start);
+    const double after_step = MPI_Wtime();
+    interval_samples += batch.rows * ranks;
     ++step;
-    // A moving average of the step time: one slow step (start-up, a busy node) must not stop the run early.
-    const double step_seconds = MPI_Wtime() - step_start;
-    recent_step = recent_step > 0.0 ? 0.9 * recent_step + 0.1 * step_seconds : step_seconds;
-
     const bool last = step == total_steps_;
-    if (step % config_.train.log_every == 0 || last) {
+    const bool log_now = step % config_.train.log_every == 0 || last;
+    const bool evaluate_now =
+        validation_data_ && (last || (config_.train.eval_every > 0 && step % config_.train.eval_every == 0));
+    const bool signalled = control_[1] > 0, out_of_time = control_[2] > 1.5;
+    const bool periodic =
+        (config_.checkpoint.every_steps > 0 && step % config_.checkpoint.every_steps == 0) || control_[2] > 0.5;
+    const bool checkpoint_now = periodic || signalled || out_of_time || (last && config_.checkpoint.at_end);
+    // Results reach the host here: every step on the CPU, at these points (or when the record buffer is full) on CUDA.
+    if (!defer_ || log_now || evaluate_now || checkpoint_now || pending_.size() >= history_capacity_) {
+      const double seconds_per_step = flush_pending();
+      // A moving average of the step time: one slow step (start-up, a busy node) must not stop the run early.
+      const double step_seconds = defer_ ? seconds_per_step : MPI_Wtime() - step_start;
+      recent_step = recent_step > 0.0 ? 0.9 * recent_step + 0.1 * step_seconds : step_seconds;
+    }
+    const double train_loss = last_train_loss_;
+    const StepScalars& scalars = last_scalars_;
+    last_train_loss = train_loss;
+    // Deferred steps ran asynchronously: the interval ends when their results arrived.
+    const double now = defer_ ? MPI_Wtime() : after_step;
+
+    if (log_now) {
       const double interval_rate = static_cast<double>(interval_samples) / std::max(now - interval_start, 1e-9);
       if (step > first_step_ + 1 || last) interval_rates.push_back(interval_rate);
       interval_start = now;
@@ -535,8 +627,6 @@ TrainSummary Trainer::Impl::run() {
                     format_duration(eta).c_str());
       log(line);
     }
-    const bool evaluate_now =
-        validation_data_ && (last || (config_.train.eval_every > 0 && step % config_.train.eval_every == 0));
     if (evaluate_now) {
       timer_.begin(Phase::evaluation);
       const EvalMetrics metrics = evaluate(step);
@@ -547,10 +637,7 @@ TrainSummary Trainer::Impl::run() {
       log("eval at step " + std::to_string(step) + ": " + describe(metrics));
     }
 
-    const bool signalled = control_[1] > 0, out_of_time = control_[2] > 1.5;
-    const bool periodic =
-        (config_.checkpoint.every_steps > 0 && step % config_.checkpoint.every_steps == 0) || control_[2] > 0.5;
-    if (periodic || signalled || out_of_time || (last && config_.checkpoint.at_end)) {
+    if (checkpoint_now) {
       const double checkpoint_start = MPI_Wtime();
       save_checkpoint(step);
       last_checkpoint_time = MPI_Wtime();
