@@ -113,6 +113,7 @@ class NcclGradientAllreduce final : public GradientExchange {
       }
       std::this_thread::yield();
     }
+    (void)cudaGetLastError();  // cudaEventQuery's cudaErrorNotReady must not surface at the next launch check
   }
 
  private:

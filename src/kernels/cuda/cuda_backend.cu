@@ -12,8 +12,11 @@
 //   construction and grows only if a first call needs more (during warm-up, before any graph capture).
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <deque>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "cuda_gemm.hpp"
 #include "hpctrain/kernels/backend.hpp"
@@ -515,6 +518,65 @@ class DeviceScratch {
   std::size_t capacity_ = 0;
 };
 
+// Pinned host memory that per-step uploads (batches, the learning rate) pass through: cudaMemcpyAsync from pageable
+// memory may wait for the stream, from pinned memory it does not. A ring: space is handed out in order and reused once
+// the copies that read it have run (an event per region), so the host waits only for copies issued long before.
+class PinnedRing {
+ public:
+  explicit PinnedRing(std::size_t capacity) : capacity_(capacity) {
+    HPCTRAIN_CUDA_CHECK(cudaMallocHost(&data_, capacity));
+  }
+  PinnedRing(const PinnedRing&) = delete;
+  PinnedRing& operator=(const PinnedRing&) = delete;
+  ~PinnedRing() {
+    for (const Region& region : in_flight_) HPCTRAIN_CUDA_WARN(cudaEventDestroy(region.event));
+    for (cudaEvent_t event : spare_events_) HPCTRAIN_CUDA_WARN(cudaEventDestroy(event));
+    if (data_ != nullptr) HPCTRAIN_CUDA_WARN(cudaFreeHost(data_));
+  }
+  [[nodiscard]] std::size_t capacity() const { return capacity_; }
+
+  // Copies `bytes` from host memory to `destination` on `stream` through the ring (bytes <= capacity()).
+  void upload(void* destination, const void* source, std::size_t bytes, cudaStream_t stream) {
+    if (head_ + bytes > capacity_) head_ = 0;
+    const std::size_t begin = head_, end = head_ + bytes;
+    // Retire finished regions, then wait for any region still in flight that overlaps [begin, end): copies finish in
+    // stream order, so waiting for the oldest first is right.
+    while (!in_flight_.empty()) {
+      const Region& oldest = in_flight_.front();
+      bool overlapping = false;
+      for (const Region& region : in_flight_) overlapping |= region.begin < end && begin < region.end;
+      if (!overlapping && cudaEventQuery(oldest.event) != cudaSuccess) break;
+      HPCTRAIN_CUDA_CHECK(cudaEventSynchronize(oldest.event));
+      spare_events_.push_back(oldest.event);
+      in_flight_.pop_front();
+    }
+    (void)cudaGetLastError();  // cudaEventQuery's cudaErrorNotReady is not an error
+    std::memcpy(data_ + begin, source, bytes);
+    HPCTRAIN_CUDA_CHECK(cudaMemcpyAsync(destination, data_ + begin, bytes, cudaMemcpyHostToDevice, stream));
+    cudaEvent_t event = nullptr;
+    if (spare_events_.empty()) {
+      HPCTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    } else {
+      event = spare_events_.back();
+      spare_events_.pop_back();
+    }
+    HPCTRAIN_CUDA_CHECK(cudaEventRecord(event, stream));
+    in_flight_.push_back({begin, end, event});
+    head_ = end;
+  }
+
+ private:
+  struct Region {
+    std::size_t begin, end;
+    cudaEvent_t event;
+  };
+  char* data_ = nullptr;
+  std::size_t capacity_;
+  std::size_t head_ = 0;
+  std::deque<Region> in_flight_;  // oldest first
+  std::vector<cudaEvent_t> spare_events_;
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {
@@ -530,6 +592,7 @@ class CudaBackend final : public Backend {
     name_ = std::string("cuda:") + std::to_string(device) + " (" + properties.name + ")";
     HPCTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     gemm_ = std::make_unique<cuda::CudaGemm>(stream_, false);
+    uploads_ = std::make_unique<PinnedRing>(std::size_t{32} << 20);
     // Typical sizes, so that a normal run never grows them inside a step.
     bias_scratch_.reserve<float>(1 << 16, stream_);
     row_scratch_.reserve<double>(2 << 16, stream_);
@@ -537,6 +600,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     HPCTRAIN_CUDA_WARN(cudaStreamSynchronize(stream_));
     gemm_.reset();
+    uploads_.reset();
     HPCTRAIN_CUDA_WARN(cudaStreamDestroy(stream_));
   }
 
@@ -553,10 +617,16 @@ class CudaBackend final : public Backend {
   void deallocate(void* pointer) override {
     if (pointer != nullptr) HPCTRAIN_CUDA_WARN(cudaFree(pointer));
   }
-  // From pageable host memory the driver stages the data before returning, so the source may be reused at once.
+  // The source may be reused as soon as this returns. Up to a quarter of the pinned ring (per-step uploads) goes
+  // through it without waiting for the stream; larger copies (set-up, checkpoint loads) go directly.
   void copy_to_backend(void* destination, const void* host_source, std::size_t bytes) override {
-    if (bytes > 0)
+    if (bytes == 0) return;
+    if (bytes <= uploads_->capacity() / 4) {
+      uploads_->upload(destination, host_source, bytes, stream_);
+    } else {
       HPCTRAIN_CUDA_CHECK(cudaMemcpyAsync(destination, host_source, bytes, cudaMemcpyHostToDevice, stream_));
+      HPCTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the source must stay valid until the copy ran
+    }
   }
   void copy_to_host(void* host_destination, const void* source, std::size_t bytes) override {
     if (bytes == 0) return;
@@ -799,9 +869,10 @@ class CudaBackend final : public Backend {
   std::string name_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::CudaGemm> gemm_;
-  DeviceScratch bias_scratch_;        // (cols) the bias in the gemm output's dtype
-  DeviceScratch row_scratch_;         // (rows, 2) per-row loss and correct flag
-  DeviceScratch statistics_scratch_;  // (chunks) partial sums + (chunks) flags
+  std::unique_ptr<PinnedRing> uploads_;  // per-step host -> device copies
+  DeviceScratch bias_scratch_;           // (cols) the bias in the gemm output's dtype
+  DeviceScratch row_scratch_;            // (rows, 2) per-row loss and correct flag
+  DeviceScratch statistics_scratch_;     // (chunks) partial sums + (chunks) flags
 };
 
 CudaBackend& as_cuda(Backend& backend) {
