@@ -109,6 +109,10 @@ double median(std::vector<double> values) {
 
 }  // namespace
 
+// Eager steps before a step is captured into a CUDA graph: they size every scratch buffer and choose every cuBLASLt
+// algorithm, so the capture allocates nothing.
+constexpr std::int64_t graph_warmup_steps = 3;
+
 class Trainer::Impl {
  public:
   Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOptions options);
@@ -174,6 +178,9 @@ class Trainer::Impl {
   std::size_t history_capacity_ = 1;
   BackendBuffer history_;
   std::vector<PendingStep> pending_;
+  // run.cuda_graphs: the step after warm-up is captured once (graph_ready_) and replayed while batches are full.
+  bool graphs_ = false, graph_ready_ = false;
+  std::string graphs_note_;  // why graphs are off, for the log
   bool cuda_ = false;
   std::string exchange_name_ = "MPI";  // how gradients are all-reduced (for the log)
   PhaseTimer timer_{false};
@@ -276,6 +283,24 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
   grad_scale_ = BackendBuffer(*backend_, sizeof(float));
   // HPCTRAIN_DEFERRED_READBACK=1 defers on the CPU backend too: lets machines without a GPU test this path.
   defer_ = cuda_ || std::getenv("HPCTRAIN_DEFERRED_READBACK") != nullptr;
+  if (config.run.cuda_graphs) {
+    // A replayed graph repeats its launches exactly: only steps that are the same every time can be captured.
+    std::string why_not;
+    const bool dropout = std::any_of(config.model.layers.begin(), config.model.layers.end(),
+                                     [](const LayerSpec& layer) { return layer.type == "dropout" && layer.p > 0.0; });
+    if (!cuda_)
+      why_not = "the run is not on CUDA";
+    else if (accumulate_ > 1)
+      why_not = "train.accumulate > 1";
+    else if (dropout)
+      why_not = "a dropout layer's mask depends on the step";
+    else if (shared_device && mpi.size() > 1)
+      why_not = "gradients are all-reduced through host memory";
+    graphs_ = why_not.empty();
+    graphs_note_ = graphs_ ? "run.cuda_graphs: the step is captured after " + std::to_string(graph_warmup_steps) +
+                                 " warm-up steps and replayed"
+                           : "run.cuda_graphs: off (" + why_not + "); steps run eagerly";
+  }
   if (defer_) {
     history_capacity_ = static_cast<std::size_t>(std::clamp<std::int64_t>(config.train.log_every, 1, 1000));
     history_ = BackendBuffer(*backend_, history_capacity_ * sizeof(StepRecord));
@@ -436,18 +461,31 @@ void Trainer::Impl::train_step(const HostBatch& batch, std::int64_t step, double
   // d(mean loss over the global batch)/d(output), times the loss scale (fixed for the whole step); the all-reduce
   // then sums the ranks' parts. Formed by the backend from its own copy of the scalars: no host round trip.
   scale_in_effect_ = last_scalars_.loss_scale;
-  backend_->loss_gradient_scale(scalars_.as<StepScalars>(), static_cast<float>(global_rows), grad_scale_.as<float>());
-  backend_->zero(sums_.data, sizeof(LossSums));
 
   // Micro-batches accumulate into the gradient buffer; only the last one's backward all-reduces (no communication
-  // for the others).
+  // for the others). With run.cuda_graphs, a step of one full micro-batch is captured once after warm-up (everything
+  // from the loss scale to the optimizer; the uploads stay outside) and replayed from then on.
   const std::int64_t micro_batches = (batch.rows + micro_batch_ - 1) / micro_batch_;
+  const bool graph_step = graphs_ && micro_batches == 1 && batch.rows == micro_batch_;
+  bool replayed = false, capturing = false;
   for (std::int64_t micro = 0; micro < micro_batches; ++micro) {
     const std::int64_t first = micro * micro_batch_;
     const std::int64_t rows = std::min(micro_batch_, batch.rows - first);
     const bool last_micro = micro + 1 == micro_batches;
     timer_.begin(Phase::forward);
     device_batch_->upload(batch, first, rows, *model_);
+    if (micro == 0) {
+      if (graph_step && graph_ready_) {
+        backend_->replay_capture();
+        replayed = true;
+        break;
+      }
+      capturing = graph_step && step >= first_step_ + graph_warmup_steps;
+      if (capturing) backend_->begin_capture();
+      backend_->loss_gradient_scale(scalars_.as<StepScalars>(), static_cast<float>(global_rows),
+                                    grad_scale_.as<float>());
+      backend_->zero(sums_.data, sizeof(LossSums));
+    }
     const StepContext context{
         backend_.get(), true, config_.run.seed, static_cast<std::uint32_t>(step), device_batch_->sample_ids(), rows};
     const TensorView output = model_->forward(context);
@@ -460,12 +498,19 @@ void Trainer::Impl::train_step(const HostBatch& batch, std::int64_t step, double
       model_->backward(context, micro > 0, nullptr);
     }
   }
-  timer_.begin(Phase::allreduce);
-  allreduce_->finish();
-
+  if (!replayed) {
+    timer_.begin(Phase::allreduce);
+    allreduce_->finish();
+    timer_.begin(Phase::optimizer);
+    optimizer_->gradient_statistics(scalars_.as<StepScalars>());
+    optimizer_->step(scalars_.as<StepScalars>());
+    if (capturing) {  // captured, not run: run it now
+      backend_->end_capture();
+      backend_->replay_capture();
+      graph_ready_ = true;
+    }
+  }
   timer_.begin(Phase::optimizer);
-  optimizer_->gradient_statistics(scalars_.as<StepScalars>());
-  optimizer_->step(scalars_.as<StepScalars>());
   PendingStep pending;
   pending.step = step;
   pending.global_rows = global_rows;
@@ -557,7 +602,8 @@ TrainSummary Trainer::Impl::run() {
          << " thread" << (threads_ > 1 ? "s" : "") << ", backend " << backend_->name() << ", precision "
          << config_.precision.mode << (scaler_.enabled ? " with loss scaling" : "")
          << (ranks > 1 ? ", gradients all-reduced with " + exchange_name_ : std::string()) << "\n"
-         << "data: " << train_data_->samples() << " training samples"
+         << (graphs_note_.empty() ? std::string() : graphs_note_ + "\n") << "data: " << train_data_->samples()
+         << " training samples"
          << (validation_data_ ? ", " + std::to_string(validation_data_->samples()) + " validation samples" : "")
          << ", global batch " << config_.data.batch_size << " (" << local_batch_ << " per rank), " << steps_per_epoch_
          << " steps per epoch, " << total_steps_ << " steps\n"

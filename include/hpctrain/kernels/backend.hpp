@@ -140,6 +140,13 @@ class Backend {
   // *grad_scale = scalars->loss_scale / rows: the factor of the loss gradient (mean over the global batch's rows, times
   // the loss scale), formed where the scalars live so a step needs no host round trip. Single-thread work.
   virtual void loss_gradient_scale(const StepScalars* scalars, float rows, float* grad_scale) = 0;
+
+  // ---- step graphs (CUDA graphs; the CPU backend has none) ----
+  // Work issued between begin_capture and end_capture is recorded, not run; replay_capture runs the recording (same
+  // buffers, same launch parameters, device scalars read at replay). One recording per backend; a new one replaces it.
+  virtual void begin_capture() { throw NotSupported("graph capture on the " + name() + " backend"); }
+  virtual void end_capture() { throw NotSupported("graph capture on the " + name() + " backend"); }
+  virtual void replay_capture() { throw NotSupported("graph replay on the " + name() + " backend"); }
 };
 
 // The CPU backend (always built).

@@ -96,6 +96,10 @@ class NcclGradientAllreduce final : public GradientExchange {
     ready_from(0);
     HPCTRAIN_CUDA_CHECK(cudaEventRecord(done_, communication_stream_));
     HPCTRAIN_CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, done_, 0));
+    // Being captured into a CUDA graph: nothing runs now, so there is nothing to wait for (the graph holds the order).
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    HPCTRAIN_CUDA_CHECK(cudaStreamIsCapturing(compute_stream_, &capture));
+    if (capture != cudaStreamCaptureStatusNone) return;
     // Wait here, polling NCCL's asynchronous error, so a failed peer ends the job instead of hanging a later
     // synchronisation.
     for (;;) {

@@ -598,6 +598,12 @@ class CudaBackend final : public Backend {
     row_scratch_.reserve<double>(2 << 16, stream_);
   }
   ~CudaBackend() override {
+    if (capturing_) {  // left by an exception during capture: end it so the stream can be destroyed
+      cudaGraph_t partial = nullptr;
+      if (cudaStreamEndCapture(stream_, &partial) == cudaSuccess && partial != nullptr) cudaGraphDestroy(partial);
+      (void)cudaGetLastError();
+    }
+    if (graph_ != nullptr) HPCTRAIN_CUDA_WARN(cudaGraphExecDestroy(graph_));
     HPCTRAIN_CUDA_WARN(cudaStreamSynchronize(stream_));
     gemm_.reset();
     uploads_.reset();
@@ -830,6 +836,32 @@ class CudaBackend final : public Backend {
     HPCTRAIN_CUDA_CHECK_LAUNCH();
   }
 
+  // ---- step graphs ----
+  // Thread-local capture: the data loader's thread never calls CUDA, and this thread's own illegal calls during a
+  // capture (a synchronisation) fail loudly instead of corrupting the graph.
+  void begin_capture() override {
+    HPCTRAIN_ASSERT(!capturing_, "begin_capture: already capturing");
+    HPCTRAIN_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    capturing_ = true;
+  }
+  void end_capture() override {
+    HPCTRAIN_ASSERT(capturing_, "end_capture without begin_capture");
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    HPCTRAIN_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    if (graph_ != nullptr) {
+      HPCTRAIN_CUDA_CHECK(cudaGraphExecDestroy(graph_));
+      graph_ = nullptr;
+    }
+    const cudaError_t status = cudaGraphInstantiate(&graph_, graph, 0);
+    HPCTRAIN_CUDA_WARN(cudaGraphDestroy(graph));
+    HPCTRAIN_CUDA_CHECK(status);
+  }
+  void replay_capture() override {
+    HPCTRAIN_ASSERT(graph_ != nullptr, "replay_capture: nothing captured");
+    HPCTRAIN_CUDA_CHECK(cudaGraphLaunch(graph_, stream_));
+  }
+
   void loss_gradient_scale(const StepScalars* scalars, float rows, float* grad_scale) override {
     loss_gradient_scale_kernel<<<1, 1, 0, stream_>>>(scalars, rows, grad_scale);
     HPCTRAIN_CUDA_CHECK_LAUNCH();
@@ -870,9 +902,11 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::CudaGemm> gemm_;
   std::unique_ptr<PinnedRing> uploads_;  // per-step host -> device copies
-  DeviceScratch bias_scratch_;           // (cols) the bias in the gemm output's dtype
-  DeviceScratch row_scratch_;            // (rows, 2) per-row loss and correct flag
-  DeviceScratch statistics_scratch_;     // (chunks) partial sums + (chunks) flags
+  bool capturing_ = false;
+  cudaGraphExec_t graph_ = nullptr;   // the captured step
+  DeviceScratch bias_scratch_;        // (cols) the bias in the gemm output's dtype
+  DeviceScratch row_scratch_;         // (rows, 2) per-row loss and correct flag
+  DeviceScratch statistics_scratch_;  // (chunks) partial sums + (chunks) flags
 };
 
 CudaBackend& as_cuda(Backend& backend) {
