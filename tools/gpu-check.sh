@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Everything GPU-side in one go, on a machine with a GPU (under 5 minutes on one H200): the CUDA kernel tests against
 # the CPU backend, the device gradient all-reduce on 1 and 2 ranks, 20 training steps on run.device = cuda against the
-# same deck on the CPU (fp32 and bf16, 1 rank; fp32 on 2 ranks), and a throughput run of a GEMM-bound MLP. Prints a
-# table at the end; exits non-zero when a check failed.
+# same deck on the CPU (fp32 and bf16, 1 rank; fp32 on 2 ranks), CUDA graph replay against eager steps, and the
+# throughput of a GEMM-bound bf16 MLP against its PyTorch twin (bench/torch_twin.py, when torch with CUDA is
+# installed). Prints a table at the end; exits non-zero when a check failed.
 #
 #   tools/gpu-check.sh                 uses .device/rt.tar.xz (tools/pack-gpu.sh) when present, else build-gpu/
 #   HPCTRAIN_BIN=DIR tools/gpu-check.sh   takes the programs from DIR (hpctrain and the test programs)
@@ -190,27 +191,29 @@ else
     "losses identical: $identical; $rate_graph vs $rate_eager samples/s = ${speedup}x (goal 2x)"
 fi
 
-# ---- 5. throughput: a GEMM-bound MLP in bf16 (hpctrain's own number; no PyTorch twin here) ----
+# ---- 5. throughput: a GEMM-bound MLP in bf16, hpctrain against its PyTorch twin (when torch with CUDA is here) ----
 cat >bench.toml <<'TOML'
 [run]
 seed = 1
 device = "cuda"
+cuda_graphs = true
 [data]
 train = "train.h5"
 batch_size = 8192
 [model]
 layers = [
-  { type = "linear", out = 4096 }, { type = "gelu" }, { type = "linear", out = 4096 }, { type = "gelu" },
-  { type = "linear", out = 4096 }, { type = "gelu" }, { type = "linear", out = 3 },
+  { type = "linear", out = 4096 }, { type = "relu" }, { type = "linear", out = 4096 }, { type = "relu" },
+  { type = "linear", out = 4096 }, { type = "relu" }, { type = "linear", out = 3 },
 ]
 [precision]
 mode = "bf16"
 [optimizer]
 type = "adamw"
 lr = 1e-4
+weight_decay = 0.01
 [train]
-steps = 100
-log_every = 25
+steps = 200
+log_every = 40
 TOML
 status=0
 timed seconds timeout 240 "$hpctrain" train bench.toml --output bench >bench.log 2>&1 || status=$?
@@ -219,9 +222,25 @@ if ((status == 0)); then
   # 6 FLOPs per parameter and sample (forward 2, backward 4); parameters from the log's summary
   parameters=$(sed -n 's/.*total parameters: *\([0-9]*\).*/\1/p' bench.log | head -1)
   tflops=$(awk -v r="${rate:-0}" -v p="${parameters:-0}" 'BEGIN { printf "%.1f", 6 * p * r / 1e12 }')
-  record "bf16 MLP 3x4096, batch 8192" INFO "$seconds" "$rate samples/s, ~$tflops TFLOP/s (6 x $parameters params)"
+  record "hpctrain bf16 MLP 3x4096, b 8192" INFO "$seconds" "$rate samples/s, ~$tflops TFLOP/s (6 x $parameters params)"
+  twin=$root/bench/torch_twin.py
+  if [[ -f $twin ]] && python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    status=0
+    timed seconds timeout 240 python3 "$twin" --device cuda --precision bf16 --widths 2,4096,4096,4096,3 \
+      --batch 8192 --samples 16384 --warmup 20 --windows 5 --window-steps 40 >twin.log 2>&1 || status=$?
+    twin_rate=$(sed -n 's/^TWIN .*samples_per_sec=\([0-9.]*\).*/\1/p' twin.log)
+    if ((status == 0)) && [[ -n $twin_rate ]]; then
+      ratio=$(awk -v a="${rate:-0}" -v b="$twin_rate" 'BEGIN { printf "%.2f", a / b }')
+      record "PyTorch twin (compile, autocast)" INFO "$seconds" \
+        "$twin_rate samples/s; hpctrain/torch = ${ratio}x (goal 1.2x); $(grep -o 'compile=[a-z]*' twin.log)"
+    else
+      record "PyTorch twin (compile, autocast)" FAIL "$seconds" "exit $status; $(tail -1 twin.log)"
+    fi
+  else
+    record "PyTorch twin (compile, autocast)" SKIP 0 "no python3 torch with CUDA here"
+  fi
 else
-  record "bf16 MLP 3x4096, batch 8192" FAIL "$seconds" "exit $status: $(grep error bench.log | head -1)"
+  record "hpctrain bf16 MLP 3x4096, b 8192" FAIL "$seconds" "exit $status: $(grep error bench.log | head -1)"
   tail -20 bench.log
 fi
 
