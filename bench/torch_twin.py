@@ -41,6 +41,12 @@ def parse_arguments():
     parser.add_argument("--window-steps", type=int, default=20)
     parser.add_argument("--compile", choices=["auto", "on", "off"], default="auto")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default="cpu",
+        help="cuda: model and data on the GPU, torch.compile mode reduce-overhead, the loss read once per window",
+    )
     return parser.parse_args()
 
 
@@ -97,10 +103,17 @@ def main():
     )
     features, labels, source = load_data(arguments, torch, widths[0], widths[-1])
     bf16 = arguments.precision == "bf16"
+    device = arguments.device
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            print("TWIN status=no-gpu (torch.cuda.is_available() is false)")
+            return 0
+        model.to(device)
+        features, labels = features.to(device), labels.to(device)
 
     def make_step(forward):
         def train_step(x, y):
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
                 logits = forward(x)
             # The loss in fp32, as autocast would run cross_entropy anyway, and as hpctrain's policy does.
             loss = functional.cross_entropy(logits.float(), y)
@@ -119,7 +132,8 @@ def main():
         compiled = "no (this torch has no torch.compile)"
     else:
         try:
-            compiled_step = make_step(torch.compile(model))
+            mode = "reduce-overhead" if device == "cuda" else None  # CUDA graphs on the GPU
+            compiled_step = make_step(torch.compile(model, mode=mode))
             compiled_step(features[: arguments.batch], labels[: arguments.batch]).item()  # compiles now, or raises
             step_function = compiled_step
             compiled = "yes"
@@ -136,13 +150,13 @@ def main():
     print(f"torch_twin: data {source}; torch.compile: {compiled}")
 
     generator = torch.Generator().manual_seed(arguments.seed + 1)
-    order = torch.randperm(features.shape[0], generator=generator)
+    order = torch.randperm(features.shape[0], generator=generator).to(device)
     position = 0
 
     def next_batch():
         nonlocal order, position
         if position + arguments.batch > order.numel():  # epoch boundary: reshuffle (drop the incomplete batch)
-            order = torch.randperm(features.shape[0], generator=generator)
+            order = torch.randperm(features.shape[0], generator=generator).to(device)
             position = 0
         indices = order[position : position + arguments.batch]
         position += arguments.batch
@@ -155,13 +169,15 @@ def main():
         start = time.perf_counter()
         for _ in range(arguments.window_steps):
             loss = step_function(*next_batch())
-            loss.item()  # the host sees the loss every step, as hpctrain's log and metrics do
+            if device == "cpu":
+                loss.item()  # the host sees the loss every step, as hpctrain's log and metrics do on the CPU
+        loss.item()  # on the GPU once per window (hpctrain reads its losses back every log_every steps)
         elapsed = time.perf_counter() - start
         rates.append(arguments.batch * arguments.window_steps / elapsed)
     median = statistics.median(rates)
     print("torch_twin: samples/s per window: " + ", ".join(f"{rate:.1f}" for rate in rates))
     print(
-        f"TWIN precision={arguments.precision} threads={torch.get_num_threads()} "
+        f"TWIN device={device} precision={arguments.precision} threads={torch.get_num_threads()} "
         f"compile={'yes' if compiled == 'yes' else 'no'} torch={torch.__version__} samples_per_sec={median:.2f} "
         f"windows={len(rates)}x{arguments.window_steps} final_loss={loss.item():.5f}"
     )

@@ -8,6 +8,7 @@
 
 #include "hpctrain/app/commands.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
+#include "hpctrain/kernels/backend.hpp"
 
 namespace hpctrain {
 
@@ -28,10 +29,12 @@ int version_command(const MpiEnvironment& mpi) {
   const char* h5_parallel = "serial";
 #endif
   const dnnl_version_t* dnnl = dnnl_version();
-#ifdef HPCTRAIN_HAVE_CUDA
-  const char* cuda = "on";
+#if defined(HPCTRAIN_HAVE_CUDA) && defined(HPCTRAIN_HAVE_NCCL)
+  const std::string cuda = "on (NCCL), " + std::to_string(cuda_device_count()) + " device(s) visible";
+#elif defined(HPCTRAIN_HAVE_CUDA)
+  const std::string cuda = "on (no NCCL), " + std::to_string(cuda_device_count()) + " device(s) visible";
 #else
-  const char* cuda = "off";
+  const std::string cuda = "off";
 #endif
   std::printf("hpctrain %s\n", HPCTRAIN_VERSION);
   std::printf("  compiler: %s %s, C++ %ld\n",
@@ -44,7 +47,7 @@ int version_command(const MpiEnvironment& mpi) {
   std::printf("  MPI:      %s (MPI %d.%d)\n", mpi_text.c_str(), mpi_major, mpi_minor);
   std::printf("  HDF5:     %u.%u.%u (%s)\n", h5_major, h5_minor, h5_release, h5_parallel);
   std::printf("  oneDNN:   %d.%d.%d\n", dnnl->major, dnnl->minor, dnnl->patch);
-  std::printf("  CUDA:     %s\n", cuda);
+  std::printf("  CUDA:     %s\n", cuda.c_str());
   return 0;
 }
 

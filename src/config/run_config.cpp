@@ -82,6 +82,7 @@ const std::vector<SectionSpec>& schema() {
            {"output", Kind::string, bind_field<&Config::run, &RunSection::output>},
            {"device", Kind::string, bind_field<&Config::run, &RunSection::device>, {"cpu", "cuda", "auto"}},
            {"threads", Kind::integer, bind_field<&Config::run, &RunSection::threads>},
+           {"cuda_graphs", Kind::boolean, bind_field<&Config::run, &RunSection::cuda_graphs>},
        }},
       {"model",
        {

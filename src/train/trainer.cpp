@@ -28,6 +28,7 @@
 #include "hpctrain/nn/model.hpp"
 #include "hpctrain/optim/optimizer.hpp"
 #include "hpctrain/optim/schedule.hpp"
+#include "hpctrain/train/backend_choice.hpp"
 #include "hpctrain/train/device_batch.hpp"
 #include "hpctrain/train/evaluation.hpp"
 #include "hpctrain/train/phase_timer.hpp"
@@ -108,6 +109,10 @@ double median(std::vector<double> values) {
 
 }  // namespace
 
+// Eager steps before a step is captured into a CUDA graph: they size every scratch buffer and choose every cuBLASLt
+// algorithm, so the capture allocates nothing.
+constexpr std::int64_t graph_warmup_steps = 3;
+
 class Trainer::Impl {
  public:
   Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOptions options);
@@ -122,8 +127,25 @@ class Trainer::Impl {
   EvalMetrics evaluate(std::int64_t step);
   [[nodiscard]] std::vector<std::pair<std::string, MetricKind>> eval_columns() const;
   [[nodiscard]] std::vector<double> eval_row(std::int64_t step, const EvalMetrics& metrics) const;
-  // One optimizer step on a batch; the step's scalars come back in scalars, the global mean loss is returned.
-  double train_step(const HostBatch& batch, std::int64_t step, StepScalars& scalars);
+  // A step whose results are not yet on the host (CUDA: read back every few steps) or just arrived (CPU).
+  struct PendingStep {
+    std::int64_t step = 0, global_rows = 0;
+    double start = 0.0, rate = 0.0, loss = 0.0;
+    float scale_in_effect = 1.0f;
+    StepScalars scalars;  // after the step
+  };
+  // What the device records per step for a later read-back (deferred mode).
+  struct StepRecord {
+    LossSums sums;
+    StepScalars before_finish;  // after the optimizer, before the scaler update (loss scale in effect, norm, skip)
+    StepScalars after;          // after the scaler update
+  };
+  // One optimizer step on a batch; appends it to pending_ (with its results on the CPU path).
+  void train_step(const HostBatch& batch, std::int64_t step, double step_start);
+  // Reads back the pending steps' results (one synchronisation and one MPI_Allreduce for all of them in deferred
+  // mode), appends their metrics rows and checks their numerics in order. Returns the wall seconds per flushed step
+  // since the first pending step began (0 when nothing was pending).
+  double flush_pending();
   // Stop with a clear message when a step went non-finite without a scaler, or the scaler collapsed.
   void check_numerics(const StepScalars& scalars, std::int64_t step, double train_loss) const;
 
@@ -136,7 +158,7 @@ class Trainer::Impl {
   std::int64_t local_batch_ = 0, eval_local_batch_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
-  std::unique_ptr<GradientAllreduce> allreduce_;
+  std::unique_ptr<GradientExchange> allreduce_;
   std::unique_ptr<LearningRateSchedule> schedule_;
   LossScalerConfig scaler_;
   BackendBuffer scalars_, sums_, grad_scale_;
@@ -147,6 +169,20 @@ class Trainer::Impl {
   fs::path output_;
   int threads_ = 1;
   float scale_in_effect_ = 1.0f;  // the loss scale the current step runs with (finish_step may change it)
+  StepScalars last_scalars_;      // host copy of the scalars after the last step (or as initialised / resumed)
+  double last_train_loss_ = 0.0;
+  // Deferred read-back (CUDA): steps run without host synchronisation; their loss and scalars are recorded on the
+  // device (history_, one StepRecord per step) and read back every train.log_every steps and before anything that
+  // needs them (evaluation, checkpoint, stop). The CPU backend reads every step (nothing to gain from deferring).
+  bool defer_ = false;
+  std::size_t history_capacity_ = 1;
+  BackendBuffer history_;
+  std::vector<PendingStep> pending_;
+  // run.cuda_graphs: the step after warm-up is captured once (graph_ready_) and replayed while batches are full.
+  bool graphs_ = false, graph_ready_ = false;
+  std::string graphs_note_;  // why graphs are off, for the log
+  bool cuda_ = false;
+  std::string exchange_name_ = "MPI";  // how gradients are all-reduced (for the log)
   PhaseTimer timer_{false};
   std::int64_t first_step_ = 0;  // 0, or the step a resumed run continues from
   TrainOptions options_;
@@ -177,8 +213,6 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
   micro_batch_ = local_batch_ / accumulate_;
   const std::int64_t eval_batch = config.data.eval_batch_size > 0 ? config.data.eval_batch_size : batch;
   eval_local_batch_ = std::max<std::int64_t>(1, (eval_batch + ranks - 1) / ranks);
-  if (config.run.device == "cuda")
-    throw NotSupported(config.where("run.device") + ": run.device = \"cuda\": this build has no CUDA backend yet");
 
   // ---- data ----
   train_data_ = std::make_unique<TrainingData>(config, "data.train", config.data.train, task_);
@@ -196,7 +230,10 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
   // ---- model (validates the layer shapes against the data) ----
   threads_ = choose_thread_count(config, mpi);
   omp_set_num_threads(threads_);
-  backend_ = make_cpu_backend();
+  BackendChoice choice = choose_backend(config, mpi);
+  backend_ = std::move(choice.backend);
+  cuda_ = choice.cuda;
+  const bool shared_device = choice.shared_device;
   // Activations are sized for one micro-batch: that is the memory gradient accumulation saves.
   ModelBuffers buffers{activation_dtype_of(config.precision.mode), DType::f32,
                        std::max(micro_batch_, eval_local_batch_)};
@@ -224,8 +261,16 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
   optimizer_ = std::make_unique<Optimizer>(config.optimizer, *model_, *backend_);
   std::vector<std::int64_t> layer_begins;
   for (std::size_t i = 0; i < model_->layer_count(); ++i) layer_begins.push_back(model_->parameter_begin(i));
-  allreduce_ = std::make_unique<GradientAllreduce>(mpi.world(), static_cast<float*>(model_->gradients()),
-                                                   model_->parameter_count(), layer_begins, 25 << 20);
+  if (cuda_) exchange_name_ = shared_device ? "MPI through host memory (ranks share a GPU)" : "NCCL";
+  if (cuda_ && shared_device)  // NCCL refuses two ranks on one GPU: go through the host with MPI
+    allreduce_ = std::make_unique<StagedGradientAllreduce>(
+        mpi.world(), *backend_, static_cast<float*>(model_->gradients()), model_->parameter_count());
+  else if (cuda_)
+    allreduce_ = make_nccl_gradient_allreduce(mpi.world(), *backend_, static_cast<float*>(model_->gradients()),
+                                              model_->parameter_count(), layer_begins, 25 << 20);
+  else
+    allreduce_ = std::make_unique<GradientAllreduce>(mpi.world(), static_cast<float*>(model_->gradients()),
+                                                     model_->parameter_count(), layer_begins, 25 << 20);
   schedule_ = std::make_unique<LearningRateSchedule>(config.schedule, config.optimizer.lr, total_steps_);
   float initial_scale = 1.0f;
   scaler_ = scaler_config_of(config.precision, &initial_scale);
@@ -233,8 +278,33 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
   StepScalars initial;
   initial.loss_scale = initial_scale;
   backend_->copy_to_backend(scalars_.data, &initial, sizeof initial);
+  last_scalars_ = initial;
   sums_ = BackendBuffer(*backend_, sizeof(LossSums));
   grad_scale_ = BackendBuffer(*backend_, sizeof(float));
+  // HPCTRAIN_DEFERRED_READBACK=1 defers on the CPU backend too: lets machines without a GPU test this path.
+  defer_ = cuda_ || std::getenv("HPCTRAIN_DEFERRED_READBACK") != nullptr;
+  if (config.run.cuda_graphs) {
+    // A replayed graph repeats its launches exactly: only steps that are the same every time can be captured.
+    std::string why_not;
+    const bool dropout = std::any_of(config.model.layers.begin(), config.model.layers.end(),
+                                     [](const LayerSpec& layer) { return layer.type == "dropout" && layer.p > 0.0; });
+    if (!cuda_)
+      why_not = "the run is not on CUDA";
+    else if (accumulate_ > 1)
+      why_not = "train.accumulate > 1";
+    else if (dropout)
+      why_not = "a dropout layer's mask depends on the step";
+    else if (shared_device && mpi.size() > 1)
+      why_not = "gradients are all-reduced through host memory";
+    graphs_ = why_not.empty();
+    graphs_note_ = graphs_ ? "run.cuda_graphs: the step is captured after " + std::to_string(graph_warmup_steps) +
+                                 " warm-up steps and replayed"
+                           : "run.cuda_graphs: off (" + why_not + "); steps run eagerly";
+  }
+  if (defer_) {
+    history_capacity_ = static_cast<std::size_t>(std::clamp<std::int64_t>(config.train.log_every, 1, 1000));
+    history_ = BackendBuffer(*backend_, history_capacity_ * sizeof(StepRecord));
+  }
   device_batch_ = std::make_unique<DeviceBatch>(*backend_, *model_, task_, buffers.max_rows);
   model_->initialize(config.run.seed);
 
@@ -287,6 +357,7 @@ void Trainer::Impl::resume() {
     first_step_ = state.step;
     state.scalars.found_nonfinite = 0;
     backend_->copy_to_backend(scalars_.data, &state.scalars, sizeof state.scalars);
+    last_scalars_ = state.scalars;
     LoaderPosition position{state.epoch, state.step_in_epoch};
     if (position.step_in_epoch >= steps_per_epoch_) position = {position.epoch + 1, 0};  // other rank count
     loader_->seek(position);
@@ -382,29 +453,39 @@ EvalMetrics Trainer::Impl::evaluate(std::int64_t step) {
   return evaluate_split(*validation_data_, *model_, *backend_, *device_batch_, task_, eval_local_batch_, context, mpi_);
 }
 
-double Trainer::Impl::train_step(const HostBatch& batch, std::int64_t step, StepScalars& scalars) {
+void Trainer::Impl::train_step(const HostBatch& batch, std::int64_t step, double step_start) {
   const std::int64_t global_rows = batch.rows * mpi_.size();
   const auto learning_rate = static_cast<float>(schedule_->at(step));
   backend_->copy_to_backend(scalars_.as<char>() + offsetof(StepScalars, learning_rate), &learning_rate,
                             sizeof learning_rate);
   // d(mean loss over the global batch)/d(output), times the loss scale (fixed for the whole step); the all-reduce
-  // then sums the ranks' parts.
-  StepScalars before;
-  backend_->copy_to_host(&before, scalars_.data, sizeof before);
-  scale_in_effect_ = before.loss_scale;
-  const float gradient_scale = before.loss_scale / static_cast<float>(global_rows);
-  backend_->copy_to_backend(grad_scale_.data, &gradient_scale, sizeof gradient_scale);
-  backend_->zero(sums_.data, sizeof(LossSums));
+  // then sums the ranks' parts. Formed by the backend from its own copy of the scalars: no host round trip.
+  scale_in_effect_ = last_scalars_.loss_scale;
 
   // Micro-batches accumulate into the gradient buffer; only the last one's backward all-reduces (no communication
-  // for the others).
+  // for the others). With run.cuda_graphs, a step of one full micro-batch is captured once after warm-up (everything
+  // from the loss scale to the optimizer; the uploads stay outside) and replayed from then on.
   const std::int64_t micro_batches = (batch.rows + micro_batch_ - 1) / micro_batch_;
+  const bool graph_step = graphs_ && micro_batches == 1 && batch.rows == micro_batch_;
+  bool replayed = false, capturing = false;
   for (std::int64_t micro = 0; micro < micro_batches; ++micro) {
     const std::int64_t first = micro * micro_batch_;
     const std::int64_t rows = std::min(micro_batch_, batch.rows - first);
     const bool last_micro = micro + 1 == micro_batches;
     timer_.begin(Phase::forward);
     device_batch_->upload(batch, first, rows, *model_);
+    if (micro == 0) {
+      if (graph_step && graph_ready_) {
+        backend_->replay_capture();
+        replayed = true;
+        break;
+      }
+      capturing = graph_step && step >= first_step_ + graph_warmup_steps;
+      if (capturing) backend_->begin_capture();
+      backend_->loss_gradient_scale(scalars_.as<StepScalars>(), static_cast<float>(global_rows),
+                                    grad_scale_.as<float>());
+      backend_->zero(sums_.data, sizeof(LossSums));
+    }
     const StepContext context{
         backend_.get(), true, config_.run.seed, static_cast<std::uint32_t>(step), device_batch_->sample_ids(), rows};
     const TensorView output = model_->forward(context);
@@ -417,22 +498,84 @@ double Trainer::Impl::train_step(const HostBatch& batch, std::int64_t step, Step
       model_->backward(context, micro > 0, nullptr);
     }
   }
-  timer_.begin(Phase::allreduce);
-  allreduce_->finish();
-
+  if (!replayed) {
+    timer_.begin(Phase::allreduce);
+    allreduce_->finish();
+    timer_.begin(Phase::optimizer);
+    optimizer_->gradient_statistics(scalars_.as<StepScalars>());
+    optimizer_->step(scalars_.as<StepScalars>());
+    if (capturing) {  // captured, not run: run it now
+      backend_->end_capture();
+      backend_->replay_capture();
+      graph_ready_ = true;
+    }
+  }
   timer_.begin(Phase::optimizer);
-  optimizer_->gradient_statistics(scalars_.as<StepScalars>());
-  optimizer_->step(scalars_.as<StepScalars>());
-  backend_->finish_step(scaler_, scalars_.as<StepScalars>());
-  LossSums sums;
-  backend_->copy_to_host(&scalars, scalars_.data, sizeof scalars);
-  backend_->copy_to_host(&sums, sums_.data, sizeof sums);
-  // One small reduction per step carries the loss and the stop requests (a signal on any rank, rank 0's clock).
-  control_[0] = sums.loss_sum;
+  PendingStep pending;
+  pending.step = step;
+  pending.global_rows = global_rows;
+  pending.start = step_start;
+  if (defer_) {
+    // Recorded on the device; read back by flush_pending. The records of a window start at slot 0.
+    char* record = history_.as<char>() + pending_.size() * sizeof(StepRecord);
+    backend_->copy(record + offsetof(StepRecord, sums), sums_.data, sizeof(LossSums));
+    backend_->copy(record + offsetof(StepRecord, before_finish), scalars_.data, sizeof(StepScalars));
+    backend_->finish_step(scaler_, scalars_.as<StepScalars>());
+    backend_->copy(record + offsetof(StepRecord, after), scalars_.data, sizeof(StepScalars));
+    control_[0] = 0.0;  // the loss sums travel with the read-back
+  } else {
+    backend_->finish_step(scaler_, scalars_.as<StepScalars>());
+    LossSums sums;
+    backend_->copy_to_host(&pending.scalars, scalars_.data, sizeof pending.scalars);
+    backend_->copy_to_host(&sums, sums_.data, sizeof sums);
+    last_scalars_ = pending.scalars;
+    pending.scale_in_effect = scale_in_effect_;
+    control_[0] = sums.loss_sum;
+  }
+  // One small reduction per step carries the loss (CPU) and the stop requests (a signal on any rank, rank 0's clock).
   control_[1] = pending_checkpoint_signal();
   HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, control_, 3, MPI_DOUBLE, MPI_SUM, mpi_.world()));
   timer_.end();
-  return control_[0] / static_cast<double>(global_rows);
+  pending.loss = control_[0] / static_cast<double>(global_rows);
+  pending.rate = static_cast<double>(global_rows) / std::max(MPI_Wtime() - step_start, 1e-9);
+  pending_.push_back(pending);
+}
+
+double Trainer::Impl::flush_pending() {
+  if (pending_.empty()) return 0.0;
+  const std::size_t count = pending_.size();
+  if (defer_) {
+    std::vector<StepRecord> records(count);
+    backend_->copy_to_host(records.data(), history_.data, count * sizeof(StepRecord));
+    std::vector<double> losses(count);
+    for (std::size_t i = 0; i < count; ++i) losses[i] = records[i].sums.loss_sum;
+    HPCTRAIN_MPI_CHECK(
+        MPI_Allreduce(MPI_IN_PLACE, losses.data(), static_cast<int>(count), MPI_DOUBLE, MPI_SUM, mpi_.world()));
+    std::int64_t rows = 0;
+    for (const PendingStep& pending : pending_) rows += pending.global_rows;
+    // Steps ran asynchronously: one rate for the window is all that can be measured.
+    const double window_rate = static_cast<double>(rows) / std::max(MPI_Wtime() - pending_.front().start, 1e-9);
+    for (std::size_t i = 0; i < count; ++i) {
+      PendingStep& pending = pending_[i];
+      pending.loss = losses[i] / static_cast<double>(pending.global_rows);
+      pending.scalars = records[i].after;
+      pending.scalars.found_nonfinite = records[i].before_finish.found_nonfinite;
+      pending.scale_in_effect = records[i].before_finish.loss_scale;
+      pending.rate = window_rate;
+    }
+    last_scalars_ = pending_.back().scalars;
+  }
+  const double seconds_per_step = (MPI_Wtime() - pending_.front().start) / static_cast<double>(count);
+  for (const PendingStep& pending : pending_) {
+    last_train_loss_ = pending.loss;
+    if (metrics_)
+      metrics_->append("train", {static_cast<double>(pending.step + 1), pending.loss, schedule_->at(pending.step),
+                                 pending.rate, pending.scalars.grad_norm, pending.scale_in_effect,
+                                 pending.scalars.found_nonfinite != 0 ? 1.0 : 0.0});
+    check_numerics(pending.scalars, pending.step, pending.loss);
+  }
+  pending_.clear();
+  return seconds_per_step;
 }
 
 void Trainer::Impl::check_numerics(const StepScalars& scalars, std::int64_t step, double train_loss) const {
@@ -457,8 +600,10 @@ TrainSummary Trainer::Impl::run() {
     std::ostringstream head;
     head << "hpctrain " << HPCTRAIN_VERSION << ": " << ranks << " rank" << (ranks > 1 ? "s" : "") << " x " << threads_
          << " thread" << (threads_ > 1 ? "s" : "") << ", backend " << backend_->name() << ", precision "
-         << config_.precision.mode << (scaler_.enabled ? " with loss scaling" : "") << "\n"
-         << "data: " << train_data_->samples() << " training samples"
+         << config_.precision.mode << (scaler_.enabled ? " with loss scaling" : "")
+         << (ranks > 1 ? ", gradients all-reduced with " + exchange_name_ : std::string()) << "\n"
+         << (graphs_note_.empty() ? std::string() : graphs_note_ + "\n") << "data: " << train_data_->samples()
+         << " training samples"
          << (validation_data_ ? ", " + std::to_string(validation_data_->samples()) + " validation samples" : "")
          << ", global batch " << config_.data.batch_size << " (" << local_batch_ << " per rank), " << steps_per_epoch_
          << " steps per epoch, " << total_steps_ << " steps\n"
@@ -488,25 +633,32 @@ TrainSummary Trainer::Impl::run() {
     const std::int64_t epoch = loader_->position().epoch;
     timer_.begin(Phase::data);
     const HostBatch& batch = loader_->next();
-    StepScalars scalars;
-    const double train_loss = train_step(batch, step, scalars);
-    last_train_loss = train_loss;
-    const std::int64_t global_rows = batch.rows * ranks;
-    const double now = MPI_Wtime();
-    const double rate = static_cast<double>(global_rows) / std::max(now - step_start, 1e-9);
-    interval_samples += global_rows;
-    const bool skipped = scalars.found_nonfinite != 0;
-    if (metrics_)
-      metrics_->append("train", {static_cast<double>(step + 1), train_loss, schedule_->at(step), rate,
-                                 scalars.grad_norm, scale_in_effect_, skipped ? 1.0 : 0.0});
-    check_numerics(scalars, step, train_loss);
+    train_step(batch, step, step_start);
+    const double after_step = MPI_Wtime();
+    interval_samples += batch.rows * ranks;
     ++step;
-    // A moving average of the step time: one slow step (start-up, a busy node) must not stop the run early.
-    const double step_seconds = MPI_Wtime() - step_start;
-    recent_step = recent_step > 0.0 ? 0.9 * recent_step + 0.1 * step_seconds : step_seconds;
-
     const bool last = step == total_steps_;
-    if (step % config_.train.log_every == 0 || last) {
+    const bool log_now = step % config_.train.log_every == 0 || last;
+    const bool evaluate_now =
+        validation_data_ && (last || (config_.train.eval_every > 0 && step % config_.train.eval_every == 0));
+    const bool signalled = control_[1] > 0, out_of_time = control_[2] > 1.5;
+    const bool periodic =
+        (config_.checkpoint.every_steps > 0 && step % config_.checkpoint.every_steps == 0) || control_[2] > 0.5;
+    const bool checkpoint_now = periodic || signalled || out_of_time || (last && config_.checkpoint.at_end);
+    // Results reach the host here: every step on the CPU, at these points (or when the record buffer is full) on CUDA.
+    if (!defer_ || log_now || evaluate_now || checkpoint_now || pending_.size() >= history_capacity_) {
+      const double seconds_per_step = flush_pending();
+      // A moving average of the step time: one slow step (start-up, a busy node) must not stop the run early.
+      const double step_seconds = defer_ ? seconds_per_step : MPI_Wtime() - step_start;
+      recent_step = recent_step > 0.0 ? 0.9 * recent_step + 0.1 * step_seconds : step_seconds;
+    }
+    const double train_loss = last_train_loss_;
+    const StepScalars& scalars = last_scalars_;
+    last_train_loss = train_loss;
+    // Deferred steps ran asynchronously: the interval ends when their results arrived.
+    const double now = defer_ ? MPI_Wtime() : after_step;
+
+    if (log_now) {
       const double interval_rate = static_cast<double>(interval_samples) / std::max(now - interval_start, 1e-9);
       if (step > first_step_ + 1 || last) interval_rates.push_back(interval_rate);
       interval_start = now;
@@ -521,8 +673,6 @@ TrainSummary Trainer::Impl::run() {
                     format_duration(eta).c_str());
       log(line);
     }
-    const bool evaluate_now =
-        validation_data_ && (last || (config_.train.eval_every > 0 && step % config_.train.eval_every == 0));
     if (evaluate_now) {
       timer_.begin(Phase::evaluation);
       const EvalMetrics metrics = evaluate(step);
@@ -533,10 +683,7 @@ TrainSummary Trainer::Impl::run() {
       log("eval at step " + std::to_string(step) + ": " + describe(metrics));
     }
 
-    const bool signalled = control_[1] > 0, out_of_time = control_[2] > 1.5;
-    const bool periodic =
-        (config_.checkpoint.every_steps > 0 && step % config_.checkpoint.every_steps == 0) || control_[2] > 0.5;
-    if (periodic || signalled || out_of_time || (last && config_.checkpoint.at_end)) {
+    if (checkpoint_now) {
       const double checkpoint_start = MPI_Wtime();
       save_checkpoint(step);
       last_checkpoint_time = MPI_Wtime();

@@ -1,11 +1,14 @@
 // The bucketed gradient all-reduce sums every element exactly once over the ranks, whatever the bucket size and the
-// order in which backward reports layers (values chosen so float sums are exact).
+// order in which backward reports layers (values chosen so float sums are exact); so does the all-reduce staged
+// through host memory (used by CUDA ranks sharing a GPU), run here on the CPU backend; buckets tile the buffer.
 #include "hpctrain/dist/gradient_allreduce.hpp"
 
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <vector>
+
+#include "hpctrain/kernels/backend.hpp"
 
 namespace hpctrain {
 namespace {
@@ -34,6 +37,31 @@ TEST_P(GradientAllreduceTest, SumsEveryElementOnce) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BucketSizes, GradientAllreduceTest, testing::Values(4, 400, 4000, 1 << 20));
+
+TEST(GradientBuckets, TileTheBufferFromItsEndAlongLayerBoundaries) {
+  const auto buckets = gradient_buckets(5200, {0, 100, 1100, 1150, 5150}, 4 * 1000);
+  ASSERT_FALSE(buckets.empty());
+  EXPECT_EQ(buckets.front().end, 5200);
+  EXPECT_EQ(buckets.back().begin, 0);
+  for (std::size_t i = 1; i < buckets.size(); ++i) EXPECT_EQ(buckets[i].end, buckets[i - 1].begin);
+}
+
+TEST(StagedGradientAllreduce, SumsEveryElementOnceOnTheCpuBackend) {
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  auto backend = make_cpu_backend();
+  const std::int64_t count = 3001;
+  auto* gradients = static_cast<float*>(backend->allocate(count * sizeof(float)));
+  StagedGradientAllreduce allreduce(MPI_COMM_WORLD, *backend, gradients, count);
+  for (std::int64_t i = 0; i < count; ++i) gradients[i] = static_cast<float>((i % 89) * (rank + 1));
+  allreduce.begin_step();
+  allreduce.ready_from(0);
+  allreduce.finish();
+  const float rank_sum = static_cast<float>(ranks * (ranks + 1) / 2);
+  for (std::int64_t i = 0; i < count; ++i) ASSERT_EQ(gradients[i], static_cast<float>(i % 89) * rank_sum) << i;
+  backend->deallocate(gradients);
+}
 
 }  // namespace
 }  // namespace hpctrain

@@ -32,6 +32,7 @@ struct RunSection {
   std::string output;        // default: runs/<deck file stem>
   std::string device = "cpu";  // cpu | cuda | auto
   std::int64_t threads = 0;  // per rank; 0 = cores available to the rank / ranks on its node (OMP_NUM_THREADS wins)
+  bool cuda_graphs = false;  // CUDA: capture the step into a CUDA graph after warm-up and replay it
 };
 
 struct ModelSection {

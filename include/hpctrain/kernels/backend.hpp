@@ -137,9 +137,27 @@ class Backend {
                               const StepScalars* scalars) = 0;
   // Loss scaler update after the optimizer: growth/backoff, counters, applied_steps. Single-thread work.
   virtual void finish_step(const LossScalerConfig& config, StepScalars* scalars) = 0;
+  // *grad_scale = scalars->loss_scale / rows: the factor of the loss gradient (mean over the global batch's rows, times
+  // the loss scale), formed where the scalars live so a step needs no host round trip. Single-thread work.
+  virtual void loss_gradient_scale(const StepScalars* scalars, float rows, float* grad_scale) = 0;
+
+  // ---- step graphs (CUDA graphs; the CPU backend has none) ----
+  // Work issued between begin_capture and end_capture is recorded, not run; replay_capture runs the recording (same
+  // buffers, same launch parameters, device scalars read at replay). One recording per backend; a new one replaces it.
+  virtual void begin_capture() { throw NotSupported("graph capture on the " + name() + " backend"); }
+  virtual void end_capture() { throw NotSupported("graph capture on the " + name() + " backend"); }
+  virtual void replay_capture() { throw NotSupported("graph replay on the " + name() + " backend"); }
 };
 
 // The CPU backend (always built).
 std::unique_ptr<Backend> make_cpu_backend();
+
+// The CUDA backend on `device` (an index among the visible devices): one stream, cuBLASLt for matrix products, own
+// kernels for the rest. Storage dtypes f32/bf16/f16 (f64, used only by gradient checks, is NotSupported). Always
+// declared and linkable: a CPU-only build throws NotSupported saying how to rebuild.
+std::unique_ptr<Backend> make_cuda_backend(int device);
+
+// Visible CUDA devices; 0 without a driver, without a GPU, or in a CPU-only build (never throws).
+int cuda_device_count();
 
 }  // namespace hpctrain

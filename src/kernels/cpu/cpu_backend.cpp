@@ -422,6 +422,10 @@ class CpuBackend final : public Backend {
     km::update_loss_scale(config, *scalars);
   }
 
+  void loss_gradient_scale(const StepScalars* scalars, float rows, float* grad_scale) override {
+    *grad_scale = scalars->loss_scale / rows;
+  }
+
  private:
   void dropout(float p, std::uint64_t seed, std::uint32_t step, std::uint32_t layer, const std::int64_t* sample_ids,
                const TensorView& in, const TensorView& out, const char* what) {

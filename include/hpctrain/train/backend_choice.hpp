@@ -1,0 +1,24 @@
+// Which backend a run computes on (run.device) and, for CUDA, which GPU this rank drives.
+#pragma once
+
+#include <memory>
+
+#include "hpctrain/config/run_config.hpp"
+#include "hpctrain/dist/mpi_environment.hpp"
+#include "hpctrain/kernels/backend.hpp"
+
+namespace hpctrain {
+
+struct BackendChoice {
+  std::unique_ptr<Backend> backend;
+  bool cuda = false;
+  int device = -1;             // the CUDA device index among the visible ones
+  bool shared_device = false;  // some node runs more ranks than it has GPUs (then NCCL cannot be used)
+};
+
+// "cpu": the CPU backend. "cuda": the CUDA backend on GPU (node-local rank modulo visible devices); every rank must see
+// a GPU, otherwise every rank stops with one message. "auto": CUDA when every rank sees a GPU (and the build has CUDA),
+// the CPU otherwise. Collective over the world communicator for "cuda" and "auto".
+BackendChoice choose_backend(const RunConfig& config, const MpiEnvironment& mpi);
+
+}  // namespace hpctrain

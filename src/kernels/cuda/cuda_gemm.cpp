@@ -1,0 +1,211 @@
+// cuBLASLt matrix products of the CUDA backend (see cuda_gemm.hpp for the layout trick and the cached plans).
+#include "cuda_gemm.hpp"
+
+#include <functional>
+#include <string>
+
+#include "hpctrain/core/error.hpp"
+#include "hpctrain/kernels/cuda/cuda_check.hpp"
+
+namespace hpctrain::cuda {
+namespace {
+
+// 32 MiB: what NVIDIA recommends for Hopper; allocated once.
+constexpr std::size_t workspace_size = 32u << 20;
+
+cudaDataType_t cuda_type(DType type) {
+  switch (type) {
+    case DType::f32:
+      return CUDA_R_32F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    case DType::f16:
+      return CUDA_R_16F;
+    case DType::f64:
+      break;
+  }
+  throw NotSupported("fp64 matrix products on the CUDA backend (fp64 is for CPU gradient checks)");
+}
+
+// Largest power of two (up to 256) dividing the address: cuBLASLt's default assumes 256-byte aligned operands, and our
+// operands are views at arbitrary offsets into larger buffers.
+std::uint32_t alignment_of(const void* pointer) {
+  const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+  std::uint32_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+template <class T>
+void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
+  HPCTRAIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof value));
+}
+template <class T>
+void set_preference(cublasLtMatmulPreference_t preference, cublasLtMatmulPreferenceAttributes_t attribute,
+                    const T& value) {
+  HPCTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof value));
+}
+
+}  // namespace
+
+// Descriptors of one product and the algorithm chosen for it; destroyed with the plan.
+struct CudaGemm::Plan {
+  cublasLtMatmulDesc_t operation = nullptr;
+  cublasLtMatrixLayout_t layout_a = nullptr, layout_b = nullptr, layout_c = nullptr;
+  cublasLtMatmulAlgo_t algorithm{};
+  bool available = true;  // false: no algorithm for these operand alignments (run_staged copies them)
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
+    if (layout_c != nullptr) cublasLtMatrixLayoutDestroy(layout_c);
+    if (layout_b != nullptr) cublasLtMatrixLayoutDestroy(layout_b);
+    if (layout_a != nullptr) cublasLtMatrixLayoutDestroy(layout_a);
+    if (operation != nullptr) cublasLtMatmulDescDestroy(operation);
+  }
+};
+
+std::size_t CudaGemm::KeyHash::operator()(const Key& key) const {
+  std::size_t hash = 0;
+  const auto mix = [&hash](std::uint64_t value) {
+    hash ^= std::hash<std::uint64_t>{}(value) + 0x9e3779b97f4a7c15ull + (hash << 6) + (hash >> 2);
+  };
+  mix(static_cast<std::uint64_t>(key.m));
+  mix(static_cast<std::uint64_t>(key.n));
+  mix(static_cast<std::uint64_t>(key.k));
+  mix((key.transpose_a ? 1u : 0u) | (key.transpose_b ? 2u : 0u) | (key.bias ? 4u : 0u) | (key.accumulate ? 8u : 0u) |
+      (static_cast<unsigned>(key.input) << 4) | (static_cast<unsigned>(key.output) << 8));
+  mix((static_cast<std::uint64_t>(key.align_a) << 32) | (static_cast<std::uint64_t>(key.align_b) << 16) | key.align_c);
+  return hash;
+}
+
+CudaGemm::CudaGemm(cudaStream_t stream, bool allow_tf32) : stream_(stream), allow_tf32_(allow_tf32) {
+  HPCTRAIN_CUBLAS_CHECK(cublasLtCreate(&handle_));
+  HPCTRAIN_CUDA_CHECK(cudaMalloc(&workspace_, workspace_size));
+  workspace_bytes_ = workspace_size;
+}
+
+CudaGemm::~CudaGemm() {
+  plans_.clear();
+  for (Staging& staging : staging_)
+    if (staging.data != nullptr) HPCTRAIN_CUDA_WARN(cudaFree(staging.data));
+  if (workspace_ != nullptr) HPCTRAIN_CUDA_WARN(cudaFree(workspace_));
+  if (handle_ != nullptr) cublasLtDestroy(handle_);
+}
+
+void CudaGemm::run(const TensorView& a, bool transpose_a, const TensorView& b, bool transpose_b, const TensorView& c,
+                   const void* bias, bool accumulate) {
+  // a: (m, k) or stored (k, m); b: (k, n) or stored (n, k); c: (m, n).
+  const std::int64_t m = transpose_a ? a.cols : a.rows;
+  const std::int64_t k = transpose_a ? a.rows : a.cols;
+  const std::int64_t n = transpose_b ? b.rows : b.cols;
+  const std::int64_t k_of_b = transpose_b ? b.cols : b.rows;
+  HPCTRAIN_ASSERT(k == k_of_b && c.rows == m && c.cols == n,
+                  "gemm: shapes do not match: a " << a.rows << "x" << a.cols << (transpose_a ? "^T" : "") << ", b "
+                                                  << b.rows << "x" << b.cols << (transpose_b ? "^T" : "") << ", c "
+                                                  << c.rows << "x" << c.cols);
+  HPCTRAIN_ASSERT(a.dtype == b.dtype, "gemm: a is " << dtype_name(a.dtype) << ", b is " << dtype_name(b.dtype));
+  if (m == 0 || n == 0) return;
+  HPCTRAIN_ASSERT(k > 0, "gemm: empty inner dimension");
+  const bool supported = c.dtype == a.dtype || c.dtype == DType::f32;
+  if (!supported || a.dtype == DType::f64)
+    throw NotSupported(std::string("gemm with ") + dtype_name(a.dtype) + " inputs and a " + dtype_name(c.dtype) +
+                       " output on the CUDA backend");
+
+  const Key key{m,          n,       k,       transpose_a,          transpose_b,          bias != nullptr,
+                accumulate, a.dtype, c.dtype, alignment_of(a.data), alignment_of(b.data), alignment_of(c.data)};
+  auto found = plans_.find(key);
+  if (found == plans_.end()) {
+    auto plan = std::make_unique<Plan>();
+    const cublasComputeType_t compute =
+        a.dtype == DType::f32 && allow_tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    HPCTRAIN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->operation, compute, CUDA_R_32F));
+    // cuBLASLt's A is our b, its B our a (column-major view of row-major data).
+    const cublasOperation_t operation_a = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t operation_b = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSA, operation_a);
+    set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSB, operation_b);
+    if (bias != nullptr) {
+      set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+      set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+    }
+    const cudaDataType_t input = cuda_type(a.dtype), output = cuda_type(c.dtype);
+    // Stored shapes, column-major: our b is (n, k) [or (k, n) when transposed], our a (k, m) [or (m, k)].
+    const std::uint64_t rows_a = transpose_b ? k : n, cols_a = transpose_b ? n : k;
+    const std::uint64_t rows_b = transpose_a ? m : k, cols_b = transpose_a ? k : m;
+    HPCTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->layout_a, input, rows_a, cols_a, rows_a));
+    HPCTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->layout_b, input, rows_b, cols_b, rows_b));
+    HPCTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->layout_c, output, n, m, n));
+
+    cublasLtMatmulPreference_t preference = nullptr;
+    HPCTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+    cublasLtMatmulHeuristicResult_t result{};
+    int returned = 0;
+    try {
+      set_preference(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                     static_cast<std::uint64_t>(workspace_bytes_));
+      set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b);
+      set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
+      set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
+      set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
+      // NOT_SUPPORTED means "no algorithm for this configuration": handled below like zero results.
+      const cublasStatus_t status =
+          cublasLtMatmulAlgoGetHeuristic(handle_, plan->operation, plan->layout_a, plan->layout_b, plan->layout_c,
+                                         plan->layout_c, preference, 1, &result, &returned);
+      if (status == CUBLAS_STATUS_NOT_SUPPORTED)
+        returned = 0;
+      else
+        HPCTRAIN_CUBLAS_CHECK(status);
+    } catch (...) {
+      cublasLtMatmulPreferenceDestroy(preference);
+      throw;
+    }
+    cublasLtMatmulPreferenceDestroy(preference);
+    const bool all_aligned = key.align_a >= 16 && key.align_b >= 16 && key.align_c >= 16;
+    HPCTRAIN_VERIFY(returned > 0 || !all_aligned, NotSupported,
+                    "cuBLASLt has no algorithm for a " << m << "x" << n << "x" << k << " " << dtype_name(a.dtype)
+                                                       << " product into " << dtype_name(c.dtype),
+                    ErrorScope::this_rank);
+    plan->available = returned > 0;
+    plan->algorithm = result.algo;
+    found = plans_.emplace(key, std::move(plan)).first;
+  }
+  if (!found->second->available) return run_staged(a, transpose_a, b, transpose_b, c, bias, accumulate);
+  Plan& plan = *found->second;
+  if (bias != nullptr) set_attribute(plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  HPCTRAIN_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.operation, &alpha, b.data, plan.layout_a, a.data, plan.layout_b,
+                                       &beta, c.data, plan.layout_c, c.data, plan.layout_c, &plan.algorithm, workspace_,
+                                       workspace_bytes_, stream_));
+}
+
+// Operands at addresses no algorithm accepts (views at odd offsets into a flat buffer) are copied into 256-byte
+// aligned staging buffers, and the output copied back: a fallback, cached per shape like any plan.
+void CudaGemm::run_staged(const TensorView& a, bool transpose_a, const TensorView& b, bool transpose_b,
+                          const TensorView& c, const void* bias, bool accumulate) {
+  const auto stage = [&](Staging& staging, const TensorView& view, bool copy_in) {
+    TensorView staged = view;
+    if (alignment_of(view.data) >= 16) return staged;
+    if (view.bytes() > staging.bytes) {
+      if (staging.data != nullptr) {
+        HPCTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        HPCTRAIN_CUDA_CHECK(cudaFree(staging.data));
+        staging.data = nullptr;
+      }
+      HPCTRAIN_CUDA_CHECK(cudaMalloc(&staging.data, view.bytes()));
+      staging.bytes = view.bytes();
+    }
+    staged.data = staging.data;
+    if (copy_in)
+      HPCTRAIN_CUDA_CHECK(cudaMemcpyAsync(staged.data, view.data, view.bytes(), cudaMemcpyDeviceToDevice, stream_));
+    return staged;
+  };
+  const TensorView staged_a = stage(staging_[0], a, true);
+  const TensorView staged_b = stage(staging_[1], b, true);
+  const TensorView staged_c = stage(staging_[2], c, accumulate);
+  run(staged_a, transpose_a, staged_b, transpose_b, staged_c, bias, accumulate);
+  if (staged_c.data != c.data)
+    HPCTRAIN_CUDA_CHECK(cudaMemcpyAsync(c.data, staged_c.data, c.bytes(), cudaMemcpyDeviceToDevice, stream_));
+}
+
+}  // namespace hpctrain::cuda

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# run.device and the deferred read-back of step results (what the CUDA backend does to avoid a host synchronisation per
+# step), checked on machines without a GPU:
+# - "cuda" without a GPU (or in a CPU-only build) stops every rank with one message; "auto" falls back to the CPU;
+# - HPCTRAIN_DEFERRED_READBACK=1 defers on the CPU backend: on 2 ranks, with loss-scaler skips, evaluation and
+#   checkpoints in between, every metrics row and the checkpoints equal those of the per-step read-back.
+source "$(dirname "$0")/lib/common.bash"
+cd "$WORK"
+make_spirals train.h5 2048 1
+make_spirals validation.h5 512 2
+cat >deck.toml <<'TOML'
+[run]
+seed = 3
+[data]
+train = "train.h5"
+validation = "validation.h5"
+batch_size = 64
+[model]
+layers = [
+  { type = "linear", out = 32 }, { type = "layernorm" }, { type = "gelu" }, { type = "dropout", p = 0.1 },
+  { type = "linear", out = 3 },
+]
+[optimizer]
+type = "adamw"
+lr = 0.01
+[precision]
+mode = "fp16"
+init_scale = 1e8
+growth_interval = 5
+[train]
+steps = 45
+log_every = 10
+eval_every = 15
+[checkpoint]
+every_steps = 7
+TOML
+
+if run_ranks 2 train deck.toml --set run.device=cuda --output gpu >gpu.log 2>&1; then
+  pass "run.device = cuda ran (this machine has a GPU)"
+else
+  expect_error no-gpu "no rank sees a CUDA device|this build has no CUDA backend" 2 train deck.toml \
+    --set run.device=cuda --output no-gpu
+  run_ranks 2 train deck.toml --set run.device=auto --set train.steps=3 --output auto >auto.log 2>&1 ||
+    { cat auto.log >&2; fail "run.device = auto"; }
+  grep -q "backend cpu" auto.log && pass "auto falls back to the CPU" || fail "auto did not use the CPU backend"
+fi
+
+run_ranks 2 train deck.toml --output eager >eager.log 2>&1 || { cat eager.log >&2; fail "eager run"; }
+HPCTRAIN_DEFERRED_READBACK=1 run_ranks 2 train deck.toml --output deferred >deferred.log 2>&1 ||
+  { cat deferred.log >&2; fail "deferred run"; }
+$PYTHON - <<'PY' || fail "deferred read-back changed the results"
+import h5py, numpy as np
+eager, deferred = h5py.File("eager/metrics.h5", "r"), h5py.File("deferred/metrics.h5", "r")
+for group in ("train", "eval"):
+    for name in eager[group]:
+        if name == "samples_per_sec":
+            continue
+        a, b = eager[group][name][:], deferred[group][name][:]
+        assert np.array_equal(a, b, equal_nan=True), (group, name, a, b)
+skipped = int(eager["train/skipped"][:].sum())
+assert len(eager["train/loss"]) == 45 and 0 < skipped < 45, skipped
+print(f"45 steps, {skipped} skipped by the loss scaler: every metrics row identical")
+import glob, os
+kept = sorted(os.path.basename(path) for path in glob.glob("eager/checkpoints/step-*.h5"))
+assert kept and kept == sorted(os.path.basename(path) for path in glob.glob("deferred/checkpoints/step-*.h5")), kept
+for name in kept:
+    a, b = h5py.File(f"eager/checkpoints/{name}", "r"), h5py.File(f"deferred/checkpoints/{name}", "r")
+    def compare(name, item):
+        if isinstance(item, h5py.Dataset):
+            assert np.array_equal(item[()], b[name][()]), name
+    a.visititems(compare)
+print(f"checkpoints {kept} identical")
+PY
+finish

@@ -1,0 +1,478 @@
+// The CUDA backend against the CPU backend (the reference): every kernel on the same random inputs (never zeros),
+// outputs poisoned with NaN before each run, tolerances per storage dtype (fp32 ~1e-5 relative norm, fp16 ~1e-3,
+// bf16 ~1e-2; NaN never passes). Dropout masks and the loss-scaler trajectory must be identical. Every test skips
+// without a GPU, and the executable then exits 77 (CTest shows it as skipped).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hpctrain/kernels/backend.hpp"
+#include "kernel_test_support.hpp"
+
+namespace hpctrain {
+namespace {
+
+using namespace test_support;
+
+const std::vector<DType> gpu_dtypes = {DType::f32, DType::bf16, DType::f16};
+constexpr Activation all_activations[] = {Activation::relu, Activation::gelu, Activation::tanh, Activation::leaky_relu};
+
+// A matrix held by both backends with the same contents.
+class TensorPair {
+ public:
+  TensorPair(Backend& cpu, Backend& gpu, DType dtype, std::int64_t rows, std::int64_t cols)
+      : cpu_(cpu, dtype, rows, cols), gpu_(gpu, dtype, rows, cols), dtype_(dtype) {}
+  std::vector<double> randomize(std::uint64_t seed, double low = -1.0, double high = 1.0) {
+    const auto values = cpu_.randomize(seed, low, high);
+    gpu_.set(values);
+    return values;
+  }
+  void set(const std::vector<double>& values) {
+    cpu_.set(values);
+    gpu_.set(values);
+  }
+  void poison() {
+    cpu_.poison();
+    gpu_.poison();
+  }
+  [[nodiscard]] TensorView cpu() const { return cpu_.view(); }
+  [[nodiscard]] TensorView gpu() const { return gpu_.view(); }
+  // Relative-norm difference of the two backends' contents (+inf on NaN/Inf).
+  [[nodiscard]] double difference() const { return relative_error(gpu_.get(), cpu_.get()); }
+  [[nodiscard]] bool identical() const { return gpu_.get() == cpu_.get() && !has_nan(cpu_.get()); }
+  // Elements [first, last) of each side.
+  [[nodiscard]] std::vector<double> cpu_values(std::size_t first, std::size_t last) const {
+    return part(cpu_, first, last);
+  }
+  [[nodiscard]] std::vector<double> gpu_values(std::size_t first, std::size_t last) const {
+    return part(gpu_, first, last);
+  }
+  [[nodiscard]] DType dtype() const { return dtype_; }
+
+ private:
+  static std::vector<double> part(const TestTensor& tensor, std::size_t first, std::size_t last) {
+    const auto all = tensor.get();
+    return {all.begin() + static_cast<std::ptrdiff_t>(first), all.begin() + static_cast<std::ptrdiff_t>(last)};
+  }
+  TestTensor cpu_, gpu_;
+  DType dtype_;
+};
+
+// A plain array held by both backends.
+template <class T>
+class ArrayPair {
+ public:
+  ArrayPair(Backend& cpu, Backend& gpu, const std::vector<T>& values) : cpu_(cpu, values), gpu_(gpu, values) {}
+  void set(const std::vector<T>& values) {
+    cpu_.set(values);
+    gpu_.set(values);
+  }
+  [[nodiscard]] T* cpu() const { return cpu_.data(); }
+  [[nodiscard]] T* gpu() const { return gpu_.data(); }
+  [[nodiscard]] std::vector<T> cpu_values() const { return cpu_.get(); }
+  [[nodiscard]] std::vector<T> gpu_values() const { return gpu_.get(); }
+  [[nodiscard]] double difference() const {
+    const auto want = cpu_.get(), got = gpu_.get();
+    return relative_error(std::vector<double>(got.begin(), got.end()), std::vector<double>(want.begin(), want.end()));
+  }
+
+ private:
+  TestArray<T> cpu_, gpu_;
+};
+
+std::vector<float> random_floats(std::size_t count, std::uint64_t seed, double low = -1.0, double high = 1.0) {
+  const auto values = random_values(count, seed, low, high);
+  return {values.begin(), values.end()};
+}
+
+const float nan_float = std::numeric_limits<float>::quiet_NaN();
+
+class CudaVsCpu : public ::testing::Test {
+ protected:
+  // HPCTRAIN_GPU_TEST_SELF_CHECK=1 puts a second CPU backend in the GPU's place: checks this harness (every comparison
+  // must pass against itself) on machines without a GPU.
+  void SetUp() override {
+    if (self_check()) {
+      gpu = make_cpu_backend();
+      return;
+    }
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    gpu = make_cuda_backend(0);
+  }
+  static bool self_check() { return std::getenv("HPCTRAIN_GPU_TEST_SELF_CHECK") != nullptr; }
+  TensorPair pair(DType dtype, std::int64_t rows, std::int64_t cols) { return {*cpu, *gpu, dtype, rows, cols}; }
+  template <class T>
+  ArrayPair<T> array(const std::vector<T>& values) {
+    return {*cpu, *gpu, values};
+  }
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+  std::unique_ptr<Backend> gpu;
+};
+
+TEST(CudaDevices, CountIsCheapAndNeverThrows) {
+  EXPECT_GE(cuda_device_count(), 0);
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+}
+
+TEST_F(CudaVsCpu, MemoryRoundTrip) {
+  if (!self_check()) EXPECT_EQ(gpu->name().rfind("cuda:0", 0), 0u) << gpu->name();
+  for (std::size_t bytes : {std::size_t{1}, std::size_t{1000}, std::size_t{1} << 20}) {
+    void* first = gpu->allocate(bytes);
+    void* second = gpu->allocate(bytes);
+    std::vector<unsigned char> in(bytes), out(bytes, 0);
+    for (std::size_t i = 0; i < bytes; ++i) in[i] = static_cast<unsigned char>(i * 7 + 1);
+    gpu->copy_to_backend(first, in.data(), bytes);
+    gpu->copy(second, first, bytes);
+    gpu->copy_to_host(out.data(), second, bytes);
+    EXPECT_EQ(in, out);
+    gpu->zero(second, bytes);
+    gpu->copy_to_host(out.data(), second, bytes);
+    EXPECT_EQ(std::count(out.begin(), out.end(), 0), static_cast<long>(bytes));
+    gpu->deallocate(first);
+    gpu->deallocate(second);
+  }
+}
+
+TEST_F(CudaVsCpu, CastIsBitIdenticalAlignedAndNot) {
+  for (DType from : gpu_dtypes)
+    for (DType to : gpu_dtypes)
+      for (std::int64_t offset : {0, 1}) {  // offset 1 element: the unvectorised path
+        auto source = pair(from, 37, 29);
+        auto destination = pair(to, 37, 29);
+        source.randomize(11, -300.0, 300.0);
+        destination.poison();
+        const auto shift = [&](TensorView view, std::int64_t rows) {
+          view.data = static_cast<char*>(view.data) + offset * static_cast<std::int64_t>(dtype_size(view.dtype));
+          view.rows = rows;
+          return view;
+        };
+        // Elements before the offset stay poisoned on both sides; the shifted view covers 36 rows.
+        cpu->cast(shift(source.cpu(), 36), shift(destination.cpu(), 36));
+        gpu->cast(shift(source.gpu(), 36), shift(destination.gpu(), 36));
+        const std::size_t first = static_cast<std::size_t>(offset), last = first + 36 * 29;
+        const auto want = destination.cpu_values(first, last);
+        EXPECT_FALSE(has_nan(want));
+        EXPECT_EQ(destination.gpu_values(first, last), want)
+            << dtype_name(from) << " -> " << dtype_name(to) << " offset " << offset;
+      }
+}
+
+TEST_F(CudaVsCpu, GemmEveryDtypeTransposeBiasAndAccumulate) {
+  struct Shape {
+    std::int64_t m, n, k;
+  };
+  for (const Shape shape : {Shape{37, 29, 53}, Shape{64, 128, 96}})
+    for (DType input : gpu_dtypes)
+      for (DType output : {input, DType::f32})
+        for (int transposes = 0; transposes < 4; ++transposes)
+          for (int options = 0; options < 4; ++options) {
+            const bool transpose_a = transposes & 1, transpose_b = transposes & 2;
+            const bool with_bias = options & 1, accumulate = options & 2;
+            auto a = transpose_a ? pair(input, shape.k, shape.m) : pair(input, shape.m, shape.k);
+            auto b = transpose_b ? pair(input, shape.n, shape.k) : pair(input, shape.k, shape.n);
+            auto c = pair(output, shape.m, shape.n);
+            auto bias = array(random_floats(static_cast<std::size_t>(shape.n), 5));
+            a.randomize(1);
+            b.randomize(2);
+            if (accumulate)
+              c.randomize(3);
+            else
+              c.poison();
+            cpu->gemm(a.cpu(), transpose_a, b.cpu(), transpose_b, c.cpu(), with_bias ? bias.cpu() : nullptr,
+                      accumulate);
+            gpu->gemm(a.gpu(), transpose_a, b.gpu(), transpose_b, c.gpu(), with_bias ? bias.gpu() : nullptr,
+                      accumulate);
+            EXPECT_LE(c.difference(), tolerance(output))
+                << shape.m << "x" << shape.n << "x" << shape.k << " " << dtype_name(input) << "->" << dtype_name(output)
+                << " ta " << transpose_a << " tb " << transpose_b << " bias " << with_bias << " accumulate "
+                << accumulate;
+          }
+}
+
+TEST_F(CudaVsCpu, GemmOnUnalignedViews) {
+  for (DType dtype : gpu_dtypes) {
+    // Views one element into larger buffers, as layers' weights are views into one flat buffer.
+    auto a = pair(dtype, 33, 41), b = pair(dtype, 41, 18), c = pair(DType::f32, 31, 17);
+    a.randomize(21);
+    b.randomize(22);
+    c.poison();
+    const auto shift = [](TensorView view, std::int64_t rows, std::int64_t cols) {
+      view.data = static_cast<char*>(view.data) + dtype_size(view.dtype);
+      view.rows = rows;
+      view.cols = cols;
+      return view;
+    };
+    cpu->gemm(shift(a.cpu(), 31, 40), false, shift(b.cpu(), 40, 16), false, shift(c.cpu(), 31, 16), nullptr, false);
+    gpu->gemm(shift(a.gpu(), 31, 40), false, shift(b.gpu(), 40, 16), false, shift(c.gpu(), 31, 16), nullptr, false);
+    // The shifted output is elements [1, 1 + 31 * 16) of c.
+    EXPECT_LE(relative_error(c.gpu_values(1, 1 + 31 * 16), c.cpu_values(1, 1 + 31 * 16)), tolerance(DType::f32))
+        << dtype_name(dtype);
+  }
+}
+
+TEST_F(CudaVsCpu, BiasGradient) {
+  for (DType dtype : gpu_dtypes)
+    for (bool accumulate : {false, true}) {
+      auto dy = pair(dtype, 300, 150);
+      dy.randomize(31);
+      auto dbias = array(random_floats(150, 32));
+      if (!accumulate) dbias.set(std::vector<float>(150, nan_float));
+      cpu->bias_gradient(dy.cpu(), dbias.cpu(), DType::f32, accumulate);
+      gpu->bias_gradient(dy.gpu(), dbias.gpu(), DType::f32, accumulate);
+      EXPECT_LE(dbias.difference(), 1e-5) << dtype_name(dtype) << " accumulate " << accumulate;
+    }
+}
+
+TEST_F(CudaVsCpu, ActivationsForwardAndBackward) {
+  for (DType dtype : gpu_dtypes)
+    for (Activation kind : all_activations) {
+      auto x = pair(dtype, 67, 33), y = pair(dtype, 67, 33), dy = pair(dtype, 67, 33), dx = pair(dtype, 67, 33);
+      x.randomize(41, -3.0, 3.0);
+      dy.randomize(42);
+      y.poison();
+      dx.poison();
+      cpu->activation_forward(kind, 0.05f, x.cpu(), y.cpu());
+      gpu->activation_forward(kind, 0.05f, x.gpu(), y.gpu());
+      EXPECT_LE(y.difference(), tolerance(dtype)) << dtype_name(dtype) << " kind " << static_cast<int>(kind);
+      cpu->activation_backward(kind, 0.05f, x.cpu(), dy.cpu(), dx.cpu());
+      gpu->activation_backward(kind, 0.05f, x.gpu(), dy.gpu(), dx.gpu());
+      EXPECT_LE(dx.difference(), tolerance(dtype)) << dtype_name(dtype) << " kind " << static_cast<int>(kind);
+      // In place (dx aliases dy), as layers run it.
+      cpu->activation_backward(kind, 0.05f, x.cpu(), dy.cpu(), dy.cpu());
+      gpu->activation_backward(kind, 0.05f, x.gpu(), dy.gpu(), dy.gpu());
+      EXPECT_LE(dy.difference(), tolerance(dtype)) << "in place";
+    }
+}
+
+TEST_F(CudaVsCpu, DropoutMasksAreIdentical) {
+  const std::int64_t rows = 45, cols = 77;  // odd: groups of four straddle rows
+  std::vector<std::int64_t> ids;
+  for (std::int64_t i = 0; i < rows; ++i) ids.push_back(1000003 * i % 7919 + 5000000000ll);
+  auto sample_ids = array(ids);
+  for (DType dtype : gpu_dtypes)
+    for (float p : {0.1f, 0.5f}) {
+      auto x = pair(dtype, rows, cols), y = pair(dtype, rows, cols);
+      x.randomize(51, 0.5, 1.5);  // never zero: a dropped element is recognisable
+      y.poison();
+      cpu->dropout_forward(p, 1234, 17, 3, sample_ids.cpu(), x.cpu(), y.cpu());
+      gpu->dropout_forward(p, 1234, 17, 3, sample_ids.gpu(), x.gpu(), y.gpu());
+      EXPECT_TRUE(y.identical()) << dtype_name(dtype) << " p " << p;
+      cpu->dropout_backward(p, 1234, 17, 3, sample_ids.cpu(), x.cpu(), x.cpu());  // in place
+      gpu->dropout_backward(p, 1234, 17, 3, sample_ids.gpu(), x.gpu(), x.gpu());
+      EXPECT_TRUE(x.identical()) << dtype_name(dtype) << " backward p " << p;
+    }
+}
+
+TEST_F(CudaVsCpu, LayernormForwardAndBackward) {
+  for (DType dtype : gpu_dtypes)
+    for (std::int64_t cols : {7, 100, 1000})
+      for (bool accumulate : {false, true}) {
+        const std::int64_t rows = 37;
+        auto x = pair(dtype, rows, cols), y = pair(dtype, rows, cols), dy = pair(dtype, rows, cols),
+             dx = pair(dtype, rows, cols);
+        x.randomize(61, -2.0, 3.0);
+        dy.randomize(62);
+        y.poison();
+        dx.poison();
+        auto gamma = array(random_floats(static_cast<std::size_t>(cols), 63, 0.5, 1.5));
+        auto beta = array(random_floats(static_cast<std::size_t>(cols), 64));
+        auto mean = array(std::vector<float>(static_cast<std::size_t>(rows), nan_float));
+        auto rstd = array(std::vector<float>(static_cast<std::size_t>(rows), nan_float));
+        auto dgamma = array(accumulate ? random_floats(static_cast<std::size_t>(cols), 65)
+                                       : std::vector<float>(static_cast<std::size_t>(cols), nan_float));
+        auto dbeta = array(accumulate ? random_floats(static_cast<std::size_t>(cols), 66)
+                                      : std::vector<float>(static_cast<std::size_t>(cols), nan_float));
+        cpu->layernorm_forward(x.cpu(), gamma.cpu(), beta.cpu(), 1e-5f, y.cpu(), mean.cpu(), rstd.cpu());
+        gpu->layernorm_forward(x.gpu(), gamma.gpu(), beta.gpu(), 1e-5f, y.gpu(), mean.gpu(), rstd.gpu());
+        const std::string where = std::string(dtype_name(dtype)) + " cols " + std::to_string(cols);
+        EXPECT_LE(y.difference(), tolerance(dtype)) << where;
+        EXPECT_LE(mean.difference(), 1e-5) << where;
+        EXPECT_LE(rstd.difference(), 1e-5) << where;
+        cpu->layernorm_backward(x.cpu(), dy.cpu(), gamma.cpu(), mean.cpu(), rstd.cpu(), dx.cpu(), dgamma.cpu(),
+                                dbeta.cpu(), accumulate);
+        gpu->layernorm_backward(x.gpu(), dy.gpu(), gamma.gpu(), mean.gpu(), rstd.gpu(), dx.gpu(), dgamma.gpu(),
+                                dbeta.gpu(), accumulate);
+        EXPECT_LE(dx.difference(), tolerance(dtype)) << where;
+        EXPECT_LE(dgamma.difference(), 1e-5) << where;
+        EXPECT_LE(dbeta.difference(), 1e-5) << where;
+      }
+}
+
+TEST_F(CudaVsCpu, SoftmaxCrossEntropy) {
+  for (DType dtype : gpu_dtypes)
+    for (std::int64_t classes : {3, 10, 100}) {
+      const std::int64_t rows = 70;
+      auto logits = pair(dtype, rows, classes);
+      logits.randomize(71, -4.0, 4.0);
+      std::vector<std::int32_t> label_values;
+      for (std::int64_t i = 0; i < rows; ++i) label_values.push_back(static_cast<std::int32_t>((i * 7 + 3) % classes));
+      auto labels = array(label_values);
+      auto scale = array(std::vector<float>{0.37f});
+      auto sums = array(std::vector<LossSums>{LossSums{0.5, 2.0}});
+      // Without the gradient, then with it written over the logits (as training does).
+      cpu->softmax_cross_entropy(logits.cpu(), labels.cpu(), nullptr, TensorView{}, sums.cpu());
+      gpu->softmax_cross_entropy(logits.gpu(), labels.gpu(), nullptr, TensorView{}, sums.gpu());
+      cpu->softmax_cross_entropy(logits.cpu(), labels.cpu(), scale.cpu(), logits.cpu(), sums.cpu());
+      gpu->softmax_cross_entropy(logits.gpu(), labels.gpu(), scale.gpu(), logits.gpu(), sums.gpu());
+      const std::string where = std::string(dtype_name(dtype)) + " classes " + std::to_string(classes);
+      EXPECT_LE(logits.difference(), tolerance(dtype)) << where;
+      const LossSums want = sums.cpu_values()[0], got = sums.gpu_values()[0];
+      EXPECT_NEAR(got.loss_sum, want.loss_sum, 1e-5 * want.loss_sum) << where;
+      EXPECT_EQ(got.correct, want.correct) << where;
+    }
+}
+
+TEST_F(CudaVsCpu, MeanSquaredError) {
+  for (DType dtype : gpu_dtypes) {
+    const std::int64_t rows = 53, cols = 5;
+    auto pred = pair(dtype, rows, cols);
+    pred.randomize(81, -2.0, 2.0);
+    auto targets = array(random_floats(static_cast<std::size_t>(rows * cols), 82));
+    auto scale = array(std::vector<float>{1.7f});
+    auto sums = array(std::vector<LossSums>{LossSums{0.25, 0.0}});
+    cpu->mean_squared_error(pred.cpu(), targets.cpu(), scale.cpu(), pred.cpu(), sums.cpu());
+    gpu->mean_squared_error(pred.gpu(), targets.gpu(), scale.gpu(), pred.gpu(), sums.gpu());
+    EXPECT_LE(pred.difference(), tolerance(dtype)) << dtype_name(dtype);
+    EXPECT_NEAR(sums.gpu_values()[0].loss_sum, sums.cpu_values()[0].loss_sum, 1e-5 * sums.cpu_values()[0].loss_sum);
+  }
+}
+
+StepScalars scalars_with_scale(float loss_scale) {
+  StepScalars scalars;
+  scalars.loss_scale = loss_scale;
+  scalars.learning_rate = 1e-2f;
+  return scalars;
+}
+
+TEST_F(CudaVsCpu, GradientStatisticsNormNonFiniteAndDeterminism) {
+  auto gradients_values = random_floats(3 * 4096 + 123, 91, -1000.0, 1000.0);
+  auto gradients = array(gradients_values);
+  OptimizerHyper hyper;
+  hyper.max_grad_norm = 1.0f;
+  auto scalars = array(std::vector<StepScalars>{scalars_with_scale(1024.0f)});
+  const auto count = static_cast<std::int64_t>(gradients_values.size());
+  cpu->gradient_statistics(gradients.cpu(), count, hyper, scalars.cpu());
+  gpu->gradient_statistics(gradients.gpu(), count, hyper, scalars.gpu());
+  StepScalars want = scalars.cpu_values()[0], got = scalars.gpu_values()[0];
+  EXPECT_EQ(got.found_nonfinite, 0);
+  EXPECT_NEAR(got.grad_norm, want.grad_norm, 1e-6 * want.grad_norm);
+  EXPECT_NEAR(got.clip_coefficient, want.clip_coefficient, 1e-6 * want.clip_coefficient);
+  gpu->gradient_statistics(gradients.gpu(), count, hyper, scalars.gpu());
+  EXPECT_EQ(scalars.gpu_values()[0].grad_norm, got.grad_norm) << "two runs must agree bit for bit";
+
+  for (const float bad : {nan_float, std::numeric_limits<float>::infinity()})
+    for (const std::size_t position : {std::size_t{0}, std::size_t{5000}, gradients_values.size() - 1}) {
+      auto broken = gradients_values;
+      broken[position] = bad;
+      gradients.set(broken);
+      gpu->gradient_statistics(gradients.gpu(), count, hyper, scalars.gpu());
+      EXPECT_EQ(scalars.gpu_values()[0].found_nonfinite, 1) << bad << " at " << position;
+      EXPECT_EQ(scalars.gpu_values()[0].clip_coefficient, 1.0f);
+    }
+}
+
+// Several optimizer steps on both backends from the same state: parameters, states and working copy agree.
+void compare_optimizer(Backend& cpu, Backend& gpu, const OptimizerHyper& hyper, DType working_dtype, bool decay) {
+  const std::size_t count = 5000;
+  ArrayPair<float> parameters(cpu, gpu, random_floats(count, 101));
+  ArrayPair<float> gradients(cpu, gpu, random_floats(count, 102, -500.0, 500.0));
+  ArrayPair<float> state1(cpu, gpu, std::vector<float>(count, 0.0f));
+  ArrayPair<float> state2(cpu, gpu, std::vector<float>(count, 0.0f));
+  TensorPair working(cpu, gpu, working_dtype, 1, static_cast<std::int64_t>(count));
+  working.poison();
+  ArrayPair<StepScalars> scalars(cpu, gpu, {scalars_with_scale(256.0f)});
+  LossScalerConfig scaler;
+  scaler.enabled = true;
+  scaler.growth_interval = 2;
+  for (int step = 0; step < 4; ++step) {
+    gradients.set(random_floats(count, 200 + static_cast<std::uint64_t>(step), -500.0, 500.0));
+    for (Backend* backend : {&cpu, &gpu}) {
+      const bool on_gpu = backend == &gpu;
+      StepScalars* s = on_gpu ? scalars.gpu() : scalars.cpu();
+      backend->gradient_statistics(on_gpu ? gradients.gpu() : gradients.cpu(), static_cast<std::int64_t>(count), hyper,
+                                   s);
+      backend->optimizer_step(hyper, decay, on_gpu ? parameters.gpu() : parameters.cpu(),
+                              on_gpu ? gradients.gpu() : gradients.cpu(), on_gpu ? state1.gpu() : state1.cpu(),
+                              hyper.type == OptimizerType::adamw ? (on_gpu ? state2.gpu() : state2.cpu()) : nullptr,
+                              static_cast<std::int64_t>(count), on_gpu ? working.gpu() : working.cpu(), s);
+      backend->finish_step(scaler, s);
+    }
+  }
+  const std::string where = std::string(hyper.type == OptimizerType::adamw ? "adamw" : "sgd") + " working " +
+                            dtype_name(working_dtype) + " decay " + std::to_string(decay);
+  EXPECT_LE(parameters.difference(), 1e-5) << where;
+  EXPECT_LE(state1.difference(), 1e-5) << where;
+  if (hyper.type == OptimizerType::adamw) EXPECT_LE(state2.difference(), 1e-5) << where;
+  EXPECT_LE(working.difference(), tolerance(working_dtype)) << where;
+  EXPECT_EQ(scalars.gpu_values()[0].applied_steps, scalars.cpu_values()[0].applied_steps) << where;
+}
+
+TEST_F(CudaVsCpu, OptimizerSteps) {
+  OptimizerHyper adamw;
+  adamw.weight_decay = 0.1f;
+  adamw.max_grad_norm = 2.0f;
+  OptimizerHyper sgd;
+  sgd.type = OptimizerType::sgd;
+  sgd.momentum = 0.9f;
+  sgd.nesterov = true;
+  sgd.weight_decay = 1e-3f;
+  for (const OptimizerHyper& hyper : {adamw, sgd})
+    for (DType working : gpu_dtypes)
+      for (bool decay : {false, true}) compare_optimizer(*cpu, *gpu, hyper, working, decay);
+}
+
+TEST_F(CudaVsCpu, OptimizerSkipsOnNonFiniteGradients) {
+  auto parameters = array(random_floats(1000, 111));
+  auto gradients = array(random_floats(1000, 112));
+  auto state1 = array(std::vector<float>(1000, 0.0f));
+  auto state2 = array(std::vector<float>(1000, 0.0f));
+  StepScalars skipped = scalars_with_scale(1.0f);
+  skipped.found_nonfinite = 1;
+  auto scalars = array(std::vector<StepScalars>{skipped});
+  const auto before = parameters.gpu_values();
+  gpu->optimizer_step(OptimizerHyper{}, true, parameters.gpu(), gradients.gpu(), state1.gpu(), state2.gpu(), 1000,
+                      TensorView{}, scalars.gpu());
+  EXPECT_EQ(parameters.gpu_values(), before);
+}
+
+// The scaler on the device against the CPU scaler on the same pattern of non-finite steps.
+TEST_F(CudaVsCpu, LossScalerTrajectoryIsIdentical) {
+  LossScalerConfig config;
+  config.enabled = true;
+  config.growth_interval = 3;
+  auto finite = random_floats(10000, 121);
+  auto broken = finite;
+  broken[777] = std::numeric_limits<float>::infinity();
+  auto gradients = array(finite);
+  auto scalars = array(std::vector<StepScalars>{scalars_with_scale(65536.0f)});
+  const std::vector<int> pattern = {0, 0, 0, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0};
+  for (std::size_t step = 0; step < pattern.size(); ++step) {
+    gradients.set(pattern[step] ? broken : finite);
+    cpu->gradient_statistics(gradients.cpu(), 10000, OptimizerHyper{}, scalars.cpu());
+    cpu->finish_step(config, scalars.cpu());
+    gpu->gradient_statistics(gradients.gpu(), 10000, OptimizerHyper{}, scalars.gpu());
+    gpu->finish_step(config, scalars.gpu());
+    const StepScalars want = scalars.cpu_values()[0], got = scalars.gpu_values()[0];
+    EXPECT_EQ(got.loss_scale, want.loss_scale) << "step " << step;
+    EXPECT_EQ(got.growth_tracker, want.growth_tracker) << "step " << step;
+    EXPECT_EQ(got.found_nonfinite, want.found_nonfinite) << "step " << step;
+    EXPECT_EQ(got.applied_steps, want.applied_steps) << "step " << step;
+    EXPECT_EQ(got.consecutive_skips, want.consecutive_skips) << "step " << step;
+  }
+}
+
+TEST_F(CudaVsCpu, Fp64IsRefusedClearly) {
+  if (self_check()) GTEST_SKIP() << "the CPU backend supports fp64";
+  TestTensor x(*gpu, DType::f64, 2, 2), y(*gpu, DType::f64, 2, 2);
+  EXPECT_THROW(gpu->activation_forward(Activation::relu, 0.0f, x.view(), y.view()), NotSupported);
+}
+
+}  // namespace
+}  // namespace hpctrain

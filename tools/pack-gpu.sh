@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds hpctrain and the GPU test programs for Hopper (sm_90) in build-gpu/ and packs them, with the MPI/HDF5/oneDNN
+# runtime they need, into .device/rt.tar.xz for a GPU machine that has CUDA but no MPI or HDF5
+# (see /work/shared/gpu/README.md). tools/gpu-check.sh unpacks and runs it there.
+#
+#   tools/pack-gpu.sh [OUT.tar.xz]        (JOBS=N for the build's parallelism, default 2)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$root/.device/rt.tar.xz}
+pack=${HPCTRAIN_PACK:-$root/../shared/gpu/pack.sh}
+[[ -x $pack ]] || pack=/work/shared/gpu/pack.sh
+[[ -x $pack ]] || { echo "pack-gpu.sh: pack.sh not found (set HPCTRAIN_PACK)" >&2; exit 2; }
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(dirname "$root")}
+
+cmake -S "$root" -B "$root/build-gpu" -DCMAKE_BUILD_TYPE=Release -DHPCTRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -DHPCTRAIN_BENCHMARKS=OFF >/dev/null
+programs=(hpctrain cuda_kernels_test device_allreduce_mpi_test)
+cmake --build "$root/build-gpu" -j"${JOBS:-2}" --target "${programs[@]}"
+mkdir -p "$(dirname "$out")"
+"$pack" "$out" "$root/build-gpu/bin/hpctrain" "$root/build-gpu/tests/cuda_kernels_test" \
+  "$root/build-gpu/tests/device_allreduce_mpi_test"
+echo "packed $(du -h "$out" | cut -f1) into $out"
