@@ -1,0 +1,442 @@
+// Convolutions of the CPU backend.
+//
+// Which path a convolution takes:
+// - f32 and bf16 storage: oneDNN 2.6 convolution primitives (the 2.x API: op descriptor, then primitive descriptor) on
+//   the plain NCHW / NCDHW activations and PyTorch-shaped (out, in/groups, k...) weights, so nothing is reordered per
+//   step; oneDNN accumulates in fp32. Weight and bias gradients are fp32 whatever the input dtype.
+// - f16 storage: inputs widened to fp32 scratch, the f32 primitive, the result rounded once into the f16 output.
+// - f64 storage: the loops below, in double. They are the reference: gradient checks run through them, and the tests
+//   compare the oneDNN paths with them.
+// Gradient accumulation (accumulate = true) writes oneDNN's weight gradient into fp32 scratch and adds it.
+#include "cpu_convolution.hpp"
+
+#include <array>
+#include <dnnl.hpp>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "cpu_common.hpp"
+#include "cpu_spatial.hpp"
+#include "hpctrain/core/error.hpp"
+
+namespace hpctrain::cpu {
+namespace {
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Reference loops (any dtype; used for f64)
+// ---------------------------------------------------------------------------------------------------------------------
+
+template <class T, class B>
+void forward_loops(const SpatialGeometry& g, std::int64_t rows, const T* x, const T* w, const B* bias, T* y) {
+  using C = compute_t<T>;
+  const Box b = box_of(g);
+  const std::int64_t in_size = g.input_size(), out_size = g.output_size(), kernel_size = g.kernel_size();
+  const std::int64_t group_in = g.in_channels / g.groups, group_out = g.out_channels / g.groups;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (std::int64_t n = 0; n < rows; ++n)
+    for (std::int64_t oc = 0; oc < g.out_channels; ++oc) {
+      const std::int64_t first_in = oc / group_out * group_in;
+      T* out = y + (n * g.out_channels + oc) * out_size;
+      for_each_output(b, [&](std::int64_t o, std::int64_t od, std::int64_t oh, std::int64_t ow) {
+        C sum = bias != nullptr ? static_cast<C>(bias[oc]) : C(0);
+        for (std::int64_t local = 0; local < group_in; ++local) {
+          const T* in = x + (n * g.in_channels + first_in + local) * in_size;
+          const T* weights = w + (oc * group_in + local) * kernel_size;
+          for_each_tap(b, od, oh, ow, [&](std::int64_t i, std::int64_t k) { sum += load(in[i]) * load(weights[k]); });
+        }
+        out[o] = store_from_double<T>(static_cast<double>(sum));
+      });
+    }
+}
+
+template <class T>
+void backward_data_loops(const SpatialGeometry& g, std::int64_t rows, const T* dy, const T* w, T* dx) {
+  using C = compute_t<T>;
+  const Box b = box_of(g);
+  const std::int64_t in_size = g.input_size(), out_size = g.output_size(), kernel_size = g.kernel_size();
+  const std::int64_t group_in = g.in_channels / g.groups, group_out = g.out_channels / g.groups;
+  // Scatter form: each thread owns one (sample, group) block of dx, so no two threads write the same element.
+#pragma omp parallel for collapse(2) schedule(static)
+  for (std::int64_t n = 0; n < rows; ++n)
+    for (std::int64_t group = 0; group < g.groups; ++group) {
+      std::vector<C> sums(static_cast<std::size_t>(group_in * in_size), C(0));
+      for (std::int64_t local_out = 0; local_out < group_out; ++local_out) {
+        const std::int64_t oc = group * group_out + local_out;
+        const T* gradient = dy + (n * g.out_channels + oc) * out_size;
+        for_each_output(b, [&](std::int64_t o, std::int64_t od, std::int64_t oh, std::int64_t ow) {
+          const C upstream = load(gradient[o]);
+          for (std::int64_t local = 0; local < group_in; ++local) {
+            const T* weights = w + (oc * group_in + local) * kernel_size;
+            C* target = sums.data() + local * in_size;
+            for_each_tap(b, od, oh, ow, [&](std::int64_t i, std::int64_t k) { target[i] += upstream * load(weights[k]); });
+          }
+        });
+      }
+      T* out = dx + (n * g.in_channels + group * group_in) * in_size;
+      for (std::int64_t i = 0; i < group_in * in_size; ++i)
+        out[i] = store_from_double<T>(static_cast<double>(sums[static_cast<std::size_t>(i)]));
+    }
+}
+
+template <class T, class M>
+void backward_weights_loops(const SpatialGeometry& g, std::int64_t rows, const T* x, const T* dy, M* dw, M* dbias,
+                            bool accumulate) {
+  using C = compute_t<T>;
+  const Box b = box_of(g);
+  const std::int64_t in_size = g.input_size(), out_size = g.output_size(), kernel_size = g.kernel_size();
+  const std::int64_t group_in = g.in_channels / g.groups, group_out = g.out_channels / g.groups;
+#pragma omp parallel for schedule(static)
+  for (std::int64_t oc = 0; oc < g.out_channels; ++oc) {
+    const std::int64_t first_in = oc / group_out * group_in;
+    std::vector<C> sums(static_cast<std::size_t>(group_in * kernel_size), C(0));
+    C bias_sum = 0;
+    for (std::int64_t n = 0; n < rows; ++n) {
+      const T* gradient = dy + (n * g.out_channels + oc) * out_size;
+      for_each_output(b, [&](std::int64_t o, std::int64_t od, std::int64_t oh, std::int64_t ow) {
+        const C upstream = load(gradient[o]);
+        bias_sum += upstream;
+        for (std::int64_t local = 0; local < group_in; ++local) {
+          const T* in = x + (n * g.in_channels + first_in + local) * in_size;
+          C* target = sums.data() + local * kernel_size;
+          for_each_tap(b, od, oh, ow, [&](std::int64_t i, std::int64_t k) { target[k] += upstream * load(in[i]); });
+        }
+      });
+    }
+    M* out = dw + oc * group_in * kernel_size;
+    for (std::int64_t i = 0; i < group_in * kernel_size; ++i)
+      out[i] = static_cast<M>(sums[static_cast<std::size_t>(i)]) + (accumulate ? out[i] : M(0));
+    if (dbias != nullptr) dbias[oc] = static_cast<M>(bias_sum) + (accumulate ? dbias[oc] : M(0));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// oneDNN primitives (f32, bf16)
+// ---------------------------------------------------------------------------------------------------------------------
+
+using DnnlType = dnnl::memory::data_type;
+using Tag = dnnl::memory::format_tag;
+
+enum class Pass : std::uint8_t { forward, backward_data, backward_weights };
+
+// Everything that decides a primitive.
+struct ConvolutionKey {
+  SpatialGeometry geometry;
+  std::int64_t rows = 0;
+  DType input = DType::f32;  // activations and weights as oneDNN sees them (f32 or bf16)
+  Pass pass = Pass::forward;
+  bool bias = false;
+  bool operator==(const ConvolutionKey&) const = default;
+};
+
+struct ConvolutionKeyHash {
+  std::size_t operator()(const ConvolutionKey& key) const {
+    std::size_t hash = 0;
+    const auto mix = [&hash](std::int64_t value) {
+      hash ^= std::hash<std::int64_t>{}(value) + 0x9e3779b97f4a7c15ull + (hash << 6) + (hash >> 2);
+    };
+    const SpatialGeometry& g = key.geometry;
+    mix(g.dimensions);
+    mix(g.in_channels);
+    mix(g.out_channels);
+    mix(g.groups);
+    for (const auto* extents : {&g.input, &g.output, &g.kernel, &g.stride, &g.padding, &g.dilation})
+      for (auto value : *extents) mix(value);
+    mix(key.rows);
+    mix(static_cast<std::int64_t>(key.input) | static_cast<std::int64_t>(key.pass) << 4 |
+        static_cast<std::int64_t>(key.bias) << 8);
+    return hash;
+  }
+};
+
+// A created primitive and memory objects without buffers of their own: every call points them at the caller's
+// buffers, so a call creates no oneDNN object.
+struct Convolution {
+  dnnl::primitive primitive;
+  std::vector<dnnl::memory> memories;  // in the order of `arguments`, the scratchpad last
+  std::array<dnnl_exec_arg_t, 6> arguments{};
+  int argument_count = 0;
+  std::size_t scratchpad_bytes = 0;
+};
+
+DnnlType dnnl_type(DType type) { return type == DType::bf16 ? DnnlType::bf16 : DnnlType::f32; }
+
+dnnl::memory::dims extents(const std::array<std::int64_t, 3>& values, int dimensions, std::int64_t minus = 0) {
+  dnnl::memory::dims dims;
+  for (int axis = 0; axis < dimensions; ++axis) dims.push_back(values[static_cast<std::size_t>(axis)] - minus);
+  return dims;
+}
+
+dnnl::memory::desc activation_descriptor(std::int64_t rows, std::int64_t channels,
+                                         const std::array<std::int64_t, 3>& spatial, int dimensions, DnnlType type) {
+  dnnl::memory::dims dims{rows, channels};
+  for (auto extent : extents(spatial, dimensions)) dims.push_back(extent);
+  return {dims, type, dimensions == 2 ? Tag::nchw : Tag::ncdhw};
+}
+
+// PyTorch's (out, in/groups, k...) weight, seen as (groups, out/groups, in/groups, k...) when grouped.
+dnnl::memory::desc weight_descriptor(const SpatialGeometry& g, DnnlType type) {
+  dnnl::memory::dims dims;
+  if (g.groups > 1) dims.push_back(g.groups);
+  dims.push_back(g.out_channels / g.groups);
+  dims.push_back(g.in_channels / g.groups);
+  for (auto extent : extents(g.kernel, g.dimensions)) dims.push_back(extent);
+  const Tag tag = g.groups > 1 ? (g.dimensions == 2 ? Tag::goihw : Tag::goidhw) : (g.dimensions == 2 ? Tag::oihw : Tag::oidhw);
+  return {dims, type, tag};
+}
+
+template <class T>
+void widen_to_float(const T* source, float* destination, std::int64_t count) {
+#pragma omp parallel for schedule(static) if (count > 32768)
+  for (std::int64_t i = 0; i < count; ++i) destination[i] = load(source[i]);
+}
+
+template <class T>
+void narrow_from_float(const float* source, T* destination, std::int64_t count) {
+#pragma omp parallel for schedule(static) if (count > 32768)
+  for (std::int64_t i = 0; i < count; ++i) destination[i] = store<T>(source[i]);
+}
+
+void add_into(const float* source, float* destination, std::int64_t count) {
+#pragma omp parallel for schedule(static) if (count > 32768)
+  for (std::int64_t i = 0; i < count; ++i) destination[i] += source[i];
+}
+
+void check_geometry(const SpatialGeometry& g, const char* what) {
+  HPCTRAIN_ASSERT((g.dimensions == 2 || g.dimensions == 3) && g.groups >= 1 && g.in_channels % g.groups == 0 &&
+                      g.out_channels % g.groups == 0,
+                  what << ": bad geometry (" << g.dimensions << "-D, " << g.in_channels << " -> " << g.out_channels
+                       << " channels, " << g.groups << " groups)");
+}
+
+}  // namespace
+
+struct CpuConvolution::Impl {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::unordered_map<ConvolutionKey, Convolution, ConvolutionKeyHash> primitives;
+  ScratchBuffer widened_source, widened_other;  // f16 inputs as fp32
+  ScratchBuffer float_result;                   // fp32 result before rounding into f16, or before accumulating
+  ScratchBuffer float_bias;                     // fp32 bias gradient before accumulating
+  ScratchBuffer scratchpad;                     // oneDNN's own scratch (user-managed)
+  std::mutex mutex;
+
+  Convolution& convolution(const ConvolutionKey& key);
+  // Pointers in the argument order of the pass: forward (src, weights, [bias], dst); backward_data (diff_dst,
+  // weights, diff_src); backward_weights (src, diff_dst, diff_weights, [diff_bias]).
+  void execute(const ConvolutionKey& key, std::initializer_list<const void*> pointers);
+};
+
+Convolution& CpuConvolution::Impl::convolution(const ConvolutionKey& key) {
+  const auto found = primitives.find(key);
+  if (found != primitives.end()) return found->second;
+  const SpatialGeometry& g = key.geometry;
+  try {
+    const DnnlType type = dnnl_type(key.input);
+    const auto source = activation_descriptor(key.rows, g.in_channels, g.input, g.dimensions, type);
+    const auto destination = activation_descriptor(key.rows, g.out_channels, g.output, g.dimensions, type);
+    const auto weights = weight_descriptor(g, type);
+    const auto weights_f32 = weight_descriptor(g, DnnlType::f32);
+    const dnnl::memory::desc bias({g.out_channels}, DnnlType::f32, Tag::x);
+    const auto strides = extents(g.stride, g.dimensions);
+    const auto dilations = extents(g.dilation, g.dimensions, 1);  // oneDNN counts the gaps: 0 = dense
+    const auto padding = extents(g.padding, g.dimensions);
+    dnnl::primitive_attr attributes;
+    attributes.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const auto algorithm = dnnl::algorithm::convolution_direct;
+
+    const dnnl::convolution_forward::desc forward_op =
+        key.bias && key.pass == Pass::forward
+            ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, source, weights, bias,
+                                              destination, strides, dilations, padding, padding)
+            : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, source, weights,
+                                              destination, strides, dilations, padding, padding);
+    const dnnl::convolution_forward::primitive_desc forward(forward_op, attributes, engine);
+
+    Convolution created;
+    std::vector<std::pair<int, dnnl::memory::desc>> arguments;
+    dnnl::memory::desc scratchpad_desc;
+    switch (key.pass) {
+      case Pass::forward:
+        created.primitive = dnnl::convolution_forward(forward);
+        arguments = {{DNNL_ARG_SRC, source}, {DNNL_ARG_WEIGHTS, weights}};
+        if (key.bias) arguments.emplace_back(DNNL_ARG_BIAS, bias);
+        arguments.emplace_back(DNNL_ARG_DST, destination);
+        scratchpad_desc = forward.scratchpad_desc();
+        break;
+      case Pass::backward_data: {
+        const dnnl::convolution_backward_data::desc op(algorithm, source, weights, destination, strides, dilations,
+                                                       padding, padding);
+        const dnnl::convolution_backward_data::primitive_desc descriptor(op, attributes, engine, forward);
+        created.primitive = dnnl::convolution_backward_data(descriptor);
+        arguments = {{DNNL_ARG_DIFF_DST, destination}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DIFF_SRC, source}};
+        scratchpad_desc = descriptor.scratchpad_desc();
+        break;
+      }
+      case Pass::backward_weights: {
+        const auto op = key.bias ? dnnl::convolution_backward_weights::desc(algorithm, source, weights_f32, bias,
+                                                                            destination, strides, dilations, padding,
+                                                                            padding)
+                                 : dnnl::convolution_backward_weights::desc(algorithm, source, weights_f32,
+                                                                            destination, strides, dilations, padding,
+                                                                            padding);
+        const dnnl::convolution_backward_weights::primitive_desc descriptor(op, attributes, engine, forward);
+        created.primitive = dnnl::convolution_backward_weights(descriptor);
+        arguments = {{DNNL_ARG_SRC, source}, {DNNL_ARG_DIFF_DST, destination}, {DNNL_ARG_DIFF_WEIGHTS, weights_f32}};
+        if (key.bias) arguments.emplace_back(DNNL_ARG_DIFF_BIAS, bias);
+        scratchpad_desc = descriptor.scratchpad_desc();
+        break;
+      }
+    }
+    created.scratchpad_bytes = scratchpad_desc.get_size();
+    if (created.scratchpad_bytes > 0) arguments.emplace_back(DNNL_ARG_SCRATCHPAD, scratchpad_desc);
+    for (const auto& [argument, descriptor] : arguments) {
+      created.memories.push_back(dnnl::memory(descriptor, engine, DNNL_MEMORY_NONE));
+      created.arguments[static_cast<std::size_t>(created.argument_count++)] = {argument,
+                                                                               created.memories.back().get()};
+    }
+    return primitives.emplace(key, std::move(created)).first->second;
+  } catch (const dnnl::error& error) {
+    std::ostringstream detail;
+    detail << error.what() << " (status " << static_cast<int>(error.status) << ") for a " << g.dimensions
+           << "-D convolution of " << key.rows << " samples, " << g.in_channels << " -> " << g.out_channels
+           << " channels, " << g.groups << " groups, " << dtype_name(key.input);
+    throw LibraryError("oneDNN", "convolution primitive creation", detail.str(), __FILE__, __LINE__);
+  }
+}
+
+void CpuConvolution::Impl::execute(const ConvolutionKey& key, std::initializer_list<const void*> pointers) {
+  Convolution& entry = convolution(key);
+  std::size_t index = 0;
+  // oneDNN takes non-const handles but only reads the inputs.
+  for (const void* pointer : pointers) entry.memories[index++].set_data_handle(const_cast<void*>(pointer));
+  if (entry.scratchpad_bytes > 0) entry.memories[index].set_data_handle(scratchpad.reserve(entry.scratchpad_bytes));
+  dnnl_status_t status =
+      dnnl_primitive_execute(entry.primitive.get(), stream.get(), entry.argument_count, entry.arguments.data());
+  if (status == dnnl_success) status = dnnl_stream_wait(stream.get());
+  if (status != dnnl_success)
+    throw LibraryError("oneDNN", "dnnl_primitive_execute(convolution)",
+                       "status " + std::to_string(static_cast<int>(status)), __FILE__, __LINE__);
+}
+
+CpuConvolution::CpuConvolution() : impl_(std::make_unique<Impl>()) {}
+CpuConvolution::~CpuConvolution() = default;
+
+std::size_t CpuConvolution::cached_primitives() const {
+  const std::lock_guard lock(impl_->mutex);
+  return impl_->primitives.size();
+}
+
+void CpuConvolution::forward(const SpatialGeometry& g, const TensorView& x, const TensorView& weight, const void* bias,
+                             const TensorView& y) {
+  check_geometry(g, "convolution_forward");
+  HPCTRAIN_ASSERT(x.dtype == weight.dtype && x.dtype == y.dtype && x.rows == y.rows &&
+                      x.cols == g.in_channels * g.input_size() && y.cols == g.out_channels * g.output_size() &&
+                      weight.size() == g.out_channels * g.in_channels / g.groups * g.kernel_size(),
+                  "convolution_forward: shapes/dtypes do not match the geometry");
+  if (x.rows == 0) return;
+  if (x.dtype == DType::f64) {
+    forward_loops(g, x.rows, x.as<double>(), weight.as<double>(), static_cast<const double*>(bias), y.as<double>());
+    return;
+  }
+  const std::lock_guard lock(impl_->mutex);
+  ConvolutionKey key{g, x.rows, x.dtype, Pass::forward, bias != nullptr};
+  if (x.dtype != DType::f16) {
+    if (key.bias)
+      impl_->execute(key, {x.data, weight.data, bias, y.data});
+    else
+      impl_->execute(key, {x.data, weight.data, y.data});
+    return;
+  }
+  key.input = DType::f32;
+  float* wide_x = impl_->widened_source.reserve_elements<float>(static_cast<std::size_t>(x.size()));
+  float* wide_w = impl_->widened_other.reserve_elements<float>(static_cast<std::size_t>(weight.size()));
+  float* result = impl_->float_result.reserve_elements<float>(static_cast<std::size_t>(y.size()));
+  widen_to_float(x.as<fp16>(), wide_x, x.size());
+  widen_to_float(weight.as<fp16>(), wide_w, weight.size());
+  if (key.bias)
+    impl_->execute(key, {wide_x, wide_w, bias, result});
+  else
+    impl_->execute(key, {wide_x, wide_w, result});
+  narrow_from_float(result, y.as<fp16>(), y.size());
+}
+
+void CpuConvolution::backward_data(const SpatialGeometry& g, const TensorView& dy, const TensorView& weight,
+                                   const TensorView& dx) {
+  check_geometry(g, "convolution_backward_data");
+  HPCTRAIN_ASSERT(dy.dtype == weight.dtype && dy.dtype == dx.dtype && dx.rows == dy.rows &&
+                      dx.cols == g.in_channels * g.input_size() && dy.cols == g.out_channels * g.output_size(),
+                  "convolution_backward_data: shapes/dtypes do not match the geometry");
+  if (dy.rows == 0) return;
+  if (dy.dtype == DType::f64) {
+    backward_data_loops(g, dy.rows, dy.as<double>(), weight.as<double>(), dx.as<double>());
+    return;
+  }
+  const std::lock_guard lock(impl_->mutex);
+  ConvolutionKey key{g, dy.rows, dy.dtype, Pass::backward_data, false};
+  if (dy.dtype != DType::f16) {
+    impl_->execute(key, {dy.data, weight.data, dx.data});
+    return;
+  }
+  key.input = DType::f32;
+  float* wide_dy = impl_->widened_source.reserve_elements<float>(static_cast<std::size_t>(dy.size()));
+  float* wide_w = impl_->widened_other.reserve_elements<float>(static_cast<std::size_t>(weight.size()));
+  float* result = impl_->float_result.reserve_elements<float>(static_cast<std::size_t>(dx.size()));
+  widen_to_float(dy.as<fp16>(), wide_dy, dy.size());
+  widen_to_float(weight.as<fp16>(), wide_w, weight.size());
+  impl_->execute(key, {wide_dy, wide_w, result});
+  narrow_from_float(result, dx.as<fp16>(), dx.size());
+}
+
+void CpuConvolution::backward_weights(const SpatialGeometry& g, const TensorView& x, const TensorView& dy,
+                                      const TensorView& dweight, void* dbias, bool accumulate) {
+  check_geometry(g, "convolution_backward_weights");
+  HPCTRAIN_ASSERT(x.dtype == dy.dtype && x.rows == dy.rows && x.cols == g.in_channels * g.input_size() &&
+                      dy.cols == g.out_channels * g.output_size() &&
+                      dweight.size() == g.out_channels * g.in_channels / g.groups * g.kernel_size(),
+                  "convolution_backward_weights: shapes/dtypes do not match the geometry");
+  if (x.dtype == DType::f64) {
+    backward_weights_loops(g, x.rows, x.as<double>(), dy.as<double>(), dweight.as<double>(),
+                           static_cast<double*>(dbias), accumulate);
+    return;
+  }
+  HPCTRAIN_ASSERT(dweight.dtype == DType::f32, "convolution_backward_weights: gradients are f32");
+  if (x.rows == 0) {
+    if (!accumulate) {
+      std::fill_n(dweight.as<float>(), dweight.size(), 0.0f);
+      if (dbias != nullptr) std::fill_n(static_cast<float*>(dbias), g.out_channels, 0.0f);
+    }
+    return;
+  }
+  const std::lock_guard lock(impl_->mutex);
+  ConvolutionKey key{g, x.rows, x.dtype, Pass::backward_weights, dbias != nullptr};
+  const void* source = x.data;
+  const void* gradient = dy.data;
+  if (x.dtype == DType::f16) {
+    key.input = DType::f32;
+    float* wide_x = impl_->widened_source.reserve_elements<float>(static_cast<std::size_t>(x.size()));
+    float* wide_dy = impl_->widened_other.reserve_elements<float>(static_cast<std::size_t>(dy.size()));
+    widen_to_float(x.as<fp16>(), wide_x, x.size());
+    widen_to_float(dy.as<fp16>(), wide_dy, dy.size());
+    source = wide_x;
+    gradient = wide_dy;
+  }
+  float* weights_out = dweight.as<float>();
+  auto* bias_out = static_cast<float*>(dbias);
+  if (accumulate) {
+    weights_out = impl_->float_result.reserve_elements<float>(static_cast<std::size_t>(dweight.size()));
+    if (dbias != nullptr) bias_out = impl_->float_bias.reserve_elements<float>(static_cast<std::size_t>(g.out_channels));
+  }
+  if (key.bias)
+    impl_->execute(key, {source, gradient, weights_out, bias_out});
+  else
+    impl_->execute(key, {source, gradient, weights_out});
+  if (accumulate) {
+    add_into(weights_out, dweight.as<float>(), dweight.size());
+    if (dbias != nullptr) add_into(bias_out, static_cast<float*>(dbias), g.out_channels);
+  }
+}
+
+}  // namespace hpctrain::cpu
