@@ -21,8 +21,11 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
   std::int64_t saved_rows_blocks = 0;
   for (std::size_t i = 0; i < spec.layers.size(); ++i) {
     const LayerSpec& layer_spec = spec.layers[i];
+    // A layer list given by --set has no position in the deck file.
     const std::string location =
-        deck_path + ":" + std::to_string(layer_spec.position.line) + ":" + std::to_string(layer_spec.position.column);
+        layer_spec.position.line > 0 ? deck_path + ":" + std::to_string(layer_spec.position.line) + ":" +
+                                           std::to_string(layer_spec.position.column)
+                                     : deck_path + ": model.layers[" + std::to_string(i) + "]";
     layers_.push_back(make_layer(layer_spec, shape, location));
     Layer& layer = *layers_.back();
     parameter_begin_.push_back(parameter_count_);
