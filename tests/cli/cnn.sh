@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Convolutional networks end to end: the 2-D example deck (inputs/cnn2d.toml, on fewer generated images and epochs)
 # reaches >= 95% validation accuracy on 2 ranks as it is (8000 images, 4 epochs; ~10 s); 1 and 2 ranks give the same losses; the small CosmoFlow deck's loss
-# falls; the full-size CosmoFlow deck shape-checks; impossible shapes and conv keys fail with one clear message.
+# falls; PyTorch loads both checkpoints and reproduces their validation figures (when torch is installed); the
+# full-size CosmoFlow deck shape-checks; impossible shapes and conv keys fail with one clear message.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 mkdir data
@@ -47,6 +48,29 @@ loss, mse = f["/train/loss"][:], float(f["/eval/loss"][-1])
 print(f"cosmoflow-small: first loss {loss[0]:.4f}, last {loss[-1]:.4f}, validation mse {mse:.4f}")
 assert np.all(np.isfinite(loss)) and mse < 0.25, mse  # 0.33 = predicting 0
 PY
+
+# 3b. PyTorch reads the checkpoints with the loader of docs/file-formats.md and reproduces hpctrain's validation
+# figures (same conv, pooling and layout semantics), where torch is installed
+if $PYTHON -c 'import torch' 2>/dev/null; then
+  $PYTHON - "$HPCTRAIN_SOURCE_DIR/docs/file-formats.md" <<'PY' || fail "PyTorch does not reproduce the validation figures"
+import glob, sys, h5py, torch
+doc = open(sys.argv[1]).read()
+exec(doc[doc.index("```python") + len("```python"):doc.index("model = load_hpctrain_checkpoint")])
+for run, data, metric in (("run-accuracy", "images", "accuracy"), ("run-cosmo", "volumes", "loss")):
+    model = load_hpctrain_checkpoint(sorted(glob.glob(f"{run}/checkpoints/step-*.h5"))[-1]).eval()
+    with h5py.File(f"data/{data}-validation.h5", "r") as f:
+        x = torch.from_numpy(f["features"][()])
+        y = torch.from_numpy(f["labels" if data == "images" else "targets"][()])
+    with torch.no_grad():
+        out = model(x)
+    mine = (out.argmax(1) == y).double().mean().item() if data == "images" else ((out - y) ** 2).mean().item()
+    theirs = float(h5py.File(f"{run}/metrics.h5", "r")[f"/eval/{metric}"][-1])
+    print(f"{run}: PyTorch {metric} {mine:.6f}, hpctrain {theirs:.6f}")
+    assert abs(mine - theirs) <= 1e-4 * max(1.0, abs(theirs)), (mine, theirs)
+PY
+else
+  echo "skipped: PyTorch cross-check (no torch for $PYTHON)"
+fi
 
 # 4. the full-size deck shape-checks at start-up: on 16^3 volumes its fifth pooling layer has nothing left to pool
 expect_error cosmoflow_shape "cosmoflow.toml:[0-9]+:[0-9]+: layer 'maxpool3d14' \(maxpool3d\): its input \(N, 256, 1, 1, 1\) is too small" \
