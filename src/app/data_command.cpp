@@ -58,7 +58,8 @@ const char* const generate_usage =
     "  spirals     C interleaved spiral arms of radius 1; --noise is the standard deviation added to every feature;\n"
     "              with --features F > 2 the spirals lie in a random plane of R^F\n"
     "  regression  inputs x ~ N(0, 1)^F; K smooth nonlinear targets, each a sum of 4 random sine waves of x, plus\n"
-    "              Gaussian noise of standard deviation --noise\n"    "  images      (C, S, S) images, each holding one shape or texture (its class: cross, ring, square, horizontal\n"
+    "              Gaussian noise of standard deviation --noise\n"
+    "  images      (C, S, S) images, each holding one shape or texture (its class: cross, ring, square, horizontal\n"
     "              stripes, vertical stripes, diagonal cross, disc, checkerboard; --classes picks the first C of\n"
     "              these, at most 8) at a random place, size and brightness, plus pixel noise of std --noise\n"
     "  volumes     (C, S, S, S) fields for 3-D CNN regression: per channel a sum of 3 plane waves in random\n"
@@ -375,10 +376,10 @@ int generate_command(const Arguments& args, const MpiEnvironment& mpi) {
                   command << ": volumes always has 3 targets (amplitude, frequency, slope); --outputs does not apply",
                   help_hint);
   for (const char* option : {"--size", "--channels"})
-    HPCTRAIN_VERIFY(is_spatial(kind) || !parsed.has(option), InputError,
-                    command << ": " << option << " applies to images and volumes, not " << kind_name
-                            << " (which has --features)",
-                    help_hint);
+    HPCTRAIN_VERIFY(
+        is_spatial(kind) || !parsed.has(option), InputError,
+        command << ": " << option << " applies to images and volumes, not " << kind_name << " (which has --features)",
+        help_hint);
   HPCTRAIN_VERIFY(!(is_spatial(kind) && parsed.has("--features")), InputError,
                   command << ": " << kind_name << " samples are shaped by --size and --channels, not --features",
                   help_hint);
@@ -389,9 +390,9 @@ int generate_command(const Arguments& args, const MpiEnvironment& mpi) {
   if (parsed.has("--classes")) spec.classes = parse_integer<std::int64_t>(parsed, "--classes", command);
   if (parsed.has("--outputs")) spec.outputs = parse_integer<std::int64_t>(parsed, "--outputs", command);
   if (is_spatial(kind))
-    set_spatial_extent(spec, parsed.has("--size") ? parse_integer<std::int64_t>(parsed, "--size", command) : spec.size,
-                       parsed.has("--channels") ? parse_integer<std::int64_t>(parsed, "--channels", command)
-                                                : spec.channels);
+    set_spatial_extent(
+        spec, parsed.has("--size") ? parse_integer<std::int64_t>(parsed, "--size", command) : spec.size,
+        parsed.has("--channels") ? parse_integer<std::int64_t>(parsed, "--channels", command) : spec.channels);
   if (parsed.has("--noise")) spec.noise = parse_number(parsed, "--noise", command);
   if (parsed.has("--seed")) spec.seed = parse_integer<std::uint64_t>(parsed, "--seed", command);
   try {

@@ -269,8 +269,8 @@ void generate_images(const SyntheticSpec& spec, std::int64_t first, std::int64_t
     NormalSequence noise(spec.seed, Role::sample_noise, static_cast<std::uint64_t>(sample));
     float* image = features + row * width;  // (C, S, S)
     for (std::int64_t c = 0; c < channels; ++c) {
-      const Philox4 brightness = draw(spec.seed, Role::shape, 1 + static_cast<std::uint32_t>(c / 4),
-                                      static_cast<std::uint64_t>(sample));
+      const Philox4 brightness =
+          draw(spec.seed, Role::shape, 1 + static_cast<std::uint32_t>(c / 4), static_cast<std::uint64_t>(sample));
       const double amplitude = 0.6 + 0.4 * open_uniform(brightness.v[c % 4]);
       for (std::int64_t y = 0; y < size; ++y)
         for (std::int64_t x = 0; x < size; ++x) {
@@ -367,7 +367,8 @@ void write_block(hid_t dataset, hid_t memory_type, std::int64_t first, std::int6
     block.push_back(static_cast<hsize_t>(extent));
   }
   H5Handle file_space(HPCTRAIN_H5_CHECK(H5Dget_space(dataset)));
-  HPCTRAIN_H5_CHECK(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, block.data(), nullptr));
+  HPCTRAIN_H5_CHECK(
+      H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, block.data(), nullptr));
   H5Handle memory_space(HPCTRAIN_H5_CHECK(H5Screate_simple(static_cast<int>(block.size()), block.data(), nullptr)));
   HPCTRAIN_H5_CHECK(H5Dwrite(dataset, memory_type, memory_space.get(), file_space.get(), H5P_DEFAULT, values));
 }
@@ -376,7 +377,7 @@ void write_block(hid_t dataset, hid_t memory_type, std::int64_t first, std::int6
 
 SyntheticKind parse_synthetic_kind(const std::string& name) {
   for (SyntheticKind kind : {SyntheticKind::blobs, SyntheticKind::spirals, SyntheticKind::regression,
-                            SyntheticKind::images, SyntheticKind::volumes})
+                             SyntheticKind::images, SyntheticKind::volumes})
     if (name == synthetic_kind_name(kind)) return kind;
   throw InputError("unknown synthetic dataset kind '" + name + "'",
                    "the kinds are: blobs, spirals, regression, images, volumes");
@@ -460,14 +461,14 @@ void validate_synthetic_spec(const SyntheticSpec& spec) {
   if (is_spatial(spec.kind)) {
     const std::int64_t min_size = spec.kind == SyntheticKind::images ? 8 : 4;
     const std::int64_t max_size = spec.kind == SyntheticKind::images ? 4096 : 512;
-    HPCTRAIN_VERIFY(spec.size >= min_size && spec.size <= max_size, InputError,
-                    "size must be in [" << min_size << ", " << max_size << "] for " << kind << " (got " << spec.size
-                                        << ")");
+    HPCTRAIN_VERIFY(
+        spec.size >= min_size && spec.size <= max_size, InputError,
+        "size must be in [" << min_size << ", " << max_size << "] for " << kind << " (got " << spec.size << ")");
     HPCTRAIN_VERIFY(spec.channels >= 1 && spec.channels <= 64, InputError,
                     "channels must be in [1, 64] (got " << spec.channels << ")");
-    HPCTRAIN_VERIFY(spec.kind != SyntheticKind::images || spec.classes <= image_classes_max, InputError,
-                    "images has at most " << image_classes_max << " classes (shapes and textures; got "
-                                          << spec.classes << ")");
+    HPCTRAIN_VERIFY(
+        spec.kind != SyntheticKind::images || spec.classes <= image_classes_max, InputError,
+        "images has at most " << image_classes_max << " classes (shapes and textures; got " << spec.classes << ")");
     HPCTRAIN_VERIFY(spec.kind != SyntheticKind::volumes || spec.outputs == 3, InputError,
                     "volumes always has 3 targets (amplitude, frequency, slope; got " << spec.outputs << ")");
     std::vector<std::int64_t> shape = synthetic_sample_shape(spec);

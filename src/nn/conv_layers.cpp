@@ -29,11 +29,13 @@ SpatialGeometry spatial_geometry(const LayerSpec& spec, const SampleShape& input
   HPCTRAIN_VERIFY(input.size() == static_cast<std::size_t>(dimensions + 1), InputError,
                   layer << " needs samples of shape " << (dimensions == 2 ? "(C, H, W)" : "(C, D, H, W)") << ", but "
                         << batch_shape_text(input) << " arrives from the data or the previous layer",
-                  input.size() == 1 ? "store the features as (N, C, " + std::string(dimensions == 2 ? "H, W" : "D, H, W") +
-                                          ") in the HDF5 file (hpctrain data generate images|volumes does); "
-                                          "conv and pooling layers cannot follow flatten, global_avgpool or linear"
-                                    : "use conv" + std::to_string(input.size() - 1) + "d/pooling layers of the "
-                                                                                       "data's dimensionality");
+                  input.size() == 1
+                      ? "store the features as (N, C, " + std::string(dimensions == 2 ? "H, W" : "D, H, W") +
+                            ") in the HDF5 file (hpctrain data generate images|volumes does); "
+                            "conv and pooling layers cannot follow flatten, global_avgpool or linear"
+                      : "use conv" + std::to_string(input.size() - 1) +
+                            "d/pooling layers of the "
+                            "data's dimensionality");
   SpatialGeometry g;
   g.dimensions = dimensions;
   g.in_channels = input[0];
@@ -44,17 +46,17 @@ SpatialGeometry spatial_geometry(const LayerSpec& spec, const SampleShape& input
     g.input[a] = input[a + 1];
     g.kernel[a] = at_axis(spec.kernel, axis);
     // An empty stride (a LayerSpec not read from a deck) takes the deck's default: 1 for conv, the kernel for pooling.
-    g.stride[a] = spec.stride.empty() ? (spec.type.rfind("conv", 0) == 0 ? 1 : g.kernel[a])
-                                      : at_axis(spec.stride, axis);
+    g.stride[a] =
+        spec.stride.empty() ? (spec.type.rfind("conv", 0) == 0 ? 1 : g.kernel[a]) : at_axis(spec.stride, axis);
     g.padding[a] = at_axis(spec.padding, axis);
     g.dilation[a] = spec.type.rfind("conv", 0) == 0 ? at_axis(spec.dilation, axis) : 1;
     const std::int64_t span = g.dilation[a] * (g.kernel[a] - 1) + 1;
     const std::int64_t room = g.input[a] + 2 * g.padding[a] - span;
     HPCTRAIN_VERIFY(room >= 0, InputError,
                     layer << ": its input " << batch_shape_text(input) << " is too small on axis "
-                          << axis_names[dimensions - 2][axis] << ": " << g.input[a] << " + 2 x padding "
-                          << g.padding[a] << " < the kernel's span " << span << " (kernel " << g.kernel[a]
-                          << ", dilation " << g.dilation[a] << "), so the output would be empty",
+                          << axis_names[dimensions - 2][axis] << ": " << g.input[a] << " + 2 x padding " << g.padding[a]
+                          << " < the kernel's span " << span << " (kernel " << g.kernel[a] << ", dilation "
+                          << g.dilation[a] << "), so the output would be empty",
                     "use a smaller kernel, more padding, fewer pooling layers before it, or larger samples");
     g.output[a] = room / g.stride[a] + 1;
   }
@@ -143,8 +145,7 @@ class Pooling final : public Layer {
 // (C, H, W) -> (C*H*W): the row is already the flattened sample, so only the shape changes (forward copies).
 class Flatten final : public Layer {
  public:
-  Flatten(std::string name, const SampleShape& input)
-      : Layer(std::move(name), input, SampleShape{shape_size(input)}) {}
+  Flatten(std::string name, const SampleShape& input) : Layer(std::move(name), input, SampleShape{shape_size(input)}) {}
   [[nodiscard]] std::string type() const override { return "flatten"; }
   [[nodiscard]] bool in_place_backward() const override { return true; }
   void forward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView& y) override {
@@ -176,8 +177,7 @@ class GroupNorm final : public Layer {
   [[nodiscard]] std::int64_t saved_per_row() const override { return 2 * groups_; }
 
   void forward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView& y) override {
-    context.backend->groupnorm_forward(channels(), groups_, x, master(0), master(1), eps_, y, saved(0),
-                                       saved(groups_));
+    context.backend->groupnorm_forward(channels(), groups_, x, master(0), master(1), eps_, y, saved(0), saved(groups_));
   }
   void backward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView&, const TensorView& dy,
                 const TensorView& dx, bool accumulate) override {
@@ -208,22 +208,22 @@ std::unique_ptr<Layer> make_spatial_layer(const LayerSpec& spec, const SampleSha
   if (type == "global_avgpool") {
     HPCTRAIN_VERIFY(input.size() == 3 || input.size() == 4, InputError,
                     where << ": layer '" << spec.name << "' (global_avgpool) needs samples of shape (C, H, W) or (C, "
-                          << "D, H, W), but " << batch_shape_text(input) << " arrives from the data or the previous layer",
+                          << "D, H, W), but " << batch_shape_text(input)
+                          << " arrives from the data or the previous layer",
                     "use it after conv or pooling layers, on image or volume data");
     LayerSpec whole = spec;
     whole.kernel.assign(input.begin() + 1, input.end());
     whole.stride = {1};
     whole.padding = {0};
-    const SpatialGeometry geometry =
-        spatial_geometry(whole, input, static_cast<int>(input.size()) - 1, 0, where);
+    const SpatialGeometry geometry = spatial_geometry(whole, input, static_cast<int>(input.size()) - 1, 0, where);
     return std::make_unique<Pooling>(spec.name, type, PoolingKind::average, input, geometry, SampleShape{input[0]});
   }
   if (type == "flatten") return std::make_unique<Flatten>(spec.name, input);
   if (type == "groupnorm") {
     HPCTRAIN_VERIFY(input.size() >= 2 && input[0] % spec.groups == 0, InputError,
                     where << ": layer '" << spec.name << "' (groupnorm) with groups = " << spec.groups
-                          << " needs samples of shape (C, ...) with C divisible by groups, but " << batch_shape_text(input)
-                          << " arrives",
+                          << " needs samples of shape (C, ...) with C divisible by groups, but "
+                          << batch_shape_text(input) << " arrives",
                     "use it after a conv layer and choose groups dividing its channel count");
     return std::make_unique<GroupNorm>(spec.name, input, spec.groups, static_cast<float>(spec.eps));
   }

@@ -22,8 +22,8 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
   for (std::size_t i = 0; i < spec.layers.size(); ++i) {
     const LayerSpec& layer_spec = spec.layers[i];
     // A layer list given by --set has no position in the deck file.
-    const std::string location =
-        layer_spec.position.line > 0 ? deck_path + ":" + std::to_string(layer_spec.position.line) + ":" +
+    const std::string location = layer_spec.position.line > 0
+                                     ? deck_path + ":" + std::to_string(layer_spec.position.line) + ":" +
                                            std::to_string(layer_spec.position.column)
                                      : deck_path + ": model.layers[" + std::to_string(i) + "]";
     layers_.push_back(make_layer(layer_spec, shape, location));
@@ -165,12 +165,12 @@ std::string Model::summary() const {
   std::ostringstream os;
   os << "  " << std::left << std::setw(16) << "layer" << std::setw(16) << "type" << std::setw(24) << "output"
      << "parameters\n";
-  os << "  " << std::setw(16) << "input" << std::setw(16) << "" << std::setw(24) << batch_shape_text(input_shape_) << "\n";
+  os << "  " << std::setw(16) << "input" << std::setw(16) << "" << std::setw(24) << batch_shape_text(input_shape_)
+     << "\n";
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = *layers_[i];
     os << "  " << std::setw(16) << layer.name() << std::setw(16) << layer.type() << std::setw(24)
-       << batch_shape_text(layer.output_shape())
-       << (parameter_begin_[i + 1] - parameter_begin_[i]) << "\n";
+       << batch_shape_text(layer.output_shape()) << (parameter_begin_[i + 1] - parameter_begin_[i]) << "\n";
   }
   os << "  total parameters: " << parameter_count_;
   return os.str();

@@ -192,8 +192,8 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
   if (validation_data_)
     HPCTRAIN_VERIFY(validation_data_->sample_shape() == train_data_->sample_shape(), InputError,
                     config.where("data.validation")
-                        << ": validation samples have shape " << shape_text(validation_data_->sample_shape())
-                        << " (" << validation_data_->feature_width() << " features), training samples "
+                        << ": validation samples have shape " << shape_text(validation_data_->sample_shape()) << " ("
+                        << validation_data_->feature_width() << " features), training samples "
                         << shape_text(train_data_->sample_shape()) << " (" << train_data_->feature_width() << ")");
 
   // ---- model (validates the layer shapes against the data) ----
@@ -203,7 +203,8 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
   // Activations are sized for one micro-batch: that is the memory gradient accumulation saves.
   ModelBuffers buffers{activation_dtype_of(config.precision.mode), DType::f32,
                        std::max(micro_batch_, eval_local_batch_)};
-  model_ = std::make_unique<Model>(config.model, train_data_->model_input_shape(), *backend_, buffers, config.deck_path);
+  model_ =
+      std::make_unique<Model>(config.model, train_data_->model_input_shape(), *backend_, buffers, config.deck_path);
   if (task_ == TaskKind::regression) {
     HPCTRAIN_VERIFY(model_->output_width() == train_data_->target_width(), InputError,
                     config.where("model.layers")

@@ -75,9 +75,8 @@ std::vector<double> direct_convolution(const SpatialGeometry& g, std::int64_t ro
                                        iw = ow * s[2] - p[2] + kw * d[2];
                     if (id < 0 || ih < 0 || iw < 0 || id >= in[0] || ih >= in[1] || iw >= in[2]) continue;
                     const std::int64_t channel = oc / group_out * group_in + ic;
-                    sum += x[static_cast<std::size_t>((((n * g.in_channels + channel) * in[0] + id) * in[1] + ih) *
-                                                          in[2] +
-                                                      iw)] *
+                    sum += x[static_cast<std::size_t>(
+                               (((n * g.in_channels + channel) * in[0] + id) * in[1] + ih) * in[2] + iw)] *
                            w[static_cast<std::size_t>((((oc * group_in + ic) * k[0] + kd) * k[1] + kh) * k[2] + kw)];
                   }
             y[static_cast<std::size_t>((((n * g.out_channels + oc) * out[0] + od) * out[1] + oh) * out[2] + ow)] = sum;
@@ -152,6 +151,42 @@ TEST(CpuConvolution, OneDnnMatchesTheDoubleReference) {
       for (auto& value : twice) value *= 2;
       EXPECT_LE(relative_error(dw.get(), twice), 1e-5) << "accumulated weights " << what;
     }
+}
+
+// Both variants (plain layouts; oneDNN's blocked layouts with reorders), f32 and bf16, against the f64 loops.
+TEST(CpuConvolution, BothLayoutVariantsMatchTheDoubleReference) {
+  auto backend = make_cpu_backend();
+  const std::int64_t rows = 2;
+  for (auto layouts : {cpu::ConvolutionLayouts::plain, cpu::ConvolutionLayouts::preferred}) {
+    cpu::CpuConvolution convolution(layouts);
+    for (SpatialGeometry g : geometries()) {
+      if (g.in_channels == 4 && g.out_channels == 6) g.out_channels = 16, g.groups = 1;  // a blocked-friendly shape
+      for (DType dtype : {DType::f32, DType::bf16}) {
+        const std::int64_t in_cols = g.in_channels * g.input_size(), out_cols = g.out_channels * g.output_size();
+        TestTensor x(*backend, dtype, rows, in_cols), w(*backend, dtype, g.out_channels, weight_cols(g));
+        TestTensor dy(*backend, dtype, rows, out_cols);
+        TestTensor x64(*backend, DType::f64, rows, in_cols), w64(*backend, DType::f64, g.out_channels, weight_cols(g));
+        TestTensor dy64(*backend, DType::f64, rows, out_cols);
+        x64.set(x.randomize(51)), w64.set(w.randomize(52)), dy64.set(dy.randomize(53));
+        const std::string what = describe(g) + " " + dtype_name(dtype) +
+                                 (layouts == cpu::ConvolutionLayouts::plain ? " plain" : " preferred");
+        TestTensor y(*backend, dtype, rows, out_cols), y64(*backend, DType::f64, rows, out_cols);
+        TestTensor dx(*backend, dtype, rows, in_cols), dx64(*backend, DType::f64, rows, in_cols);
+        TestTensor dw(*backend, DType::f32, g.out_channels, weight_cols(g));
+        TestTensor dw64(*backend, DType::f64, g.out_channels, weight_cols(g));
+        y.poison(), dx.poison(), dw.poison();
+        convolution.forward(g, x.view(), w.view(), nullptr, y.view());
+        convolution.backward_data(g, dy.view(), w.view(), dx.view());
+        convolution.backward_weights(g, x.view(), dy.view(), dw.view(), nullptr, false);
+        backend->convolution_forward(g, x64.view(), w64.view(), nullptr, y64.view());
+        backend->convolution_backward_data(g, dy64.view(), w64.view(), dx64.view());
+        backend->convolution_backward_weights(g, x64.view(), dy64.view(), dw64.view(), nullptr, false);
+        EXPECT_LE(relative_error(y.get(), y64.get()), tolerance(dtype)) << "forward " << what;
+        EXPECT_LE(relative_error(dx.get(), dx64.get()), tolerance(dtype)) << "backward data " << what;
+        EXPECT_LE(relative_error(dw.get(), dw64.get()), 1e-5) << "backward weights " << what;
+      }
+    }
+  }
 }
 
 TEST(CpuConvolution, LargerShapesUseTheOptimisedKernelsAndAgree) {
@@ -256,8 +291,8 @@ TEST(CpuGroupNorm, EveryDtypeMatchesDoubleAndNormalisesEachGroup) {
                                mean64.data(), rstd64.data());
     backend->groupnorm_backward(channels, groups, x.view(), dy.view(), gamma.data(), mean.data(), rstd.data(),
                                 dx.view(), dgamma.data(), dbeta.data(), false);
-    backend->groupnorm_backward(channels, groups, x64.view(), dy64.view(), gamma64.data(), mean64.data(),
-                                rstd64.data(), dx64.view(), dgamma64.data(), dbeta64.data(), false);
+    backend->groupnorm_backward(channels, groups, x64.view(), dy64.view(), gamma64.data(), mean64.data(), rstd64.data(),
+                                dx64.view(), dgamma64.data(), dbeta64.data(), false);
     EXPECT_LE(relative_error(y.get(), y64.get()), tolerance(dtype)) << dtype_name(dtype);
     EXPECT_LE(relative_error(dx.get(), dx64.get()), 2 * tolerance(dtype)) << dtype_name(dtype);
     const auto widen = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };

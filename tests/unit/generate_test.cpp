@@ -63,8 +63,7 @@ TEST(Generate, KindsParseAndDefaultsAreValid) {
     spec.samples = 10;
     EXPECT_NO_THROW(validate_synthetic_spec(spec));
   }
-  EXPECT_EQ(synthetic_kind_names(),
-            (std::vector<std::string>{"blobs", "spirals", "regression", "images", "volumes"}));
+  EXPECT_EQ(synthetic_kind_names(), (std::vector<std::string>{"blobs", "spirals", "regression", "images", "volumes"}));
   try {
     parse_synthetic_kind("moons");
     ADD_FAILURE() << "no error for an unknown kind";

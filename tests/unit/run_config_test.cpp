@@ -646,7 +646,8 @@ TEST(RunConfig, ConvolutionAndPoolingKeys) {
       "[data]\ntrain = \"a.h5\"\n[train]\nsteps = 1\n[model]\nlayers = [\n"
       "  { type = \"conv2d\", out = 8, kernel = [3, 5], padding = 1, dilation = [1, 2], groups = 2, bias = false },\n"
       "  { type = \"maxpool2d\", kernel = 2 },\n  { type = \"avgpool3d\", kernel = 2, stride = [1, 2, 2] },\n"
-      "  { type = \"groupnorm\", groups = 4, eps = 1e-3 },\n  { type = \"global_avgpool\" },\n  { type = \"flatten\" },\n]\n");
+      "  { type = \"groupnorm\", groups = 4, eps = 1e-3 },\n  { type = \"global_avgpool\" },\n  { type = \"flatten\" "
+      "},\n]\n");
   const auto& layers = config.model.layers;
   ASSERT_EQ(layers.size(), 6u);
   EXPECT_EQ(layers[0].kernel, (std::vector<std::int64_t>{3, 5}));

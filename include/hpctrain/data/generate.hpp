@@ -31,10 +31,10 @@ struct SyntheticSpec {
   SyntheticKind kind = SyntheticKind::blobs;
   std::int64_t samples = 0;
   std::int64_t features = 2;
-  std::int64_t classes = 3;  // blobs, spirals
-  std::int64_t outputs = 1;  // regression (volumes: always 3)
-  std::int64_t size = 16;    // images, volumes: edge length S
-  std::int64_t channels = 1; // images, volumes
+  std::int64_t classes = 3;   // blobs, spirals
+  std::int64_t outputs = 1;   // regression (volumes: always 3)
+  std::int64_t size = 16;     // images, volumes: edge length S
+  std::int64_t channels = 1;  // images, volumes
   double noise = 1.0;
   std::uint64_t seed = 0;
 };

@@ -66,12 +66,12 @@ struct LossSums {
 // The geometry of one convolution or pooling layer for a batch of samples stored as rows (each row one sample in NCHW /
 // NCDHW order). Spatial extents are (H, W) or (D, H, W) in the first `dimensions` entries of each array.
 struct SpatialGeometry {
-  int dimensions = 2;                       // 2 or 3 spatial axes
+  int dimensions = 2;  // 2 or 3 spatial axes
   std::int64_t in_channels = 0, out_channels = 0;
-  std::int64_t groups = 1;                  // convolution: channel groups (weights (out, in/groups, k...))
+  std::int64_t groups = 1;  // convolution: channel groups (weights (out, in/groups, k...))
   std::array<std::int64_t, 3> input{}, output{}, kernel{}, stride{}, padding{}, dilation{};
 
-  [[nodiscard]] std::int64_t input_size() const { return product(input); }    // spatial elements per channel
+  [[nodiscard]] std::int64_t input_size() const { return product(input); }  // spatial elements per channel
   [[nodiscard]] std::int64_t output_size() const { return product(output); }
   [[nodiscard]] std::int64_t kernel_size() const { return product(kernel); }
   bool operator==(const SpatialGeometry&) const = default;
@@ -160,9 +160,9 @@ class Backend {
   virtual void groupnorm_forward(std::int64_t channels, std::int64_t groups, const TensorView& x, const void* gamma,
                                  const void* beta, float eps, const TensorView& y, void* mean, void* rstd);
   // dx must not alias dy; dgamma, dbeta written or added.
-  virtual void groupnorm_backward(std::int64_t channels, std::int64_t groups, const TensorView& x,
-                                  const TensorView& dy, const void* gamma, const void* mean, const void* rstd,
-                                  const TensorView& dx, void* dgamma, void* dbeta, bool accumulate);
+  virtual void groupnorm_backward(std::int64_t channels, std::int64_t groups, const TensorView& x, const TensorView& dy,
+                                  const void* gamma, const void* mean, const void* rstd, const TensorView& dx,
+                                  void* dgamma, void* dbeta, bool accumulate);
 
   // ---- losses (fp32 math; fp64 for f64) ----
   // Softmax cross-entropy on integer labels (backend memory, one per row, in [0, cols)).

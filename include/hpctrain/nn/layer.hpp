@@ -42,8 +42,8 @@ struct ParameterBinding {
 // One sample's shape without the batch axis: (F) for feature vectors, (C, H, W) for images, (C, D, H, W) for volumes.
 // A sample is one activation row, stored in this shape's row-major (NCHW / NCDHW) order.
 using SampleShape = std::vector<std::int64_t>;
-[[nodiscard]] std::int64_t shape_size(const SampleShape& shape);  // elements of one sample
-[[nodiscard]] std::string batch_shape_text(const SampleShape& shape);   // "(N, 8, 14, 14)"
+[[nodiscard]] std::int64_t shape_size(const SampleShape& shape);       // elements of one sample
+[[nodiscard]] std::string batch_shape_text(const SampleShape& shape);  // "(N, 8, 14, 14)"
 
 class Layer {
  public:

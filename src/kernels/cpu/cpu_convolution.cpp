@@ -1,17 +1,24 @@
 // Convolutions of the CPU backend.
 //
 // Which path a convolution takes:
-// - f32 and bf16 storage: oneDNN 2.6 convolution primitives (the 2.x API: op descriptor, then primitive descriptor) on
-//   the plain NCHW / NCDHW activations and PyTorch-shaped (out, in/groups, k...) weights, so nothing is reordered per
-//   step; oneDNN accumulates in fp32. Weight and bias gradients are fp32 whatever the input dtype.
+// - f32 and bf16 storage: oneDNN 2.6 convolution primitives (the 2.x API: op descriptor, then primitive descriptor).
+//   Activations stay plain NCHW / NCDHW rows and weights PyTorch-shaped (out, in/groups, k...) in the model's buffers;
+//   Each configuration has up to two variants: the primitive on those plain layouts (usually oneDNN's gemm-based
+//   kernel), and the one on the layouts oneDNN prefers (channel-blocked jit kernels on AVX-512), whose operands are
+//   reordered into shared scratch on the way in and out. The first call times both and keeps the faster; blocked
+//   kernels win with many channels, the plain ones with few (8 channels padded to a block of 16, plus the reorders).
+//   oneDNN accumulates in fp32. Weight and bias gradients are fp32 whatever the input dtype.
 // - f16 storage: inputs widened to fp32 scratch, the f32 primitive, the result rounded once into the f16 output.
 // - f64 storage: the loops below, in double. They are the reference: gradient checks run through them, and the tests
 //   compare the oneDNN paths with them.
 // Gradient accumulation (accumulate = true) writes oneDNN's weight gradient into fp32 scratch and adds it.
 #include "cpu_convolution.hpp"
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <dnnl.hpp>
+#include <limits>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
@@ -71,7 +78,8 @@ void backward_data_loops(const SpatialGeometry& g, std::int64_t rows, const T* d
           for (std::int64_t local = 0; local < group_in; ++local) {
             const T* weights = w + (oc * group_in + local) * kernel_size;
             C* target = sums.data() + local * in_size;
-            for_each_tap(b, od, oh, ow, [&](std::int64_t i, std::int64_t k) { target[i] += upstream * load(weights[k]); });
+            for_each_tap(b, od, oh, ow,
+                         [&](std::int64_t i, std::int64_t k) { target[i] += upstream * load(weights[k]); });
           }
         });
       }
@@ -151,14 +159,36 @@ struct ConvolutionKeyHash {
   }
 };
 
+// One argument of a convolution: the caller's buffer in the plain layout, and, when oneDNN's fastest kernel wants
+// another layout (channel-blocked, e.g. nChw16c), that layout in shared scratch with the reorder between the two.
+struct Operand {
+  dnnl::memory user;      // plain NCHW / NCDHW / PyTorch weight layout; handle set per call
+  dnnl::memory internal;  // oneDNN's layout; empty when it is the plain one
+  dnnl::primitive reorder;
+  std::array<dnnl_exec_arg_t, 2> reorder_arguments{};
+  bool output = false;
+  std::size_t internal_bytes = 0;
+};
+
 // A created primitive and memory objects without buffers of their own: every call points them at the caller's
-// buffers, so a call creates no oneDNN object.
+// buffers (and the shared scratch), so a call creates no oneDNN object.
 struct Convolution {
   dnnl::primitive primitive;
-  std::vector<dnnl::memory> memories;  // in the order of `arguments`, the scratchpad last
+  std::vector<Operand> operands;  // in the order of execute()'s pointers
+  dnnl::memory scratchpad;
   std::array<dnnl_exec_arg_t, 6> arguments{};
   int argument_count = 0;
   std::size_t scratchpad_bytes = 0;
+};
+
+// The variants of one convolution: on the plain layouts, and (when oneDNN prefers others) on oneDNN's layouts with
+// reorders. The first call times each and keeps the faster (cuDNN's "find" in miniature): which wins depends on the
+// channel counts and the CPU (blocked kernels need channels in multiples of 16 to pay for their reorders).
+constexpr int timing_repeats = 3;
+
+struct ConvolutionChoice {
+  std::vector<Convolution> candidates;
+  int chosen = -1;  // index into candidates; -1 until the first call
 };
 
 DnnlType dnnl_type(DType type) { return type == DType::bf16 ? DnnlType::bf16 : DnnlType::f32; }
@@ -183,7 +213,8 @@ dnnl::memory::desc weight_descriptor(const SpatialGeometry& g, DnnlType type) {
   dims.push_back(g.out_channels / g.groups);
   dims.push_back(g.in_channels / g.groups);
   for (auto extent : extents(g.kernel, g.dimensions)) dims.push_back(extent);
-  const Tag tag = g.groups > 1 ? (g.dimensions == 2 ? Tag::goihw : Tag::goidhw) : (g.dimensions == 2 ? Tag::oihw : Tag::oidhw);
+  const Tag tag =
+      g.groups > 1 ? (g.dimensions == 2 ? Tag::goihw : Tag::goidhw) : (g.dimensions == 2 ? Tag::oihw : Tag::oidhw);
   return {dims, type, tag};
 }
 
@@ -214,24 +245,61 @@ void check_geometry(const SpatialGeometry& g, const char* what) {
 }  // namespace
 
 struct CpuConvolution::Impl {
+  ConvolutionLayouts layouts = ConvolutionLayouts::fastest;
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
-  std::unordered_map<ConvolutionKey, Convolution, ConvolutionKeyHash> primitives;
+  std::unordered_map<ConvolutionKey, ConvolutionChoice, ConvolutionKeyHash> primitives;
   ScratchBuffer widened_source, widened_other;  // f16 inputs as fp32
   ScratchBuffer float_result;                   // fp32 result before rounding into f16, or before accumulating
   ScratchBuffer float_bias;                     // fp32 bias gradient before accumulating
   ScratchBuffer scratchpad;                     // oneDNN's own scratch (user-managed)
+  std::array<ScratchBuffer, 4> internal;        // operand i in oneDNN's layout (one buffer per operand position)
   std::mutex mutex;
 
-  Convolution& convolution(const ConvolutionKey& key);
+  // Adds an operand: the primitive reads or writes `chosen`; the caller's buffer has the plain layout `user`.
+  void add_operand(Convolution& created, int argument, const dnnl::memory::desc& user,
+                   const dnnl::memory::desc& chosen, bool output);
+
+  ConvolutionChoice& choice(const ConvolutionKey& key);
+  Convolution create(const ConvolutionKey& key, bool preferred_layouts);
+  void run(Convolution& entry, std::initializer_list<const void*> pointers);
   // Pointers in the argument order of the pass: forward (src, weights, [bias], dst); backward_data (diff_dst,
   // weights, diff_src); backward_weights (src, diff_dst, diff_weights, [diff_bias]).
   void execute(const ConvolutionKey& key, std::initializer_list<const void*> pointers);
 };
 
-Convolution& CpuConvolution::Impl::convolution(const ConvolutionKey& key) {
+void CpuConvolution::Impl::add_operand(Convolution& created, int argument, const dnnl::memory::desc& user,
+                                       const dnnl::memory::desc& chosen, bool output) {
+  Operand operand;
+  operand.output = output;
+  operand.user = dnnl::memory(user, engine, DNNL_MEMORY_NONE);
+  dnnl::memory* seen_by_primitive = &operand.user;
+  if (chosen != user) {
+    operand.internal = dnnl::memory(chosen, engine, DNNL_MEMORY_NONE);
+    operand.internal_bytes = chosen.get_size();
+    operand.reorder = output ? dnnl::reorder(operand.internal, operand.user) : dnnl::reorder(operand.user, operand.internal);
+    const dnnl::memory& from = output ? operand.internal : operand.user;
+    const dnnl::memory& to = output ? operand.user : operand.internal;
+    operand.reorder_arguments = {dnnl_exec_arg_t{DNNL_ARG_FROM, from.get()}, dnnl_exec_arg_t{DNNL_ARG_TO, to.get()}};
+    seen_by_primitive = &operand.internal;
+  }
+  created.arguments[static_cast<std::size_t>(created.argument_count++)] = {argument, seen_by_primitive->get()};
+  created.operands.push_back(std::move(operand));
+}
+
+ConvolutionChoice& CpuConvolution::Impl::choice(const ConvolutionKey& key) {
   const auto found = primitives.find(key);
   if (found != primitives.end()) return found->second;
+  ConvolutionChoice created;
+  created.candidates.push_back(create(key, false));
+  Convolution preferred = create(key, true);
+  const bool reorders = std::any_of(preferred.operands.begin(), preferred.operands.end(),
+                                    [](const Operand& operand) { return operand.internal_bytes > 0; });
+  if (reorders) created.candidates.push_back(std::move(preferred));
+  return primitives.emplace(key, std::move(created)).first->second;
+}
+
+Convolution CpuConvolution::Impl::create(const ConvolutionKey& key, bool preferred_layouts) {
   const SpatialGeometry& g = key.geometry;
   try {
     const DnnlType type = dnnl_type(key.input);
@@ -247,57 +315,65 @@ Convolution& CpuConvolution::Impl::convolution(const ConvolutionKey& key) {
     attributes.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     const auto algorithm = dnnl::algorithm::convolution_direct;
 
+    // Layouts left to oneDNN (format `any`): it picks its fastest kernel's layout (channel-blocked on AVX-512), and
+    // the operands whose layout differs from the plain one are reordered on the way in and out.
+    const auto any = [preferred_layouts](const dnnl::memory::desc& plain) {
+      return preferred_layouts ? dnnl::memory::desc(plain.dims(), plain.data_type(), Tag::any) : plain;
+    };
     const dnnl::convolution_forward::desc forward_op =
         key.bias && key.pass == Pass::forward
-            ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, source, weights, bias,
-                                              destination, strides, dilations, padding, padding)
-            : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, source, weights,
-                                              destination, strides, dilations, padding, padding);
+            ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, any(source), any(weights),
+                                              bias, any(destination), strides, dilations, padding, padding)
+            : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, any(source), any(weights),
+                                              any(destination), strides, dilations, padding, padding);
     const dnnl::convolution_forward::primitive_desc forward(forward_op, attributes, engine);
 
     Convolution created;
-    std::vector<std::pair<int, dnnl::memory::desc>> arguments;
     dnnl::memory::desc scratchpad_desc;
     switch (key.pass) {
       case Pass::forward:
         created.primitive = dnnl::convolution_forward(forward);
-        arguments = {{DNNL_ARG_SRC, source}, {DNNL_ARG_WEIGHTS, weights}};
-        if (key.bias) arguments.emplace_back(DNNL_ARG_BIAS, bias);
-        arguments.emplace_back(DNNL_ARG_DST, destination);
+        add_operand(created, DNNL_ARG_SRC, source, forward.src_desc(), false);
+        add_operand(created, DNNL_ARG_WEIGHTS, weights, forward.weights_desc(), false);
+        if (key.bias) add_operand(created, DNNL_ARG_BIAS, bias, bias, false);
+        add_operand(created, DNNL_ARG_DST, destination, forward.dst_desc(), true);
         scratchpad_desc = forward.scratchpad_desc();
         break;
       case Pass::backward_data: {
-        const dnnl::convolution_backward_data::desc op(algorithm, source, weights, destination, strides, dilations,
-                                                       padding, padding);
+        const dnnl::convolution_backward_data::desc op(algorithm, any(source), any(weights), any(destination),
+                                                       strides, dilations, padding, padding);
         const dnnl::convolution_backward_data::primitive_desc descriptor(op, attributes, engine, forward);
         created.primitive = dnnl::convolution_backward_data(descriptor);
-        arguments = {{DNNL_ARG_DIFF_DST, destination}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DIFF_SRC, source}};
+        add_operand(created, DNNL_ARG_DIFF_DST, destination, descriptor.diff_dst_desc(), false);
+        add_operand(created, DNNL_ARG_WEIGHTS, weights, descriptor.weights_desc(), false);
+        add_operand(created, DNNL_ARG_DIFF_SRC, source, descriptor.diff_src_desc(), true);
         scratchpad_desc = descriptor.scratchpad_desc();
         break;
       }
       case Pass::backward_weights: {
-        const auto op = key.bias ? dnnl::convolution_backward_weights::desc(algorithm, source, weights_f32, bias,
-                                                                            destination, strides, dilations, padding,
-                                                                            padding)
-                                 : dnnl::convolution_backward_weights::desc(algorithm, source, weights_f32,
-                                                                            destination, strides, dilations, padding,
-                                                                            padding);
+        const auto op = key.bias ? dnnl::convolution_backward_weights::desc(algorithm, any(source), any(weights_f32),
+                                                                            bias, any(destination), strides,
+                                                                            dilations, padding, padding)
+                                 : dnnl::convolution_backward_weights::desc(algorithm, any(source), any(weights_f32),
+                                                                            any(destination), strides, dilations,
+                                                                            padding, padding);
         const dnnl::convolution_backward_weights::primitive_desc descriptor(op, attributes, engine, forward);
         created.primitive = dnnl::convolution_backward_weights(descriptor);
-        arguments = {{DNNL_ARG_SRC, source}, {DNNL_ARG_DIFF_DST, destination}, {DNNL_ARG_DIFF_WEIGHTS, weights_f32}};
-        if (key.bias) arguments.emplace_back(DNNL_ARG_DIFF_BIAS, bias);
+        add_operand(created, DNNL_ARG_SRC, source, descriptor.src_desc(), false);
+        add_operand(created, DNNL_ARG_DIFF_DST, destination, descriptor.diff_dst_desc(), false);
+        add_operand(created, DNNL_ARG_DIFF_WEIGHTS, weights_f32, descriptor.diff_weights_desc(), true);
+        if (key.bias) add_operand(created, DNNL_ARG_DIFF_BIAS, bias, descriptor.diff_bias_desc(), true);
         scratchpad_desc = descriptor.scratchpad_desc();
         break;
       }
     }
     created.scratchpad_bytes = scratchpad_desc.get_size();
-    if (created.scratchpad_bytes > 0) arguments.emplace_back(DNNL_ARG_SCRATCHPAD, scratchpad_desc);
-    for (const auto& [argument, descriptor] : arguments) {
-      created.memories.push_back(dnnl::memory(descriptor, engine, DNNL_MEMORY_NONE));
-      created.arguments[static_cast<std::size_t>(created.argument_count++)] = {argument,
-                                                                               created.memories.back().get()};
+    if (created.scratchpad_bytes > 0) {
+      created.scratchpad = dnnl::memory(scratchpad_desc, engine, DNNL_MEMORY_NONE);
+      created.arguments[static_cast<std::size_t>(created.argument_count++)] = {DNNL_ARG_SCRATCHPAD,
+                                                                               created.scratchpad.get()};
     }
-    return primitives.emplace(key, std::move(created)).first->second;
+    return created;
   } catch (const dnnl::error& error) {
     std::ostringstream detail;
     detail << error.what() << " (status " << static_cast<int>(error.status) << ") for a " << g.dimensions
@@ -308,20 +384,64 @@ Convolution& CpuConvolution::Impl::convolution(const ConvolutionKey& key) {
 }
 
 void CpuConvolution::Impl::execute(const ConvolutionKey& key, std::initializer_list<const void*> pointers) {
-  Convolution& entry = convolution(key);
-  std::size_t index = 0;
-  // oneDNN takes non-const handles but only reads the inputs.
-  for (const void* pointer : pointers) entry.memories[index++].set_data_handle(const_cast<void*>(pointer));
-  if (entry.scratchpad_bytes > 0) entry.memories[index].set_data_handle(scratchpad.reserve(entry.scratchpad_bytes));
-  dnnl_status_t status =
-      dnnl_primitive_execute(entry.primitive.get(), stream.get(), entry.argument_count, entry.arguments.data());
-  if (status == dnnl_success) status = dnnl_stream_wait(stream.get());
-  if (status != dnnl_success)
-    throw LibraryError("oneDNN", "dnnl_primitive_execute(convolution)",
-                       "status " + std::to_string(static_cast<int>(status)), __FILE__, __LINE__);
+  ConvolutionChoice& entries = choice(key);
+  if (layouts != ConvolutionLayouts::fastest) entries.chosen = layouts == ConvolutionLayouts::plain ? 0 : -2;
+  if (entries.chosen == -2) entries.chosen = static_cast<int>(entries.candidates.size()) - 1;
+  if (entries.chosen < 0) {
+    entries.chosen = 0;
+    double fastest = 0.0;
+    for (std::size_t i = 0; i < entries.candidates.size() && entries.candidates.size() > 1; ++i) {
+      run(entries.candidates[i], pointers);  // warm-up: page faults of the scratch buffers, caches
+      // The fastest of a few runs: a run that other work on the machine preempted says nothing about the kernel.
+      double seconds = std::numeric_limits<double>::infinity();
+      for (int repeat = 0; repeat < timing_repeats; ++repeat) {
+        const auto start = std::chrono::steady_clock::now();
+        run(entries.candidates[i], pointers);
+        seconds = std::min(seconds, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      }
+      if (i == 0 || seconds < fastest) {
+        fastest = seconds;
+        entries.chosen = static_cast<int>(i);
+      }
+    }
+  }
+  // Outputs are overwritten (never accumulated) by every run, so the timing runs leave no trace.
+  run(entries.candidates[static_cast<std::size_t>(entries.chosen)], pointers);
 }
 
-CpuConvolution::CpuConvolution() : impl_(std::make_unique<Impl>()) {}
+void CpuConvolution::Impl::run(Convolution& entry, std::initializer_list<const void*> pointers) {
+  HPCTRAIN_ASSERT(pointers.size() == entry.operands.size(), "convolution: " << pointers.size() << " buffers for "
+                                                                             << entry.operands.size() << " operands");
+  const auto check = [](dnnl_status_t status, const char* what) {
+    if (status != dnnl_success)
+      throw LibraryError("oneDNN", what, "status " + std::to_string(static_cast<int>(status)), __FILE__, __LINE__);
+  };
+  const auto run_reorder = [&](Operand& operand) {
+    check(dnnl_primitive_execute(operand.reorder.get(), stream.get(), 2, operand.reorder_arguments.data()),
+          "dnnl_primitive_execute(reorder)");
+  };
+  std::size_t index = 0;
+  for (const void* pointer : pointers) {
+    Operand& operand = entry.operands[index];
+    // oneDNN takes non-const handles but only reads the inputs.
+    operand.user.set_data_handle(const_cast<void*>(pointer));
+    if (operand.internal_bytes > 0) {
+      operand.internal.set_data_handle(internal[index].reserve(operand.internal_bytes));
+      if (!operand.output) run_reorder(operand);
+    }
+    ++index;
+  }
+  if (entry.scratchpad_bytes > 0) entry.scratchpad.set_data_handle(scratchpad.reserve(entry.scratchpad_bytes));
+  check(dnnl_primitive_execute(entry.primitive.get(), stream.get(), entry.argument_count, entry.arguments.data()),
+        "dnnl_primitive_execute(convolution)");
+  for (Operand& operand : entry.operands)
+    if (operand.output && operand.internal_bytes > 0) run_reorder(operand);
+  check(dnnl_stream_wait(stream.get()), "dnnl_stream_wait");
+}
+
+CpuConvolution::CpuConvolution(ConvolutionLayouts layouts) : impl_(std::make_unique<Impl>()) {
+  impl_->layouts = layouts;
+}
 CpuConvolution::~CpuConvolution() = default;
 
 std::size_t CpuConvolution::cached_primitives() const {
@@ -427,7 +547,8 @@ void CpuConvolution::backward_weights(const SpatialGeometry& g, const TensorView
   auto* bias_out = static_cast<float*>(dbias);
   if (accumulate) {
     weights_out = impl_->float_result.reserve_elements<float>(static_cast<std::size_t>(dweight.size()));
-    if (dbias != nullptr) bias_out = impl_->float_bias.reserve_elements<float>(static_cast<std::size_t>(g.out_channels));
+    if (dbias != nullptr)
+      bias_out = impl_->float_bias.reserve_elements<float>(static_cast<std::size_t>(g.out_channels));
   }
   if (key.bias)
     impl_->execute(key, {source, gradient, weights_out, bias_out});

@@ -9,9 +9,17 @@
 
 namespace hpctrain::cpu {
 
+// Which variant of a convolution runs: the faster of the two, timed on the first call (what the backend uses), or
+// one of them (tests check both against the reference).
+enum class ConvolutionLayouts : std::uint8_t {
+  fastest,
+  plain,      // oneDNN on the plain NCHW/NCDHW and (out, in/groups, k...) layouts: no reorders
+  preferred,  // oneDNN's preferred layouts (channel-blocked), reordered on the way in and out
+};
+
 class CpuConvolution {
  public:
-  CpuConvolution();
+  explicit CpuConvolution(ConvolutionLayouts layouts = ConvolutionLayouts::fastest);
   ~CpuConvolution();
   CpuConvolution(const CpuConvolution&) = delete;
   CpuConvolution& operator=(const CpuConvolution&) = delete;

@@ -86,8 +86,9 @@ void pooling_backward(PoolingKind kind, const SpatialGeometry& g, const TensorVi
             const std::int64_t best = window_argmax(b, in, od, oh, ow);
             if (best >= 0) sums[static_cast<std::size_t>(best)] += upstream;
           } else {
-            for_each_tap(b, od, oh, ow,
-                         [&](std::int64_t i, std::int64_t) { sums[static_cast<std::size_t>(i)] += upstream / divisor; });
+            for_each_tap(b, od, oh, ow, [&](std::int64_t i, std::int64_t) {
+              sums[static_cast<std::size_t>(i)] += upstream / divisor;
+            });
           }
         });
         T* out = dx.as<T>() + plane * in_size;
@@ -177,7 +178,7 @@ void groupnorm_backward(std::int64_t channels, std::int64_t groups, const Tensor
       }
     }
     if (dx.data == nullptr) return;
-    // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma, per (row, group) block.
+      // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma, per (row, group) block.
 #pragma omp parallel for schedule(static) if (x.size() > 16384)
     for (std::int64_t index = 0; index < x.rows * groups; ++index) {
       const T* block_in = in + index * block;
