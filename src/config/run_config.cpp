@@ -834,6 +834,29 @@ class DeckReader {
     }
   }
 
+  // A single value or an array of them (string_array, extents); element(node) is the value, or nullopt for a value
+  // of the wrong type.
+  template <class T, class Element>
+  void read_one_or_array(std::vector<T>& values, const toml::node& node, ValueKind kind, const std::string& dotted_key,
+                         const std::string& example, bool empty_allowed, const char* element_kind,
+                         const char* element_hint, Element element) const {
+    if (const std::optional<T> single = element(node)) {
+      values = {*single};
+      return;
+    }
+    const auto* array = node.as_array();
+    if (!array || (array->empty() && !empty_allowed)) type_error(dotted_key, kind, node, example);
+    values.clear();
+    for (std::size_t i = 0; i < array->size(); ++i) {
+      const std::optional<T> value = element(*array->get(i));
+      if (!value)
+        fail(location(dotted_key),
+             dotted_key + "[" + std::to_string(i) + "] must be " + element_kind + ", got " + describe(*array->get(i)),
+             "write it like " + example + element_hint);
+      values.push_back(*value);
+    }
+  }
+
   void assign(ValueKind kind, const FieldRef& target, const toml::node& node, const std::string& dotted_key,
               const std::string& example) {
     switch (kind) {
@@ -876,22 +899,11 @@ class DeckReader {
         return;
       }
       case ValueKind::string_array: {
-        auto& values = *std::get<std::vector<std::string>*>(target);
-        if (const auto* single = node.as_string()) {
-          values = {single->get()};
-          return;
-        }
-        const auto* array = node.as_array();
-        if (!array) type_error(dotted_key, kind, node, example);
-        values.clear();
-        for (std::size_t i = 0; i < array->size(); ++i) {
-          const auto* element = array->get(i)->as_string();
-          if (!element)
-            fail(location(dotted_key),
-                 dotted_key + "[" + std::to_string(i) + "] must be a string, got " + describe(*array->get(i)),
-                 "write it like " + example + " (strings need quotes)");
-          values.push_back(element->get());
-        }
+        read_one_or_array(*std::get<std::vector<std::string>*>(target), node, kind, dotted_key, example, true,
+                          "a string", " (strings need quotes)", [](const toml::node& element) {
+                            const auto* value = element.as_string();
+                            return value ? std::optional<std::string>(value->get()) : std::nullopt;
+                          });
         return;
       }
       case ValueKind::shuffle: {
@@ -919,22 +931,12 @@ class DeckReader {
         return;
       }
       case ValueKind::extents: {
-        auto& values = *std::get<std::vector<std::int64_t>*>(target);
-        if (const auto* single = node.as_integer()) {
-          values = {single->get()};
-          return;
-        }
-        const auto* array = node.as_array();
-        if (!array || array->empty()) type_error(dotted_key, kind, node, example);
-        values.clear();
-        for (std::size_t i = 0; i < array->size(); ++i) {
-          const auto* element = array->get(i)->as_integer();
-          if (!element)
-            fail(location(dotted_key),
-                 dotted_key + "[" + std::to_string(i) + "] must be an integer, got " + describe(*array->get(i)),
-                 "write it like " + example + " or with one integer per spatial axis, e.g. [3, 3]");
-          values.push_back(element->get());
-        }
+        read_one_or_array(*std::get<std::vector<std::int64_t>*>(target), node, kind, dotted_key, example, false,
+                          "an integer", " or with one integer per spatial axis, e.g. [3, 3]",
+                          [](const toml::node& element) {
+                            const auto* value = element.as_integer();
+                            return value ? std::optional<std::int64_t>(value->get()) : std::nullopt;
+                          });
         return;
       }
       case ValueKind::layers:

@@ -142,9 +142,7 @@ struct ConvolutionKey {
 struct ConvolutionKeyHash {
   std::size_t operator()(const ConvolutionKey& key) const {
     std::size_t hash = 0;
-    const auto mix = [&hash](std::int64_t value) {
-      hash ^= std::hash<std::int64_t>{}(value) + 0x9e3779b97f4a7c15ull + (hash << 6) + (hash >> 2);
-    };
+    const auto mix = [&hash](std::int64_t value) { hash_combine(hash, static_cast<std::uint64_t>(value)); };
     const SpatialGeometry& g = key.geometry;
     mix(g.dimensions);
     mix(g.in_channels);
@@ -257,8 +255,8 @@ struct CpuConvolution::Impl {
   std::mutex mutex;
 
   // Adds an operand: the primitive reads or writes `chosen`; the caller's buffer has the plain layout `user`.
-  void add_operand(Convolution& created, int argument, const dnnl::memory::desc& user,
-                   const dnnl::memory::desc& chosen, bool output);
+  void add_operand(Convolution& created, int argument, const dnnl::memory::desc& user, const dnnl::memory::desc& chosen,
+                   bool output);
 
   ConvolutionChoice& choice(const ConvolutionKey& key);
   Convolution create(const ConvolutionKey& key, bool preferred_layouts);
@@ -266,6 +264,9 @@ struct CpuConvolution::Impl {
   // Pointers in the argument order of the pass: forward (src, weights, [bias], dst); backward_data (diff_dst,
   // weights, diff_src); backward_weights (src, diff_dst, diff_weights, [diff_bias]).
   void execute(const ConvolutionKey& key, std::initializer_list<const void*> pointers);
+  // Forward (a = x, b = weights, out = y) or backward data (a = dy, b = weights, out = dx), f16 through fp32.
+  void execute_product(ConvolutionKey key, const TensorView& a, const TensorView& b, const void* bias,
+                       const TensorView& out);
 };
 
 void CpuConvolution::Impl::add_operand(Convolution& created, int argument, const dnnl::memory::desc& user,
@@ -277,7 +278,8 @@ void CpuConvolution::Impl::add_operand(Convolution& created, int argument, const
   if (chosen != user) {
     operand.internal = dnnl::memory(chosen, engine, DNNL_MEMORY_NONE);
     operand.internal_bytes = chosen.get_size();
-    operand.reorder = output ? dnnl::reorder(operand.internal, operand.user) : dnnl::reorder(operand.user, operand.internal);
+    operand.reorder =
+        output ? dnnl::reorder(operand.internal, operand.user) : dnnl::reorder(operand.user, operand.internal);
     const dnnl::memory& from = output ? operand.internal : operand.user;
     const dnnl::memory& to = output ? operand.user : operand.internal;
     operand.reorder_arguments = {dnnl_exec_arg_t{DNNL_ARG_FROM, from.get()}, dnnl_exec_arg_t{DNNL_ARG_TO, to.get()}};
@@ -340,8 +342,8 @@ Convolution CpuConvolution::Impl::create(const ConvolutionKey& key, bool preferr
         scratchpad_desc = forward.scratchpad_desc();
         break;
       case Pass::backward_data: {
-        const dnnl::convolution_backward_data::desc op(algorithm, any(source), any(weights), any(destination),
-                                                       strides, dilations, padding, padding);
+        const dnnl::convolution_backward_data::desc op(algorithm, any(source), any(weights), any(destination), strides,
+                                                       dilations, padding, padding);
         const dnnl::convolution_backward_data::primitive_desc descriptor(op, attributes, engine, forward);
         created.primitive = dnnl::convolution_backward_data(descriptor);
         add_operand(created, DNNL_ARG_DIFF_DST, destination, descriptor.diff_dst_desc(), false);
@@ -351,12 +353,11 @@ Convolution CpuConvolution::Impl::create(const ConvolutionKey& key, bool preferr
         break;
       }
       case Pass::backward_weights: {
-        const auto op = key.bias ? dnnl::convolution_backward_weights::desc(algorithm, any(source), any(weights_f32),
-                                                                            bias, any(destination), strides,
-                                                                            dilations, padding, padding)
-                                 : dnnl::convolution_backward_weights::desc(algorithm, any(source), any(weights_f32),
-                                                                            any(destination), strides, dilations,
-                                                                            padding, padding);
+        const auto op =
+            key.bias ? dnnl::convolution_backward_weights::desc(algorithm, any(source), any(weights_f32), bias,
+                                                                any(destination), strides, dilations, padding, padding)
+                     : dnnl::convolution_backward_weights::desc(algorithm, any(source), any(weights_f32),
+                                                                any(destination), strides, dilations, padding, padding);
         const dnnl::convolution_backward_weights::primitive_desc descriptor(op, attributes, engine, forward);
         created.primitive = dnnl::convolution_backward_weights(descriptor);
         add_operand(created, DNNL_ARG_SRC, source, descriptor.src_desc(), false);
@@ -409,9 +410,32 @@ void CpuConvolution::Impl::execute(const ConvolutionKey& key, std::initializer_l
   run(entries.candidates[static_cast<std::size_t>(entries.chosen)], pointers);
 }
 
+void CpuConvolution::Impl::execute_product(ConvolutionKey key, const TensorView& a, const TensorView& b,
+                                           const void* bias, const TensorView& out) {
+  const void* a_data = a.data;
+  const void* b_data = b.data;
+  void* out_data = out.data;
+  float* result = nullptr;
+  if (a.dtype == DType::f16) {  // widened to fp32, the f32 primitive, rounded once into the output
+    key.input = DType::f32;
+    float* wide_a = widened_source.reserve_elements<float>(static_cast<std::size_t>(a.size()));
+    float* wide_b = widened_other.reserve_elements<float>(static_cast<std::size_t>(b.size()));
+    widen_to_float(a.as<fp16>(), wide_a, a.size());
+    widen_to_float(b.as<fp16>(), wide_b, b.size());
+    a_data = wide_a;
+    b_data = wide_b;
+    out_data = result = float_result.reserve_elements<float>(static_cast<std::size_t>(out.size()));
+  }
+  if (bias != nullptr)
+    execute(key, {a_data, b_data, bias, out_data});
+  else
+    execute(key, {a_data, b_data, out_data});
+  if (result != nullptr) narrow_from_float(result, out.as<fp16>(), out.size());
+}
+
 void CpuConvolution::Impl::run(Convolution& entry, std::initializer_list<const void*> pointers) {
-  HPCTRAIN_ASSERT(pointers.size() == entry.operands.size(), "convolution: " << pointers.size() << " buffers for "
-                                                                             << entry.operands.size() << " operands");
+  HPCTRAIN_ASSERT(pointers.size() == entry.operands.size(),
+                  "convolution: " << pointers.size() << " buffers for " << entry.operands.size() << " operands");
   const auto check = [](dnnl_status_t status, const char* what) {
     if (status != dnnl_success)
       throw LibraryError("oneDNN", what, "status " + std::to_string(static_cast<int>(status)), __FILE__, __LINE__);
@@ -462,25 +486,7 @@ void CpuConvolution::forward(const SpatialGeometry& g, const TensorView& x, cons
     return;
   }
   const std::lock_guard lock(impl_->mutex);
-  ConvolutionKey key{g, x.rows, x.dtype, Pass::forward, bias != nullptr};
-  if (x.dtype != DType::f16) {
-    if (key.bias)
-      impl_->execute(key, {x.data, weight.data, bias, y.data});
-    else
-      impl_->execute(key, {x.data, weight.data, y.data});
-    return;
-  }
-  key.input = DType::f32;
-  float* wide_x = impl_->widened_source.reserve_elements<float>(static_cast<std::size_t>(x.size()));
-  float* wide_w = impl_->widened_other.reserve_elements<float>(static_cast<std::size_t>(weight.size()));
-  float* result = impl_->float_result.reserve_elements<float>(static_cast<std::size_t>(y.size()));
-  widen_to_float(x.as<fp16>(), wide_x, x.size());
-  widen_to_float(weight.as<fp16>(), wide_w, weight.size());
-  if (key.bias)
-    impl_->execute(key, {wide_x, wide_w, bias, result});
-  else
-    impl_->execute(key, {wide_x, wide_w, result});
-  narrow_from_float(result, y.as<fp16>(), y.size());
+  impl_->execute_product({g, x.rows, x.dtype, Pass::forward, bias != nullptr}, x, weight, bias, y);
 }
 
 void CpuConvolution::backward_data(const SpatialGeometry& g, const TensorView& dy, const TensorView& weight,
@@ -495,19 +501,7 @@ void CpuConvolution::backward_data(const SpatialGeometry& g, const TensorView& d
     return;
   }
   const std::lock_guard lock(impl_->mutex);
-  ConvolutionKey key{g, dy.rows, dy.dtype, Pass::backward_data, false};
-  if (dy.dtype != DType::f16) {
-    impl_->execute(key, {dy.data, weight.data, dx.data});
-    return;
-  }
-  key.input = DType::f32;
-  float* wide_dy = impl_->widened_source.reserve_elements<float>(static_cast<std::size_t>(dy.size()));
-  float* wide_w = impl_->widened_other.reserve_elements<float>(static_cast<std::size_t>(weight.size()));
-  float* result = impl_->float_result.reserve_elements<float>(static_cast<std::size_t>(dx.size()));
-  widen_to_float(dy.as<fp16>(), wide_dy, dy.size());
-  widen_to_float(weight.as<fp16>(), wide_w, weight.size());
-  impl_->execute(key, {wide_dy, wide_w, result});
-  narrow_from_float(result, dx.as<fp16>(), dx.size());
+  impl_->execute_product({g, dy.rows, dy.dtype, Pass::backward_data, false}, dy, weight, nullptr, dx);
 }
 
 void CpuConvolution::backward_weights(const SpatialGeometry& g, const TensorView& x, const TensorView& dy,
