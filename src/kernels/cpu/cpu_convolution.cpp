@@ -36,12 +36,21 @@ namespace {
 // Reference loops (any dtype; used for f64)
 // ---------------------------------------------------------------------------------------------------------------------
 
+// What every loop needs: the geometry as 3-D, elements per channel in and out and per kernel, channels per group.
+struct LoopSizes {
+  Box box;
+  std::int64_t in_size, out_size, kernel_size, group_in, group_out;
+};
+
+LoopSizes loop_sizes(const SpatialGeometry& g) {
+  return {box_of(g),       g.input_size(),           g.output_size(),
+          g.kernel_size(), g.in_channels / g.groups, g.out_channels / g.groups};
+}
+
 template <class T, class B>
 void forward_loops(const SpatialGeometry& g, std::int64_t rows, const T* x, const T* w, const B* bias, T* y) {
   using C = compute_t<T>;
-  const Box b = box_of(g);
-  const std::int64_t in_size = g.input_size(), out_size = g.output_size(), kernel_size = g.kernel_size();
-  const std::int64_t group_in = g.in_channels / g.groups, group_out = g.out_channels / g.groups;
+  const auto [b, in_size, out_size, kernel_size, group_in, group_out] = loop_sizes(g);
 #pragma omp parallel for collapse(2) schedule(static)
   for (std::int64_t n = 0; n < rows; ++n)
     for (std::int64_t oc = 0; oc < g.out_channels; ++oc) {
@@ -62,9 +71,7 @@ void forward_loops(const SpatialGeometry& g, std::int64_t rows, const T* x, cons
 template <class T>
 void backward_data_loops(const SpatialGeometry& g, std::int64_t rows, const T* dy, const T* w, T* dx) {
   using C = compute_t<T>;
-  const Box b = box_of(g);
-  const std::int64_t in_size = g.input_size(), out_size = g.output_size(), kernel_size = g.kernel_size();
-  const std::int64_t group_in = g.in_channels / g.groups, group_out = g.out_channels / g.groups;
+  const auto [b, in_size, out_size, kernel_size, group_in, group_out] = loop_sizes(g);
   // Scatter form: each thread owns one (sample, group) block of dx, so no two threads write the same element.
 #pragma omp parallel for collapse(2) schedule(static)
   for (std::int64_t n = 0; n < rows; ++n)
@@ -93,9 +100,7 @@ template <class T, class M>
 void backward_weights_loops(const SpatialGeometry& g, std::int64_t rows, const T* x, const T* dy, M* dw, M* dbias,
                             bool accumulate) {
   using C = compute_t<T>;
-  const Box b = box_of(g);
-  const std::int64_t in_size = g.input_size(), out_size = g.output_size(), kernel_size = g.kernel_size();
-  const std::int64_t group_in = g.in_channels / g.groups, group_out = g.out_channels / g.groups;
+  const auto [b, in_size, out_size, kernel_size, group_in, group_out] = loop_sizes(g);
 #pragma omp parallel for schedule(static)
   for (std::int64_t oc = 0; oc < g.out_channels; ++oc) {
     const std::int64_t first_in = oc / group_out * group_in;
