@@ -22,6 +22,25 @@ print(f"cnn2d validation accuracy: {accuracy:.4f}")
 assert accuracy >= 0.95, accuracy
 PY
 
+# 1b. evaluate and predict read image data with the checkpoint's conv model and reproduce the run's accuracy
+checkpoint=$(ls run-accuracy/checkpoints/step-*.h5 | tail -n 1)
+run_ranks 2 evaluate "$checkpoint" --data data/images-validation.h5 >evaluate.log 2>&1 ||
+  { cat evaluate.log >&2; fail "evaluate on a cnn2d checkpoint"; }
+run_ranks 2 predict "$checkpoint" --data data/images-validation.h5 --output predictions.h5 >predict.log 2>&1 ||
+  { cat predict.log >&2; fail "predict on a cnn2d checkpoint"; }
+$PYTHON - <<'PY' || fail "evaluate/predict differ from the training run's evaluation"
+import re, h5py, numpy as np
+trained = float(h5py.File("run-accuracy/metrics.h5", "r")["/eval/accuracy"][-1])
+printed = float(re.search(r"accuracy ([0-9.]+)", open("evaluate.log").read()).group(1))
+with h5py.File("predictions.h5", "r") as p, h5py.File("data/images-validation.h5", "r") as d:
+    key = [k for k in p.keys() if k in ("predictions", "labels", "classes", "logits")]
+    values = p[key[0]][()]
+    predicted = values.argmax(1) if values.ndim == 2 else values
+    from_predictions = float(np.mean(predicted == d["labels"][()]))
+print(f"accuracy: training run {trained:.4f}, evaluate {printed:.4f}, predict ({key[0]}) {from_predictions:.4f}")
+assert abs(printed - trained) < 1e-4 and abs(from_predictions - trained) < 1e-4
+PY
+
 # 2. rank invariance (global batch, initial weights and data order do not depend on the rank count)
 for ranks in 1 2; do
   run_ranks $ranks train cnn2d.toml --output run-ranks$ranks --set train.epochs=0 --set train.steps=30 \

@@ -49,7 +49,7 @@ struct ModelSection {
 struct DataSection {
   std::vector<std::string> train;       // HDF5 files or glob patterns, read as one dataset (required)
   std::vector<std::string> validation;  // the same for the validation set (optional; empty = none)
-  std::string features = "/features";  // (N, F), (N, C, H, W), ...: flattened per sample
+  std::string features = "/features";  // (N, F), (N, C, H, W), (N, C, D, H, W): the sample shape the model reads
   std::string labels = "/labels";      // cross_entropy: integer class labels (N)
   std::string targets = "/targets";    // mse: float targets (N x K)
   std::int64_t batch_size = 64;        // global batch over all ranks
