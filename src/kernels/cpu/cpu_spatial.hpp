@@ -3,6 +3,7 @@
 // src/kernels/cpu.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
@@ -36,21 +37,29 @@ inline Box box_of(const SpatialGeometry& geometry) {
   return box;
 }
 
+// The taps k in [first, last) of one axis whose input position start + k * dilation lies in [0, extent).
+inline void tap_range(std::int64_t start, std::int64_t extent, std::int64_t kernel, std::int64_t dilation,
+                      std::int64_t& first, std::int64_t& last) {
+  first = start < 0 ? (-start + dilation - 1) / dilation : 0;
+  last = start >= extent ? 0 : std::min(kernel, (extent - start + dilation - 1) / dilation);
+}
+
 // Calls visit(input_offset, kernel_offset) for every kernel tap of output position (od, oh, ow) that lands inside the
-// input (offsets within one channel), in kernel order.
+// input (offsets within one channel), in kernel order. The taps are clipped per axis first, so the inner loop has no
+// bounds checks.
 template <class Visit>
 void for_each_tap(const Box& b, std::int64_t od, std::int64_t oh, std::int64_t ow, Visit visit) {
-  for (std::int64_t kd = 0; kd < b.kernel[0]; ++kd) {
-    const std::int64_t id = od * b.stride[0] - b.padding[0] + kd * b.dilation[0];
-    if (id < 0 || id >= b.in[0]) continue;
-    for (std::int64_t kh = 0; kh < b.kernel[1]; ++kh) {
-      const std::int64_t ih = oh * b.stride[1] - b.padding[1] + kh * b.dilation[1];
-      if (ih < 0 || ih >= b.in[1]) continue;
-      for (std::int64_t kw = 0; kw < b.kernel[2]; ++kw) {
-        const std::int64_t iw = ow * b.stride[2] - b.padding[2] + kw * b.dilation[2];
-        if (iw < 0 || iw >= b.in[2]) continue;
-        visit((id * b.in[1] + ih) * b.in[2] + iw, (kd * b.kernel[1] + kh) * b.kernel[2] + kw);
-      }
+  const std::int64_t start[3] = {od * b.stride[0] - b.padding[0], oh * b.stride[1] - b.padding[1],
+                                 ow * b.stride[2] - b.padding[2]};
+  std::int64_t first[3], last[3];
+  for (std::size_t a = 0; a < 3; ++a) tap_range(start[a], b.in[a], b.kernel[a], b.dilation[a], first[a], last[a]);
+  for (std::int64_t kd = first[0]; kd < last[0]; ++kd) {
+    const std::int64_t id = start[0] + kd * b.dilation[0];
+    for (std::int64_t kh = first[1]; kh < last[1]; ++kh) {
+      const std::int64_t ih = start[1] + kh * b.dilation[1];
+      const std::int64_t input_row = (id * b.in[1] + ih) * b.in[2] + start[2];
+      const std::int64_t kernel_row = (kd * b.kernel[1] + kh) * b.kernel[2];
+      for (std::int64_t kw = first[2]; kw < last[2]; ++kw) visit(input_row + kw * b.dilation[2], kernel_row + kw);
     }
   }
 }
