@@ -3,11 +3,12 @@
 // Which path a convolution takes:
 // - f32 and bf16 storage: oneDNN 2.6 convolution primitives (the 2.x API: op descriptor, then primitive descriptor).
 //   Activations stay plain NCHW / NCDHW rows and weights PyTorch-shaped (out, in/groups, k...) in the model's buffers;
-//   Each configuration has up to two variants: the primitive on those plain layouts (usually oneDNN's gemm-based
-//   kernel), and the one on the layouts oneDNN prefers (channel-blocked jit kernels on AVX-512), whose operands are
-//   reordered into shared scratch on the way in and out. The first call times both and keeps the faster; blocked
-//   kernels win with many channels, the plain ones with few (8 channels padded to a block of 16, plus the reorders).
-//   oneDNN accumulates in fp32. Weight and bias gradients are fp32 whatever the input dtype.
+//   The primitives run on the layouts oneDNN prefers (format `any`: channel-blocked jit kernels on AVX-512), and the
+//   operands whose preferred layout differs from the plain one are reordered into shared scratch on the way in and
+//   out. On the plain layouts oneDNN picks its gemm-based kernels, 2-10x slower per convolution here even with the
+//   reorders counted. (Timing both variants per shape and keeping the faster was tried: it made the kernel choice,
+//   and so the last bits of the results, depend on the machine's load, which breaks bitwise-exact resume.) oneDNN
+//   accumulates in fp32. Weight and bias gradients are fp32 whatever the input dtype.
 // - f16 storage: inputs widened to fp32 scratch, the f32 primitive, the result rounded once into the f16 output.
 // - f64 storage: the loops below, in double. They are the reference: gradient checks run through them, and the tests
 //   compare the oneDNN paths with them.
@@ -16,9 +17,7 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <dnnl.hpp>
-#include <limits>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
@@ -184,16 +183,6 @@ struct Convolution {
   std::size_t scratchpad_bytes = 0;
 };
 
-// The variants of one convolution: on the plain layouts, and (when oneDNN prefers others) on oneDNN's layouts with
-// reorders. The first call times each and keeps the faster (cuDNN's "find" in miniature): which wins depends on the
-// channel counts and the CPU (blocked kernels need channels in multiples of 16 to pay for their reorders).
-constexpr int timing_repeats = 3;
-
-struct ConvolutionChoice {
-  std::vector<Convolution> candidates;
-  int chosen = -1;  // index into candidates; -1 until the first call
-};
-
 DnnlType dnnl_type(DType type) { return type == DType::bf16 ? DnnlType::bf16 : DnnlType::f32; }
 
 dnnl::memory::dims extents(const std::array<std::int64_t, 3>& values, int dimensions, std::int64_t minus = 0) {
@@ -248,10 +237,10 @@ void check_geometry(const SpatialGeometry& g, const char* what) {
 }  // namespace
 
 struct CpuConvolution::Impl {
-  ConvolutionLayouts layouts = ConvolutionLayouts::fastest;
+  ConvolutionLayouts layouts = ConvolutionLayouts::preferred;
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
-  std::unordered_map<ConvolutionKey, ConvolutionChoice, ConvolutionKeyHash> primitives;
+  std::unordered_map<ConvolutionKey, Convolution, ConvolutionKeyHash> primitives;
   ScratchBuffer widened_source, widened_other;  // f16 inputs as fp32
   ScratchBuffer float_result;                   // fp32 result before rounding into f16, or before accumulating
   ScratchBuffer float_bias;                     // fp32 bias gradient before accumulating
@@ -263,7 +252,7 @@ struct CpuConvolution::Impl {
   void add_operand(Convolution& created, int argument, const dnnl::memory::desc& user, const dnnl::memory::desc& chosen,
                    bool output);
 
-  ConvolutionChoice& choice(const ConvolutionKey& key);
+  Convolution& convolution(const ConvolutionKey& key);
   Convolution create(const ConvolutionKey& key, bool preferred_layouts);
   void run(Convolution& entry, std::initializer_list<const void*> pointers);
   // Pointers in the argument order of the pass: forward (src, weights, [bias], dst); backward_data (diff_dst,
@@ -294,16 +283,10 @@ void CpuConvolution::Impl::add_operand(Convolution& created, int argument, const
   created.operands.push_back(std::move(operand));
 }
 
-ConvolutionChoice& CpuConvolution::Impl::choice(const ConvolutionKey& key) {
+Convolution& CpuConvolution::Impl::convolution(const ConvolutionKey& key) {
   const auto found = primitives.find(key);
   if (found != primitives.end()) return found->second;
-  ConvolutionChoice created;
-  created.candidates.push_back(create(key, false));
-  Convolution preferred = create(key, true);
-  const bool reorders = std::any_of(preferred.operands.begin(), preferred.operands.end(),
-                                    [](const Operand& operand) { return operand.internal_bytes > 0; });
-  if (reorders) created.candidates.push_back(std::move(preferred));
-  return primitives.emplace(key, std::move(created)).first->second;
+  return primitives.emplace(key, create(key, layouts == ConvolutionLayouts::preferred)).first->second;
 }
 
 Convolution CpuConvolution::Impl::create(const ConvolutionKey& key, bool preferred_layouts) {
@@ -390,29 +373,7 @@ Convolution CpuConvolution::Impl::create(const ConvolutionKey& key, bool preferr
 }
 
 void CpuConvolution::Impl::execute(const ConvolutionKey& key, std::initializer_list<const void*> pointers) {
-  ConvolutionChoice& entries = choice(key);
-  if (layouts != ConvolutionLayouts::fastest) entries.chosen = layouts == ConvolutionLayouts::plain ? 0 : -2;
-  if (entries.chosen == -2) entries.chosen = static_cast<int>(entries.candidates.size()) - 1;
-  if (entries.chosen < 0) {
-    entries.chosen = 0;
-    double fastest = 0.0;
-    for (std::size_t i = 0; i < entries.candidates.size() && entries.candidates.size() > 1; ++i) {
-      run(entries.candidates[i], pointers);  // warm-up: page faults of the scratch buffers, caches
-      // The fastest of a few runs: a run that other work on the machine preempted says nothing about the kernel.
-      double seconds = std::numeric_limits<double>::infinity();
-      for (int repeat = 0; repeat < timing_repeats; ++repeat) {
-        const auto start = std::chrono::steady_clock::now();
-        run(entries.candidates[i], pointers);
-        seconds = std::min(seconds, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-      }
-      if (i == 0 || seconds < fastest) {
-        fastest = seconds;
-        entries.chosen = static_cast<int>(i);
-      }
-    }
-  }
-  // Outputs are overwritten (never accumulated) by every run, so the timing runs leave no trace.
-  run(entries.candidates[static_cast<std::size_t>(entries.chosen)], pointers);
+  run(convolution(key), pointers);
 }
 
 void CpuConvolution::Impl::execute_product(ConvolutionKey key, const TensorView& a, const TensorView& b,

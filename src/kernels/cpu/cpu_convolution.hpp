@@ -9,17 +9,15 @@
 
 namespace hpctrain::cpu {
 
-// Which variant of a convolution runs: the faster of the two, timed on the first call (what the backend uses), or
-// one of them (tests check both against the reference).
+// Which layouts the oneDNN primitives run on (the caller's buffers are always plain).
 enum class ConvolutionLayouts : std::uint8_t {
-  fastest,
-  plain,      // oneDNN on the plain NCHW/NCDHW and (out, in/groups, k...) layouts: no reorders
-  preferred,  // oneDNN's preferred layouts (channel-blocked), reordered on the way in and out
+  preferred,  // oneDNN's preferred layouts (channel-blocked), reordered on the way in and out: what the backend uses
+  plain,      // the plain NCHW/NCDHW and (out, in/groups, k...) layouts, no reorders (tests check both)
 };
 
 class CpuConvolution {
  public:
-  explicit CpuConvolution(ConvolutionLayouts layouts = ConvolutionLayouts::fastest);
+  explicit CpuConvolution(ConvolutionLayouts layouts = ConvolutionLayouts::preferred);
   ~CpuConvolution();
   CpuConvolution(const CpuConvolution&) = delete;
   CpuConvolution& operator=(const CpuConvolution&) = delete;
