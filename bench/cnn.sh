@@ -40,6 +40,7 @@ export OMP_NUM_THREADS=$THREADS
 "$HPCTRAIN" data generate volumes --samples 1024 --size 16 --channels 2 --seed 1 --output "$WORK/volumes.h5" >/dev/null
 declare -A DATA=([cnn2d]=$WORK/images.h5 [cosmoflow-small]=$WORK/volumes.h5)
 declare -A BATCH=([cnn2d]=64 [cosmoflow-small]=32)
+LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
 HAVE_TORCH=1
 "$PYTHON" -c 'import torch' 2>/dev/null || HAVE_TORCH=0
 
@@ -68,6 +69,7 @@ PY
 done
 
 echo "bench/cnn.sh: $(date -u '+%Y-%m-%d %H:%M UTC'), $(lscpu | sed -n 's/^Model name: *//p'), 1 rank x $THREADS threads,"
+echo "  load average $LOAD_AT_START at start, $(cut -d' ' -f1-3 /proc/loadavg) at end (other work on the machine skews the figures)"
 echo "  $RUNS round(s) of $STEPS steps (median after $WARMUP_STEPS warm-up steps); torch: $(
   ((HAVE_TORCH)) && "$PYTHON" -c 'import torch; print(torch.__version__)' || echo 'not installed (bench/install-torch.sh)')"
 printf '%-16s %-6s %6s %16s %16s %8s\n' model mode batch "hpctrain img/s" "torch img/s" ratio
