@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""PyTorch twin of hpctrain's benchmark MLP: the anchor that bench/run.sh measures hpctrain's samples/s against.
+"""PyTorch twin of hpctrain's benchmark models: the anchor that bench/run.sh (the MLP) and bench/cnn.sh (--model cnn2d,
+--model cosmoflow-small: the CNNs of inputs/cnn2d.toml and inputs/cosmoflow-small.toml) measure hpctrain's samples/s
+against.
 
 The same model (Linear 1024->2048, ReLU, Linear 2048->2048, ReLU, Linear 2048->10, cross-entropy), the same global
 batch, AdamW with the same hyper-parameters (biases without weight decay, as hpctrain's default optimizer.no_decay),
@@ -29,6 +31,8 @@ import time
 def parse_arguments():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--model", choices=["mlp", "cnn2d", "cosmoflow-small"], default="mlp",
+                        help="mlp: --widths; cnn2d, cosmoflow-small: the layers of inputs/<model>.toml (needs --data)")
     parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads; 0 keeps torch's default")
     parser.add_argument("--batch", type=int, default=256, help="global batch (one process: all of it)")
     parser.add_argument("--widths", default="1024,2048,2048,10", help="input width, then each linear layer's out")
@@ -56,8 +60,13 @@ def load_data(arguments, torch, input_width, classes):
 
         with h5py.File(arguments.data, "r") as file:
             features = torch.from_numpy(file["features"][...]).float().contiguous()
-            labels = torch.from_numpy(file["labels"][...]).long()
-        source = f"{arguments.data} ({features.shape[0]} samples)"
+            if "labels" in file:
+                labels = torch.from_numpy(file["labels"][...]).long()
+            else:  # regression targets (N, K)
+                labels = torch.from_numpy(file["targets"][...]).float().contiguous()
+        source = f"{arguments.data} ({features.shape[0]} samples of shape {tuple(features.shape[1:])})"
+        if arguments.model != "mlp":
+            return features, labels, source
     else:
         generator = torch.Generator().manual_seed(arguments.seed)
         features = torch.randn(arguments.samples, input_width, generator=generator)
@@ -88,12 +97,34 @@ def main():
         torch.set_num_threads(arguments.threads)
     torch.manual_seed(arguments.seed)
     widths = [int(width) for width in arguments.widths.split(",")]
-    layers = []
-    for index in range(len(widths) - 1):
-        layers.append(torch.nn.Linear(widths[index], widths[index + 1]))
-        if index < len(widths) - 2:
-            layers.append(torch.nn.ReLU())
-    model = torch.nn.Sequential(*layers)
+    nn = torch.nn
+    if arguments.model == "mlp":
+        layers = []
+        for index in range(len(widths) - 1):
+            layers.append(nn.Linear(widths[index], widths[index + 1]))
+            if index < len(widths) - 2:
+                layers.append(nn.ReLU())
+        model = nn.Sequential(*layers)
+        description = "-".join(map(str, widths))
+    else:
+        if not arguments.data:
+            sys.exit(f"torch_twin: --model {arguments.model} needs --data (the file bench/cnn.sh generates)")
+    features, labels, source = load_data(arguments, torch, widths[0], widths[-1])
+    if arguments.model == "cnn2d":  # inputs/cnn2d.toml
+        channels, classes = features.shape[1], int(labels.max()) + 1
+        model = nn.Sequential(
+            nn.Conv2d(channels, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(16 * (features.shape[2] // 4) * (features.shape[3] // 4), classes))
+        description = "cnn2d (inputs/cnn2d.toml)"
+    elif arguments.model == "cosmoflow-small":  # inputs/cosmoflow-small.toml
+        channels, size = features.shape[1], features.shape[2]
+        model = nn.Sequential(
+            nn.Conv3d(channels, 8, 3, padding=1), nn.LeakyReLU(0.3), nn.MaxPool3d(2),
+            nn.Conv3d(8, 16, 3, padding=1), nn.LeakyReLU(0.3), nn.MaxPool3d(2),
+            nn.Conv3d(16, 16, 3, padding=1), nn.LeakyReLU(0.3), nn.MaxPool3d(2),
+            nn.Flatten(), nn.Linear(16 * (size // 8) ** 3, 64), nn.LeakyReLU(0.3), nn.Linear(64, labels.shape[1]))
+        description = "cosmoflow-small (inputs/cosmoflow-small.toml)"
     # hpctrain's default optimizer.no_decay = ["bias", "norm"]: biases get no weight decay, so none here either.
     decayed = [parameter for name, parameter in model.named_parameters() if not name.endswith("bias")]
     not_decayed = [parameter for name, parameter in model.named_parameters() if name.endswith("bias")]
@@ -101,7 +132,6 @@ def main():
         [{"params": decayed, "weight_decay": arguments.weight_decay}, {"params": not_decayed, "weight_decay": 0.0}],
         lr=arguments.lr,
     )
-    features, labels, source = load_data(arguments, torch, widths[0], widths[-1])
     bf16 = arguments.precision == "bf16"
     device = arguments.device
     if device == "cuda":
@@ -110,13 +140,14 @@ def main():
             return 0
         model.to(device)
         features, labels = features.to(device), labels.to(device)
+    loss_function = functional.mse_loss if arguments.model == "cosmoflow-small" else functional.cross_entropy
 
     def make_step(forward):
         def train_step(x, y):
             with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
                 logits = forward(x)
             # The loss in fp32, as autocast would run cross_entropy anyway, and as hpctrain's policy does.
-            loss = functional.cross_entropy(logits.float(), y)
+            loss = loss_function(logits.float(), y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -145,7 +176,7 @@ def main():
     print(
         f"torch_twin: torch {torch.__version__}, {arguments.precision}"
         + (" (autocast bf16)" if bf16 else "")
-        + f", {torch.get_num_threads()} threads, batch {arguments.batch}, model {'-'.join(map(str, widths))}, AdamW"
+        + f", {torch.get_num_threads()} threads, batch {arguments.batch}, model {description}, AdamW"
     )
     print(f"torch_twin: data {source}; torch.compile: {compiled}")
 

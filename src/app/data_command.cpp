@@ -36,7 +36,8 @@ const char* const data_usage =
     "usage: hpctrain data <sub-command> ...\n"
     "\n"
     "sub-commands:\n"
-    "  generate KIND --samples N --output FILE.h5 [options]   write a synthetic dataset (blobs, spirals, regression)\n"
+    "  generate KIND --samples N --output FILE.h5 [options]   write a synthetic dataset (blobs, spirals, regression,\n"
+    "                                                         images, volumes)\n"
     "  inspect FILE.h5                                        describe a file: datasets, labels, per-channel "
     "statistics\n"
     "  convert --features X.npy --labels Y.npy --output F.h5  convert NumPy arrays (or --csv FILE.csv) to HDF5\n"
@@ -58,6 +59,12 @@ const char* const generate_usage =
     "              with --features F > 2 the spirals lie in a random plane of R^F\n"
     "  regression  inputs x ~ N(0, 1)^F; K smooth nonlinear targets, each a sum of 4 random sine waves of x, plus\n"
     "              Gaussian noise of standard deviation --noise\n"
+    "  images      (C, S, S) images, each holding one shape or texture (its class: cross, ring, square, horizontal\n"
+    "              stripes, vertical stripes, diagonal cross, disc, checkerboard; --classes picks the first C of\n"
+    "              these, at most 8) at a random place, size and brightness, plus pixel noise of std --noise\n"
+    "  volumes     (C, S, S, S) fields for 3-D CNN regression: per channel a sum of 3 plane waves in random\n"
+    "              directions; 3 targets in [-1, 1] set the field's amplitude, frequency and spectral slope\n"
+    "              (CosmoFlow-like: recover the parameters from the field); pixel noise of std --noise\n"
     "\n"
     "options:\n"
     "  --samples N       number of samples (required)\n"
@@ -65,13 +72,16 @@ const char* const generate_usage =
     "  --features F      values per sample (default 2; regression 4)\n"
     "  --classes C       number of classes, blobs and spirals (default 3)\n"
     "  --outputs K       targets per sample, regression (default 1)\n"
-    "  --noise X         noise level (default: blobs 1, spirals 0.05, regression 0.1)\n"
+    "  --size S          edge length of images and volumes (default 16)\n"
+    "  --channels C      channels of images and volumes (default 1)\n"
+    "  --noise X         noise level (default: blobs 1, spirals 0.05, regression 0.1, images 0.2, volumes 0.05)\n"
     "  --seed S          random seed, 0 <= S < 2^63 (default 0)\n"
     "  --force           replace FILE.h5 if it exists\n"
     "  --help            show this help\n"
     "\n"
-    "The file holds /features (N, F) float32 and /labels (N) int32 in [0, C), or /targets (N, K) float32 for\n"
-    "regression, with the options recorded as attributes of the root.\n";
+    "The file holds /features (N, F) float32 ((N, C, S, S) for images, (N, C, S, S, S) for volumes) and /labels (N)\n"
+    "int32 in [0, C), or /targets (N, K) float32 for regression and volumes (K = 3), with the options recorded as\n"
+    "attributes of the root.\n";
 
 const char* const inspect_usage =
     "usage: hpctrain data inspect FILE.h5 [--features PATH] [--all-channels]\n"
@@ -330,6 +340,8 @@ int generate_command(const Arguments& args, const MpiEnvironment& mpi) {
                                                   {"--features", true},
                                                   {"--classes", true},
                                                   {"--outputs", true},
+                                                  {"--size", true},
+                                                  {"--channels", true},
                                                   {"--noise", true},
                                                   {"--seed", true},
                                                   {"--output", true},
@@ -341,7 +353,7 @@ int generate_command(const Arguments& args, const MpiEnvironment& mpi) {
   }
   const std::string help_hint = "see '" + command + " --help'";
   HPCTRAIN_VERIFY(!parsed.positionals.empty(), InputError, command << ": no dataset kind given",
-                  "the kinds are blobs, spirals and regression; " + help_hint);
+                  "the kinds are blobs, spirals, regression, images and volumes; " + help_hint);
   HPCTRAIN_VERIFY(parsed.positionals.size() == 1, InputError,
                   command << ": unexpected argument '" << parsed.positionals[1] << "' (one kind only)", help_hint);
   SyntheticKind kind{};
@@ -357,7 +369,19 @@ int generate_command(const Arguments& args, const MpiEnvironment& mpi) {
                   command << ": --outputs applies to regression data, not " << kind_name << " (which has --classes)",
                   help_hint);
   HPCTRAIN_VERIFY(!(!is_classification(kind) && parsed.has("--classes")), InputError,
-                  command << ": --classes applies to blobs and spirals, not regression (which has --outputs)",
+                  command << ": --classes applies to blobs, spirals and images, not " << kind_name
+                          << (kind == SyntheticKind::regression ? " (which has --outputs)" : ""),
+                  help_hint);
+  HPCTRAIN_VERIFY(!(kind == SyntheticKind::volumes && parsed.has("--outputs")), InputError,
+                  command << ": volumes always has 3 targets (amplitude, frequency, slope); --outputs does not apply",
+                  help_hint);
+  for (const char* option : {"--size", "--channels"})
+    HPCTRAIN_VERIFY(
+        is_spatial(kind) || !parsed.has(option), InputError,
+        command << ": " << option << " applies to images and volumes, not " << kind_name << " (which has --features)",
+        help_hint);
+  HPCTRAIN_VERIFY(!(is_spatial(kind) && parsed.has("--features")), InputError,
+                  command << ": " << kind_name << " samples are shaped by --size and --channels, not --features",
                   help_hint);
 
   SyntheticSpec spec = default_synthetic_spec(kind);
@@ -365,6 +389,10 @@ int generate_command(const Arguments& args, const MpiEnvironment& mpi) {
   if (parsed.has("--features")) spec.features = parse_integer<std::int64_t>(parsed, "--features", command);
   if (parsed.has("--classes")) spec.classes = parse_integer<std::int64_t>(parsed, "--classes", command);
   if (parsed.has("--outputs")) spec.outputs = parse_integer<std::int64_t>(parsed, "--outputs", command);
+  if (is_spatial(kind))
+    set_spatial_extent(
+        spec, parsed.has("--size") ? parse_integer<std::int64_t>(parsed, "--size", command) : spec.size,
+        parsed.has("--channels") ? parse_integer<std::int64_t>(parsed, "--channels", command) : spec.channels);
   if (parsed.has("--noise")) spec.noise = parse_number(parsed, "--noise", command);
   if (parsed.has("--seed")) spec.seed = parse_integer<std::uint64_t>(parsed, "--seed", command);
   try {
@@ -379,6 +407,8 @@ int generate_command(const Arguments& args, const MpiEnvironment& mpi) {
                       [&](const std::string& partial) { write_synthetic_dataset(spec, partial); });
 
     std::ostringstream line;
+    std::string shape;
+    for (auto extent : synthetic_sample_shape(spec)) shape += ", " + std::to_string(extent);
     line << "wrote " << output << ": " << spec.samples << " samples of " << kind_name << " (" << spec.features
          << " features, ";
     if (is_classification(kind)) {
@@ -386,8 +416,8 @@ int generate_command(const Arguments& args, const MpiEnvironment& mpi) {
     } else {
       line << spec.outputs << " outputs";
     }
-    line << ", noise " << spec.noise << ", seed " << spec.seed << "): /features (" << spec.samples << ", "
-         << spec.features << ") float32, ";
+    line << ", noise " << spec.noise << ", seed " << spec.seed << "): /features (" << spec.samples << shape
+         << ") float32, ";
     if (is_classification(kind)) {
       line << "/labels (" << spec.samples << ") int32";
     } else {

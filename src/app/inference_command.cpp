@@ -79,7 +79,8 @@ struct InferenceSetup {
   std::int64_t local_batch = 0;
 };
 
-InferenceSetup set_up(const InferenceArguments& arguments, std::int64_t data_width, const MpiEnvironment& mpi) {
+InferenceSetup set_up(const InferenceArguments& arguments, const SampleShape& data_shape, const MpiEnvironment& mpi) {
+  const std::int64_t data_width = shape_size(data_shape);
   InferenceSetup setup;
   setup.config = parse_run_config(checkpoint_deck(arguments.checkpoint), arguments.checkpoint, arguments.overrides);
   setup.task = setup.config.model.loss == "mse" ? TaskKind::regression : TaskKind::classification;
@@ -102,7 +103,7 @@ InferenceSetup set_up(const InferenceArguments& arguments, std::int64_t data_wid
                            : setup.config.precision.mode == "fp16" ? DType::f16
                                                                    : DType::f32;
   setup.model =
-      std::make_unique<Model>(setup.config.model, data_width, *setup.backend,
+      std::make_unique<Model>(setup.config.model, data_shape, *setup.backend,
                               ModelBuffers{activation, DType::f32, setup.local_batch, false}, arguments.checkpoint);
   load_parameters(arguments.checkpoint, *setup.model, *setup.backend, mpi);
   return setup;
@@ -144,7 +145,9 @@ int predict_command(const Arguments& args, const MpiEnvironment& mpi) {
   const std::string features_path =
       parse_run_config(checkpoint_deck(arguments.checkpoint), arguments.checkpoint, arguments.overrides).data.features;
   Hdf5Dataset features(arguments.data, features_path);
-  InferenceSetup setup = set_up(arguments, features.sample_size(), mpi);
+  SampleShape sample_shape(features.shape().begin() + 1, features.shape().end());
+  if (sample_shape.empty()) sample_shape = {features.sample_size()};
+  InferenceSetup setup = set_up(arguments, sample_shape, mpi);
   Model& model = *setup.model;
   Backend& backend = *setup.backend;
   DeviceBatch device(backend, model, setup.task, setup.local_batch);
@@ -238,7 +241,7 @@ int evaluate_command(const Arguments& args, const MpiEnvironment& mpi) {
   RunConfig deck = parse_run_config(checkpoint_deck(arguments.checkpoint), arguments.checkpoint, arguments.overrides);
   const TaskKind task = deck.model.loss == "mse" ? TaskKind::regression : TaskKind::classification;
   TrainingData data(deck, "--data", arguments.data, task);
-  InferenceSetup setup = set_up(arguments, data.feature_width(), mpi);
+  InferenceSetup setup = set_up(arguments, data.model_input_shape(), mpi);
   data.validate(mpi, task == TaskKind::classification ? setup.model->output_width() : 0);
   DeviceBatch device(*setup.backend, *setup.model, task, setup.local_batch);
   const StepContext context{setup.backend.get(), false, deck.run.seed, 0, nullptr, 0};

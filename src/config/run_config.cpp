@@ -26,6 +26,7 @@
 #include <sstream>
 #include <string_view>
 #include <system_error>
+#include <tuple>
 #include <utility>
 #include <variant>
 
@@ -41,11 +42,12 @@ namespace {
 // How a key's TOML value is read. `number` accepts integers too; `loss_scale` is a word or a positive number;
 // `string_array` is an array of strings (a single string is taken as a one-element array); `shuffle` is a boolean or a
 // word (true = "global", false = "none").
-enum class ValueKind { integer, number, boolean, string, string_array, shuffle, loss_scale, layers };
+// `extents` is an integer or an array of integers (conv/pool windows).
+enum class ValueKind { integer, number, boolean, string, string_array, shuffle, loss_scale, layers, extents };
 
 // Where a key's value lives inside a RunConfig (or a LayerSpec). monostate for model.layers, which is read separately.
 using FieldRef = std::variant<std::monostate, std::int64_t*, std::uint64_t*, double*, bool*, std::string*,
-                              std::vector<std::string>*>;
+                              std::vector<std::string>*, std::vector<std::int64_t>*>;
 
 template <auto section_member, auto field_member>
 FieldRef bind_field(RunConfig& config) {
@@ -188,6 +190,11 @@ const std::vector<LayerFieldSpec>& layer_fields() {
       {"p", Kind::number, bind_layer_field<&LayerSpec::p>},
       {"negative_slope", Kind::number, bind_layer_field<&LayerSpec::negative_slope>},
       {"eps", Kind::number, bind_layer_field<&LayerSpec::eps>},
+      {"kernel", Kind::extents, bind_layer_field<&LayerSpec::kernel>},
+      {"stride", Kind::extents, bind_layer_field<&LayerSpec::stride>},
+      {"padding", Kind::extents, bind_layer_field<&LayerSpec::padding>},
+      {"dilation", Kind::extents, bind_layer_field<&LayerSpec::dilation>},
+      {"groups", Kind::integer, bind_layer_field<&LayerSpec::groups>},
   };
   return fields;
 }
@@ -200,8 +207,22 @@ struct LayerTypeSpec {
 
 const std::vector<LayerTypeSpec>& layer_types() {
   static const std::vector<LayerTypeSpec> types = {
-      {"linear", {"out", "in", "bias"}},  {"relu", {}},           {"gelu", {}},       {"tanh", {}},
-      {"leaky_relu", {"negative_slope"}}, {"layernorm", {"eps"}}, {"dropout", {"p"}},
+      {"linear", {"out", "in", "bias"}},
+      {"relu", {}},
+      {"gelu", {}},
+      {"tanh", {}},
+      {"leaky_relu", {"negative_slope"}},
+      {"layernorm", {"eps"}},
+      {"dropout", {"p"}},
+      {"conv2d", {"out", "kernel", "stride", "padding", "dilation", "groups", "bias"}},
+      {"conv3d", {"out", "kernel", "stride", "padding", "dilation", "groups", "bias"}},
+      {"maxpool2d", {"kernel", "stride", "padding"}},
+      {"maxpool3d", {"kernel", "stride", "padding"}},
+      {"avgpool2d", {"kernel", "stride", "padding"}},
+      {"avgpool3d", {"kernel", "stride", "padding"}},
+      {"global_avgpool", {}},
+      {"flatten", {}},
+      {"groupnorm", {"groups", "eps"}},
   };
   return types;
 }
@@ -408,6 +429,12 @@ std::string toml_literal(const FieldRef& target) {
       for (std::size_t i = 0; i < values->size(); ++i) text += (i > 0 ? ", " : "") + toml_string((*values)[i]);
       return text + "]";
     }
+    std::string operator()(const std::vector<std::int64_t>* values) const {
+      if (values->size() == 1) return std::to_string(values->front());
+      std::string text = "[";
+      for (std::size_t i = 0; i < values->size(); ++i) text += (i > 0 ? ", " : "") + std::to_string((*values)[i]);
+      return text + "]";
+    }
   };
   return std::visit(Writer{}, target);
 }
@@ -460,6 +487,8 @@ std::string_view expected_description(ValueKind kind) {
       return "a string (auto, dynamic, none) or a positive number";
     case ValueKind::layers:
       return "an array of tables";
+    case ValueKind::extents:
+      return "an integer or an array of integers";
   }
   return "a value";
 }
@@ -473,6 +502,8 @@ std::string example_literal(std::string_view dotted_key, const std::string& defa
   if (dotted_key == "model.layers[].type") return "\"linear\"";
   if (dotted_key == "model.layers[].name") return "\"encoder\"";
   if (dotted_key == "model.layers[].out") return "64";
+  if (dotted_key == "model.layers[].kernel") return "3";
+  if (dotted_key == "model.layers[].stride") return "1";
   return default_literal;
 }
 
@@ -804,6 +835,29 @@ class DeckReader {
     }
   }
 
+  // A single value or an array of them (string_array, extents); element(node) is the value, or nullopt for a value
+  // of the wrong type.
+  template <class T, class Element>
+  void read_one_or_array(std::vector<T>& values, const toml::node& node, ValueKind kind, const std::string& dotted_key,
+                         const std::string& example, bool empty_allowed, const char* element_kind,
+                         const char* element_hint, Element element) const {
+    if (const std::optional<T> single = element(node)) {
+      values = {*single};
+      return;
+    }
+    const auto* array = node.as_array();
+    if (!array || (array->empty() && !empty_allowed)) type_error(dotted_key, kind, node, example);
+    values.clear();
+    for (std::size_t i = 0; i < array->size(); ++i) {
+      const std::optional<T> value = element(*array->get(i));
+      if (!value)
+        fail(location(dotted_key),
+             dotted_key + "[" + std::to_string(i) + "] must be " + element_kind + ", got " + describe(*array->get(i)),
+             "write it like " + example + element_hint);
+      values.push_back(*value);
+    }
+  }
+
   void assign(ValueKind kind, const FieldRef& target, const toml::node& node, const std::string& dotted_key,
               const std::string& example) {
     switch (kind) {
@@ -846,22 +900,11 @@ class DeckReader {
         return;
       }
       case ValueKind::string_array: {
-        auto& values = *std::get<std::vector<std::string>*>(target);
-        if (const auto* single = node.as_string()) {
-          values = {single->get()};
-          return;
-        }
-        const auto* array = node.as_array();
-        if (!array) type_error(dotted_key, kind, node, example);
-        values.clear();
-        for (std::size_t i = 0; i < array->size(); ++i) {
-          const auto* element = array->get(i)->as_string();
-          if (!element)
-            fail(location(dotted_key),
-                 dotted_key + "[" + std::to_string(i) + "] must be a string, got " + describe(*array->get(i)),
-                 "write it like " + example + " (strings need quotes)");
-          values.push_back(element->get());
-        }
+        read_one_or_array(*std::get<std::vector<std::string>*>(target), node, kind, dotted_key, example, true,
+                          "a string", " (strings need quotes)", [](const toml::node& element) {
+                            const auto* value = element.as_string();
+                            return value ? std::optional<std::string>(value->get()) : std::nullopt;
+                          });
         return;
       }
       case ValueKind::shuffle: {
@@ -886,6 +929,15 @@ class DeckReader {
           type_error(dotted_key, kind, node, "loss_scale = \"auto\" or loss_scale = 1024");
         }
         *std::get<std::string*>(target) = text;
+        return;
+      }
+      case ValueKind::extents: {
+        read_one_or_array(*std::get<std::vector<std::int64_t>*>(target), node, kind, dotted_key, example, false,
+                          "an integer", " or with one integer per spatial axis, e.g. [3, 3]",
+                          [](const toml::node& element) {
+                            const auto* value = element.as_integer();
+                            return value ? std::optional<std::int64_t>(value->get()) : std::nullopt;
+                          });
         return;
       }
       case ValueKind::layers:
@@ -1138,7 +1190,9 @@ class DeckReader {
       }
       if (layer.type == "dropout")
         check_number(layer_key(index, "p"), layer.p, layer.p >= 0 && layer.p < 1, "in [0, 1)");
-      if (layer.type == "layernorm") check_number(layer_key(index, "eps"), layer.eps, layer.eps > 0, "> 0");
+      if (layer.type == "layernorm" || layer.type == "groupnorm")
+        check_number(layer_key(index, "eps"), layer.eps, layer.eps > 0, "> 0");
+      validate_spatial_layer(index, layer, given);
 
       if (std::find(given.begin(), given.end(), "name") == given.end()) {
         layer.name = layer.type + std::to_string(index);
@@ -1158,6 +1212,65 @@ class DeckReader {
              "give every layer a unique name; a layer without a name is called <type><index>, e.g. linear0");
       }
     }
+  }
+
+  // conv, pooling and groupnorm keys: required keys present, extents with one value or one per spatial axis, ranges,
+  // and the stride default (1 for conv, the kernel for pooling).
+  void validate_spatial_layer(std::size_t index, LayerSpec& layer, const std::vector<std::string>& given) const {
+    const auto has = [&](std::string_view key) { return std::find(given.begin(), given.end(), key) != given.end(); };
+    const std::string table_key = layer_key(index, "");
+    const bool conv = layer.type == "conv2d" || layer.type == "conv3d";
+    const bool pool = layer.type.find("pool") != std::string::npos && layer.type != "global_avgpool";
+    if (layer.type == "groupnorm") {
+      if (!has("groups"))
+        fail(location(table_key), table_key + " (groupnorm) needs groups, the number of channel groups",
+             "add groups = <a divisor of the channel count>, e.g. groups = 4 (1 normalises over all channels)");
+      check_integer(layer_key(index, "groups"), layer.groups, 1);
+      return;
+    }
+    if (!conv && !pool) return;
+    const std::size_t axes = layer.type.back() == 'd' && layer.type[layer.type.size() - 2] == '3' ? 3 : 2;
+    if (conv) {
+      if (!has("out"))
+        fail(location(table_key), table_key + " (" + layer.type + ") needs out, its number of output channels",
+             "add out = <number of output channels>, e.g. out = 16");
+      check_integer(layer_key(index, "out"), layer.out, 1);
+      check_integer(layer_key(index, "groups"), layer.groups, 1);
+    }
+    if (!has("kernel"))
+      fail(location(table_key), table_key + " (" + layer.type + ") needs kernel, the window size",
+           "add kernel = 3 (the same on every axis) or one value per axis, e.g. kernel = " +
+               std::string(axes == 2 ? "[3, 3]" : "[3, 3, 3]"));
+    if (!has("stride")) layer.stride = conv ? std::vector<std::int64_t>{1} : layer.kernel;
+    for (const auto& [key, values, minimum] :
+         {std::tuple<const char*, std::vector<std::int64_t>*, std::int64_t>{"kernel", &layer.kernel, 1},
+          {"stride", &layer.stride, 1},
+          {"padding", &layer.padding, 0},
+          {"dilation", &layer.dilation, 1}}) {
+      const std::string dotted = layer_key(index, key);
+      if (values->size() != 1 && values->size() != axes)
+        fail(location(dotted),
+             dotted + " has " + std::to_string(values->size()) + " values; a " + layer.type + " layer has " +
+                 std::to_string(axes) + " spatial axes",
+             "give one value for every axis or exactly " + std::to_string(axes) + ", e.g. " + key + " = " +
+                 (axes == 2 ? "[2, 2]" : "[2, 2, 2]"));
+      for (const auto value : *values)
+        if (value < minimum)
+          range_error(dotted, ">= " + std::to_string(minimum), toml_literal(FieldRef{values}),
+                      "use integers >= " + std::to_string(minimum) + default_hint(dotted));
+    }
+    if (pool)
+      for (std::size_t axis = 0; axis < axes; ++axis) {
+        const auto at = [axis](const std::vector<std::int64_t>& values) {
+          return values.size() == 1 ? values[0] : values[axis];
+        };
+        if (2 * at(layer.padding) > at(layer.kernel))
+          fail(location(layer_key(index, "padding")),
+               layer_key(index, "padding") + " (" + std::to_string(at(layer.padding)) +
+                   ") is more than half the kernel (" + std::to_string(at(layer.kernel)) +
+                   "): some windows would hold only padding",
+               "use padding <= kernel / 2, as PyTorch requires");
+      }
   }
 
   // ---- defaults that depend on the deck, and data paths ----

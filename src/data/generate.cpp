@@ -24,6 +24,9 @@ enum class Role : std::uint32_t {
   weights = 6,       // per (output, term): regression frequencies w_km
   amplitudes = 7,    // per (output, term): regression amplitude a_km and phase
   target_noise = 8,  // per sample: noise added to regression targets
+  shape = 9,         // per sample: an image's shape position, size and brightness
+  parameters = 10,   // per sample: a volume's three parameters (its targets)
+  waves = 11,        // per (sample, channel): a volume's wave directions and phases
 };
 
 constexpr std::int64_t max_features = std::int64_t{1} << 24;  // keeps block numbers inside 24 bits (4 words each)
@@ -219,41 +222,165 @@ void generate_regression(const SyntheticSpec& spec, std::int64_t first, std::int
   }
 }
 
+// --- images ---
+
+// 1 inside the class's shape or texture, 0 outside; (dx, dy) from the shape's centre in pixels, r its half-size.
+// Lines are about 1.5 pixels wide, so every class shows at 16 x 16.
+double shape_value(std::int32_t label, double dx, double dy, double r) {
+  const double ax = std::abs(dx), ay = std::abs(dy), box = std::max(ax, ay), radius = std::hypot(dx, dy);
+  constexpr double half_line = 0.75;
+  switch (label) {
+    case 0:  // cross (+)
+      return (ax <= half_line || ay <= half_line) && box <= r ? 1.0 : 0.0;
+    case 1:  // ring
+      return std::abs(radius - r) <= half_line ? 1.0 : 0.0;
+    case 2:  // filled square
+      return box <= 0.8 * r ? 1.0 : 0.0;
+    case 3:  // horizontal stripes in a square
+      return box <= r && static_cast<std::int64_t>(std::floor((dy + r) / 1.5)) % 2 == 0 ? 1.0 : 0.0;
+    case 4:  // vertical stripes in a square
+      return box <= r && static_cast<std::int64_t>(std::floor((dx + r) / 1.5)) % 2 == 0 ? 1.0 : 0.0;
+    case 5:  // diagonal cross (x)
+      return std::abs(ax - ay) <= half_line && box <= r ? 1.0 : 0.0;
+    case 6:  // filled disc
+      return radius <= r ? 1.0 : 0.0;
+    default:  // checkerboard of 2-pixel cells in a square
+      return box <= r && (static_cast<std::int64_t>(std::floor((dx + r) / 2.0)) +
+                          static_cast<std::int64_t>(std::floor((dy + r) / 2.0))) %
+                                 2 ==
+                             0
+                 ? 1.0
+                 : 0.0;
+  }
+}
+
+void generate_images(const SyntheticSpec& spec, std::int64_t first, std::int64_t count, float* features,
+                     std::int32_t* labels) {
+  const std::int64_t size = spec.size, channels = spec.channels, width = channels * size * size;
+  const double extent = static_cast<double>(size);
+#pragma omp parallel for schedule(static) if (count * width > 65536)
+  for (std::int64_t row = 0; row < count; ++row) {
+    const std::int64_t sample = first + row;
+    const std::int32_t label = label_of(spec, sample);
+    const Philox4 bits = draw(spec.seed, Role::shape, 0, static_cast<std::uint64_t>(sample));
+    const double r = extent * (0.18 + 0.14 * open_uniform(bits.v[0]));  // half-size: 18% to 32% of the image
+    const double centre_x = r + (extent - 2 * r) * open_uniform(bits.v[1]);
+    const double centre_y = r + (extent - 2 * r) * open_uniform(bits.v[2]);
+    NormalSequence noise(spec.seed, Role::sample_noise, static_cast<std::uint64_t>(sample));
+    float* image = features + row * width;  // (C, S, S)
+    for (std::int64_t c = 0; c < channels; ++c) {
+      const Philox4 brightness =
+          draw(spec.seed, Role::shape, 1 + static_cast<std::uint32_t>(c / 4), static_cast<std::uint64_t>(sample));
+      const double amplitude = 0.6 + 0.4 * open_uniform(brightness.v[c % 4]);
+      for (std::int64_t y = 0; y < size; ++y)
+        for (std::int64_t x = 0; x < size; ++x) {
+          const double value = amplitude * shape_value(label, static_cast<double>(x) + 0.5 - centre_x,
+                                                       static_cast<double>(y) + 0.5 - centre_y, r);
+          image[(c * size + y) * size + x] = static_cast<float>(value + spec.noise * noise.next());
+        }
+    }
+    labels[row] = label;
+  }
+}
+
+// --- volumes ---
+
+constexpr int volume_waves = 3;
+
+void generate_volumes(const SyntheticSpec& spec, std::int64_t first, std::int64_t count, float* features,
+                      float* targets) {
+  const std::int64_t size = spec.size, channels = spec.channels, cube = size * size * size;
+#pragma omp parallel for schedule(dynamic) if (count * channels * cube > 65536)
+  for (std::int64_t row = 0; row < count; ++row) {
+    const std::int64_t sample = first + row;
+    // The targets, uniform in [-1, 1), and the field parameters they set.
+    const Philox4 bits = draw(spec.seed, Role::parameters, 0, static_cast<std::uint64_t>(sample));
+    double parameter[3];
+    for (int k = 0; k < 3; ++k) parameter[k] = 2.0 * open_uniform(bits.v[k]) - 1.0;
+    const double amplitude = 1.0 + 0.5 * parameter[0];
+    const double frequency = 1.5 + 0.5 * parameter[1];  // cycles of the first wave across the volume
+    const double slope = 1.0 + 0.75 * parameter[2];     // wave m has amplitude m^-slope and frequency m * frequency
+    for (int k = 0; k < 3; ++k) targets[row * 3 + k] = static_cast<float>(parameter[k]);
+
+    NormalSequence noise(spec.seed, Role::sample_noise, static_cast<std::uint64_t>(sample));
+    float* volume = features + row * channels * cube;  // (C, S, S, S)
+    for (std::int64_t c = 0; c < channels; ++c) {
+      // Per channel: wave directions (unit vectors) and phases.
+      NormalSequence directions(spec.seed, Role::waves,
+                                static_cast<std::uint64_t>(sample) * static_cast<std::uint64_t>(channels + 1) +
+                                    static_cast<std::uint64_t>(c));
+      double wave[volume_waves][3], phase[volume_waves], weight[volume_waves];
+      for (int m = 0; m < volume_waves; ++m) {
+        double norm = 0;
+        for (double& component : wave[m]) {
+          component = directions.next();
+          norm += component * component;
+        }
+        const double scale = 2.0 * std::numbers::pi * frequency * (m + 1) / std::sqrt(norm) / static_cast<double>(size);
+        for (double& component : wave[m]) component *= scale;
+        phase[m] = std::numbers::pi * directions.next();
+        weight[m] = amplitude * std::pow(static_cast<double>(m + 1), -slope);
+      }
+      float* field = volume + c * cube;
+      for (std::int64_t z = 0; z < size; ++z)
+        for (std::int64_t y = 0; y < size; ++y)
+          for (std::int64_t x = 0; x < size; ++x) {
+            double value = 0;
+            for (int m = 0; m < volume_waves; ++m)
+              value += weight[m] * std::sin(wave[m][0] * static_cast<double>(z) + wave[m][1] * static_cast<double>(y) +
+                                            wave[m][2] * static_cast<double>(x) + phase[m]);
+            field[(z * size + y) * size + x] = static_cast<float>(value + spec.noise * noise.next());
+          }
+    }
+  }
+}
+
 // --- writing ---
 
-H5Handle create_chunked_dataset(hid_t file, const char* path, hid_t stored_type, std::int64_t rows, std::int64_t width,
-                                bool two_dimensional) {
+// A chunked dataset of `rows` samples of shape `sample_shape` (empty: one value per sample).
+H5Handle create_chunked_dataset(hid_t file, const char* path, hid_t stored_type, std::int64_t rows,
+                                const std::vector<std::int64_t>& sample_shape) {
   // About 256 KiB per chunk: a random row costs reading one chunk, so chunks stay small, yet a million-row file still
   // has only a few hundred of them.
   constexpr std::int64_t chunk_bytes = 256 << 10;
+  std::int64_t width = 1;
+  for (auto extent : sample_shape) width *= extent;
   const std::int64_t chunk_rows = std::clamp<std::int64_t>(chunk_bytes / (4 * width), 1, rows);
-  const hsize_t shape[2] = {static_cast<hsize_t>(rows), static_cast<hsize_t>(width)};
-  const hsize_t chunk[2] = {static_cast<hsize_t>(chunk_rows), static_cast<hsize_t>(width)};
-  const int rank = two_dimensional ? 2 : 1;
-  H5Handle space(HPCTRAIN_H5_CHECK(H5Screate_simple(rank, shape, nullptr)));
+  std::vector<hsize_t> shape{static_cast<hsize_t>(rows)}, chunk{static_cast<hsize_t>(chunk_rows)};
+  for (auto extent : sample_shape) {
+    shape.push_back(static_cast<hsize_t>(extent));
+    chunk.push_back(static_cast<hsize_t>(extent));
+  }
+  const int rank = static_cast<int>(shape.size());
+  H5Handle space(HPCTRAIN_H5_CHECK(H5Screate_simple(rank, shape.data(), nullptr)));
   H5Handle creation(HPCTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
-  HPCTRAIN_H5_CHECK(H5Pset_chunk(creation.get(), rank, chunk));
+  HPCTRAIN_H5_CHECK(H5Pset_chunk(creation.get(), rank, chunk.data()));
   return H5Handle(
       HPCTRAIN_H5_CHECK(H5Dcreate2(file, path, stored_type, space.get(), H5P_DEFAULT, creation.get(), H5P_DEFAULT)));
 }
 
-void write_block(hid_t dataset, hid_t memory_type, std::int64_t first, std::int64_t count, std::int64_t width,
-                 bool two_dimensional, const void* values) {
-  const int rank = two_dimensional ? 2 : 1;
-  const hsize_t start[2] = {static_cast<hsize_t>(first), 0};
-  const hsize_t block[2] = {static_cast<hsize_t>(count), static_cast<hsize_t>(width)};
+void write_block(hid_t dataset, hid_t memory_type, std::int64_t first, std::int64_t count,
+                 const std::vector<std::int64_t>& sample_shape, const void* values) {
+  std::vector<hsize_t> start{static_cast<hsize_t>(first)}, block{static_cast<hsize_t>(count)};
+  for (auto extent : sample_shape) {
+    start.push_back(0);
+    block.push_back(static_cast<hsize_t>(extent));
+  }
   H5Handle file_space(HPCTRAIN_H5_CHECK(H5Dget_space(dataset)));
-  HPCTRAIN_H5_CHECK(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, block, nullptr));
-  H5Handle memory_space(HPCTRAIN_H5_CHECK(H5Screate_simple(rank, block, nullptr)));
+  HPCTRAIN_H5_CHECK(
+      H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, block.data(), nullptr));
+  H5Handle memory_space(HPCTRAIN_H5_CHECK(H5Screate_simple(static_cast<int>(block.size()), block.data(), nullptr)));
   HPCTRAIN_H5_CHECK(H5Dwrite(dataset, memory_type, memory_space.get(), file_space.get(), H5P_DEFAULT, values));
 }
 
 }  // namespace
 
 SyntheticKind parse_synthetic_kind(const std::string& name) {
-  for (SyntheticKind kind : {SyntheticKind::blobs, SyntheticKind::spirals, SyntheticKind::regression})
+  for (SyntheticKind kind : {SyntheticKind::blobs, SyntheticKind::spirals, SyntheticKind::regression,
+                             SyntheticKind::images, SyntheticKind::volumes})
     if (name == synthetic_kind_name(kind)) return kind;
-  throw InputError("unknown synthetic dataset kind '" + name + "'", "the kinds are: blobs, spirals, regression");
+  throw InputError("unknown synthetic dataset kind '" + name + "'",
+                   "the kinds are: blobs, spirals, regression, images, volumes");
 }
 
 const char* synthetic_kind_name(SyntheticKind kind) {
@@ -264,13 +391,36 @@ const char* synthetic_kind_name(SyntheticKind kind) {
       return "spirals";
     case SyntheticKind::regression:
       return "regression";
+    case SyntheticKind::images:
+      return "images";
+    case SyntheticKind::volumes:
+      return "volumes";
   }
   return "?";
 }
 
-std::vector<std::string> synthetic_kind_names() { return {"blobs", "spirals", "regression"}; }
+std::vector<std::string> synthetic_kind_names() { return {"blobs", "spirals", "regression", "images", "volumes"}; }
 
-bool is_classification(SyntheticKind kind) { return kind != SyntheticKind::regression; }
+bool is_classification(SyntheticKind kind) {
+  return kind != SyntheticKind::regression && kind != SyntheticKind::volumes;
+}
+
+bool is_spatial(SyntheticKind kind) { return kind == SyntheticKind::images || kind == SyntheticKind::volumes; }
+
+std::vector<std::int64_t> synthetic_sample_shape(const SyntheticSpec& spec) {
+  if (spec.kind == SyntheticKind::images) return {spec.channels, spec.size, spec.size};
+  if (spec.kind == SyntheticKind::volumes) return {spec.channels, spec.size, spec.size, spec.size};
+  return {spec.features};
+}
+
+void set_spatial_extent(SyntheticSpec& spec, std::int64_t size, std::int64_t channels) {
+  spec.size = size;
+  spec.channels = channels;
+  if (size <= 0 || channels <= 0 || size > 4096 || channels > 4096) return;  // validate_synthetic_spec reports it
+  std::int64_t features = channels * size * size;
+  if (spec.kind == SyntheticKind::volumes) features *= size;
+  spec.features = features;
+}
 
 SyntheticSpec default_synthetic_spec(SyntheticKind kind) {
   SyntheticSpec spec;
@@ -291,6 +441,16 @@ SyntheticSpec default_synthetic_spec(SyntheticKind kind) {
       spec.outputs = 1;
       spec.noise = 0.1;
       break;
+    case SyntheticKind::images:
+      spec.classes = 4;
+      spec.noise = 0.2;
+      set_spatial_extent(spec, 16, 1);
+      break;
+    case SyntheticKind::volumes:
+      spec.outputs = 3;
+      spec.noise = 0.05;
+      set_spatial_extent(spec, 16, 1);
+      break;
   }
   return spec;
 }
@@ -298,6 +458,25 @@ SyntheticSpec default_synthetic_spec(SyntheticKind kind) {
 void validate_synthetic_spec(const SyntheticSpec& spec) {
   const char* kind = synthetic_kind_name(spec.kind);
   HPCTRAIN_VERIFY(spec.samples >= 1, InputError, "samples must be at least 1 (got " << spec.samples << ")");
+  if (is_spatial(spec.kind)) {
+    const std::int64_t min_size = spec.kind == SyntheticKind::images ? 8 : 4;
+    const std::int64_t max_size = spec.kind == SyntheticKind::images ? 4096 : 512;
+    HPCTRAIN_VERIFY(
+        spec.size >= min_size && spec.size <= max_size, InputError,
+        "size must be in [" << min_size << ", " << max_size << "] for " << kind << " (got " << spec.size << ")");
+    HPCTRAIN_VERIFY(spec.channels >= 1 && spec.channels <= 64, InputError,
+                    "channels must be in [1, 64] (got " << spec.channels << ")");
+    HPCTRAIN_VERIFY(
+        spec.kind != SyntheticKind::images || spec.classes <= image_classes_max, InputError,
+        "images has at most " << image_classes_max << " classes (shapes and textures; got " << spec.classes << ")");
+    HPCTRAIN_VERIFY(spec.kind != SyntheticKind::volumes || spec.outputs == 3, InputError,
+                    "volumes always has 3 targets (amplitude, frequency, slope; got " << spec.outputs << ")");
+    std::vector<std::int64_t> shape = synthetic_sample_shape(spec);
+    std::int64_t features = 1;
+    for (auto extent : shape) features *= extent;
+    HPCTRAIN_ASSERT(spec.features == features, "features (" << spec.features << ") must equal channels x size^"
+                                                            << shape.size() - 1 << " (use set_spatial_extent)");
+  }
   const std::int64_t min_features = spec.kind == SyntheticKind::spirals ? 2 : 1;
   HPCTRAIN_VERIFY(spec.features >= min_features && spec.features <= max_features, InputError,
                   "features must be in [" << min_features << ", " << max_features << "] for " << kind << " (got "
@@ -333,6 +512,12 @@ void generate_rows(const SyntheticSpec& spec, std::int64_t first, std::int64_t c
     case SyntheticKind::regression:
       generate_regression(spec, first, count, features, targets);
       break;
+    case SyntheticKind::images:
+      generate_images(spec, first, count, features, labels);
+      break;
+    case SyntheticKind::volumes:
+      generate_volumes(spec, first, count, features, targets);
+      break;
   }
 }
 
@@ -343,10 +528,12 @@ void write_synthetic_dataset(const SyntheticSpec& spec, const std::string& path)
   const std::int64_t rows = spec.samples, width = spec.features, outputs = spec.outputs;
 
   H5Handle file = create_file(path);
-  H5Handle features = create_chunked_dataset(file.get(), "/features", H5T_IEEE_F32LE, rows, width, true);
+  const std::vector<std::int64_t> sample_shape = synthetic_sample_shape(spec);
+  const std::vector<std::int64_t> target_shape{outputs};
+  H5Handle features = create_chunked_dataset(file.get(), "/features", H5T_IEEE_F32LE, rows, sample_shape);
   H5Handle answers = classification
-                         ? create_chunked_dataset(file.get(), "/labels", H5T_STD_I32LE, rows, 1, false)
-                         : create_chunked_dataset(file.get(), "/targets", H5T_IEEE_F32LE, rows, outputs, true);
+                         ? create_chunked_dataset(file.get(), "/labels", H5T_STD_I32LE, rows, {})
+                         : create_chunked_dataset(file.get(), "/targets", H5T_IEEE_F32LE, rows, target_shape);
 
   // Blocks of at most ~16 MiB of features keep memory bounded for files of any size.
   const std::int64_t block_rows =
@@ -357,11 +544,11 @@ void write_synthetic_dataset(const SyntheticSpec& spec, const std::string& path)
   for (std::int64_t first = 0; first < rows; first += block_rows) {
     const std::int64_t count = std::min(block_rows, rows - first);
     generate_rows(spec, first, count, feature_block.data(), label_block.data(), target_block.data());
-    write_block(features.get(), H5T_NATIVE_FLOAT, first, count, width, true, feature_block.data());
+    write_block(features.get(), H5T_NATIVE_FLOAT, first, count, sample_shape, feature_block.data());
     if (classification) {
-      write_block(answers.get(), H5T_NATIVE_INT32, first, count, 1, false, label_block.data());
+      write_block(answers.get(), H5T_NATIVE_INT32, first, count, {}, label_block.data());
     } else {
-      write_block(answers.get(), H5T_NATIVE_FLOAT, first, count, outputs, true, target_block.data());
+      write_block(answers.get(), H5T_NATIVE_FLOAT, first, count, target_shape, target_block.data());
     }
   }
 
@@ -374,6 +561,10 @@ void write_synthetic_dataset(const SyntheticSpec& spec, const std::string& path)
     write_integer_attribute(root, "classes", spec.classes);
   } else {
     write_integer_attribute(root, "outputs", outputs);
+  }
+  if (is_spatial(spec.kind)) {
+    write_integer_attribute(root, "size", spec.size);
+    write_integer_attribute(root, "channels", spec.channels);
   }
   write_float_attribute(root, "noise", spec.noise);
   write_string_attribute(root, "created_by", std::string("hpctrain ") + HPCTRAIN_VERSION);

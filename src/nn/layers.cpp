@@ -1,9 +1,11 @@
-// The layers of a sequential model: linear, element-wise activations, layernorm, dropout.
+// The layers of a sequential model: linear, element-wise activations, layernorm, dropout (conv_layers.cpp has the
+// convolutional ones), and make_layer, which builds any of them from its deck entry.
 #include <cmath>
 
 #include "hpctrain/config/run_config.hpp"
 #include "hpctrain/core/rng.hpp"
 #include "hpctrain/nn/layer.hpp"
+#include "layer_internal.hpp"
 
 namespace hpctrain {
 
@@ -15,8 +17,9 @@ TensorView matrix(void* data, DType dtype, std::int64_t rows, std::int64_t cols)
 // gradients are written in the master dtype (fp32).
 class Linear final : public Layer {
  public:
-  Linear(std::string name, std::int64_t in, std::int64_t out, bool bias)
-      : Layer(std::move(name), in, out), bias_(bias) {}
+  // A sample of any shape is read flattened: (C, H, W) images arrive as C*H*W features.
+  Linear(std::string name, const SampleShape& in, std::int64_t out, bool bias)
+      : Layer(std::move(name), in, SampleShape{out}), bias_(bias) {}
   [[nodiscard]] std::string type() const override { return "linear"; }
 
   [[nodiscard]] std::vector<ParameterSpec> parameters() const override {
@@ -25,22 +28,10 @@ class Linear final : public Layer {
     return specs;
   }
 
-  // PyTorch: kaiming_uniform(a = sqrt(5)) for the weight and U(-1/sqrt(in), 1/sqrt(in)) for the bias, i.e. both
-  // U(-bound, bound) with bound = 1/sqrt(in).
   void initialize(float* host_master, std::uint64_t seed, std::uint32_t layer_index) const override {
-    const float bound = 1.0f / std::sqrt(static_cast<float>(input_width()));
-    const auto specs = parameters();
-    std::int64_t position = 0;
-    for (std::size_t p = 0; p < specs.size(); ++p) {
-      std::int64_t count = 1;
-      for (auto extent : specs[p].shape) count *= extent;
-      const std::uint32_t stream = layer_index * 8 + static_cast<std::uint32_t>(p);
-      for (std::int64_t i = 0; i < count; ++i)
-        host_master[position + i] =
-            (2.0f * random_uniform(seed, RngPurpose::init, stream, static_cast<std::uint64_t>(i)) - 1.0f) * bound;
-      position += count;
-    }
+    nn_detail::fill_uniform(host_master, parameters(), seed, layer_index, input_width());
   }
+  [[nodiscard]] bool skips_input_gradient() const override { return true; }
 
   void forward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView& y) override {
     // (rows, out) = (rows, in) x (out, in)^T + bias
@@ -68,8 +59,8 @@ class Linear final : public Layer {
 
 class ActivationLayer final : public Layer {
  public:
-  ActivationLayer(std::string name, std::int64_t width, Activation kind, float alpha, std::string type)
-      : Layer(std::move(name), width, width), kind_(kind), alpha_(alpha), type_(std::move(type)) {}
+  ActivationLayer(std::string name, const SampleShape& shape, Activation kind, float alpha, std::string type)
+      : Layer(std::move(name), shape, shape), kind_(kind), alpha_(alpha), type_(std::move(type)) {}
   [[nodiscard]] std::string type() const override { return type_; }
   [[nodiscard]] bool in_place_backward() const override { return true; }
   void forward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView& y) override {
@@ -88,7 +79,7 @@ class ActivationLayer final : public Layer {
 
 class Dropout final : public Layer {
  public:
-  Dropout(std::string name, std::int64_t width, float p) : Layer(std::move(name), width, width), p_(p) {}
+  Dropout(std::string name, const SampleShape& shape, float p) : Layer(std::move(name), shape, shape), p_(p) {}
   [[nodiscard]] std::string type() const override { return "dropout"; }
   [[nodiscard]] bool in_place_backward() const override { return true; }
   void forward(const StepContext& context, std::uint32_t layer_index, const TensorView& x,
@@ -111,10 +102,11 @@ class Dropout final : public Layer {
   float p_;
 };
 
-// Normalises each row in fp32; gamma and beta are read from the fp32 master parameters (no 16-bit copy).
+// Normalises each row (the whole sample, whatever its shape) in fp32; gamma and beta are read from the fp32 master
+// parameters (no 16-bit copy).
 class LayerNorm final : public Layer {
  public:
-  LayerNorm(std::string name, std::int64_t width, float eps) : Layer(std::move(name), width, width), eps_(eps) {}
+  LayerNorm(std::string name, const SampleShape& shape, float eps) : Layer(std::move(name), shape, shape), eps_(eps) {}
   [[nodiscard]] std::string type() const override { return "layernorm"; }
   [[nodiscard]] std::vector<ParameterSpec> parameters() const override {
     return {{"weight", {input_width()}}, {"bias", {input_width()}}};
@@ -141,29 +133,62 @@ class LayerNorm final : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_layer(const LayerSpec& spec, std::int64_t input_width, const std::string& deck_location) {
+std::int64_t shape_size(const SampleShape& shape) {
+  std::int64_t size = 1;
+  for (auto extent : shape) size *= extent;
+  return size;
+}
+
+std::string batch_shape_text(const SampleShape& shape) {
+  std::string text = "(N";
+  for (auto extent : shape) text += ", " + std::to_string(extent);
+  return text + ")";
+}
+
+namespace nn_detail {
+void fill_uniform(float* host_master, const std::vector<ParameterSpec>& parameters, std::uint64_t seed,
+                  std::uint32_t layer_index, std::int64_t fan_in) {
+  const float bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
+  std::int64_t position = 0;
+  for (std::size_t p = 0; p < parameters.size(); ++p) {
+    std::int64_t count = 1;
+    for (auto extent : parameters[p].shape) count *= extent;
+    const std::uint32_t stream = layer_index * 8 + static_cast<std::uint32_t>(p);
+    for (std::int64_t i = 0; i < count; ++i)
+      host_master[position + i] =
+          (2.0f * random_uniform(seed, RngPurpose::init, stream, static_cast<std::uint64_t>(i)) - 1.0f) * bound;
+    position += count;
+  }
+}
+}  // namespace nn_detail
+
+std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const SampleShape& input_shape,
+                                  const std::string& deck_location) {
+  const std::int64_t input_width = shape_size(input_shape);
   if (spec.type == "linear") {
     HPCTRAIN_VERIFY(spec.in == 0 || spec.in == input_width, InputError,
                     deck_location << ": layer '" << spec.name << "' expects " << spec.in << " input features, but "
                                   << input_width << " arrive"
                                   << (spec.in != 0 ? " (from the data or the previous layer)" : ""),
                     "set 'in' to " + std::to_string(input_width) + " or remove it (it is inferred)");
-    return std::make_unique<Linear>(spec.name, input_width, spec.out, spec.bias);
+    return std::make_unique<Linear>(spec.name, input_shape, spec.out, spec.bias);
   }
   if (spec.type == "relu")
-    return std::make_unique<ActivationLayer>(spec.name, input_width, Activation::relu, 0.0f, "relu");
+    return std::make_unique<ActivationLayer>(spec.name, input_shape, Activation::relu, 0.0f, "relu");
   if (spec.type == "gelu")
-    return std::make_unique<ActivationLayer>(spec.name, input_width, Activation::gelu, 0.0f, "gelu");
+    return std::make_unique<ActivationLayer>(spec.name, input_shape, Activation::gelu, 0.0f, "gelu");
   if (spec.type == "tanh")
-    return std::make_unique<ActivationLayer>(spec.name, input_width, Activation::tanh, 0.0f, "tanh");
+    return std::make_unique<ActivationLayer>(spec.name, input_shape, Activation::tanh, 0.0f, "tanh");
   if (spec.type == "leaky_relu")
-    return std::make_unique<ActivationLayer>(spec.name, input_width, Activation::leaky_relu,
+    return std::make_unique<ActivationLayer>(spec.name, input_shape, Activation::leaky_relu,
                                              static_cast<float>(spec.negative_slope), "leaky_relu");
-  if (spec.type == "dropout") return std::make_unique<Dropout>(spec.name, input_width, static_cast<float>(spec.p));
+  if (spec.type == "dropout") return std::make_unique<Dropout>(spec.name, input_shape, static_cast<float>(spec.p));
   if (spec.type == "layernorm")
-    return std::make_unique<LayerNorm>(spec.name, input_width, static_cast<float>(spec.eps));
+    return std::make_unique<LayerNorm>(spec.name, input_shape, static_cast<float>(spec.eps));
+  if (auto layer = nn_detail::make_spatial_layer(spec, input_shape, deck_location)) return layer;
   throw InputError(deck_location + ": unknown layer type '" + spec.type + "'",
-                   "use one of: linear, relu, gelu, tanh, leaky_relu, layernorm, dropout");
+                   "use one of: linear, relu, gelu, tanh, leaky_relu, layernorm, dropout, conv2d, conv3d, maxpool2d, "
+                   "maxpool3d, avgpool2d, avgpool3d, global_avgpool, flatten, groupnorm");
 }
 
 }  // namespace hpctrain

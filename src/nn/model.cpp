@@ -9,20 +9,24 @@
 
 namespace hpctrain {
 
-Model::Model(const ModelSection& spec, std::int64_t input_width, Backend& backend, ModelBuffers buffers,
+Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& backend, ModelBuffers buffers,
              const std::string& deck_path)
-    : backend_(backend), buffers_(buffers), input_width_(input_width) {
+    : backend_(backend), buffers_(buffers), input_shape_(input_shape), input_width_(shape_size(input_shape)) {
   HPCTRAIN_ASSERT(!spec.layers.empty(), "a model needs layers");
   HPCTRAIN_ASSERT(buffers_.max_rows > 0, "max_rows must be positive");
   // Build the layers and lay out their parameters, in forward order.
-  std::int64_t width = input_width;
+  SampleShape shape = input_shape_;
+  std::int64_t width = input_width_;
   std::int64_t widest = width;
   std::int64_t saved_rows_blocks = 0;
   for (std::size_t i = 0; i < spec.layers.size(); ++i) {
     const LayerSpec& layer_spec = spec.layers[i];
-    const std::string location =
-        deck_path + ":" + std::to_string(layer_spec.position.line) + ":" + std::to_string(layer_spec.position.column);
-    layers_.push_back(make_layer(layer_spec, width, location));
+    // A layer list given by --set has no position in the deck file.
+    const std::string location = layer_spec.position.line > 0
+                                     ? deck_path + ":" + std::to_string(layer_spec.position.line) + ":" +
+                                           std::to_string(layer_spec.position.column)
+                                     : deck_path + ": model.layers[" + std::to_string(i) + "]";
+    layers_.push_back(make_layer(layer_spec, shape, location));
     Layer& layer = *layers_.back();
     parameter_begin_.push_back(parameter_count_);
     for (const ParameterSpec& parameter : layer.parameters()) {
@@ -32,6 +36,7 @@ Model::Model(const ModelSection& spec, std::int64_t input_width, Backend& backen
       parameter_count_ += count;
     }
     saved_rows_blocks += layer.saved_per_row();
+    shape = layer.output_shape();
     width = layer.output_width();
     widest = std::max(widest, width);
   }
@@ -50,7 +55,7 @@ Model::Model(const ModelSection& spec, std::int64_t input_width, Backend& backen
 
   // Activations: the input of every layer and the final output, each (max_rows, width).
   const std::size_t activation_size = dtype_size(buffers_.activation_dtype);
-  std::int64_t layer_width = input_width;
+  std::int64_t layer_width = input_width_;
   for (std::size_t i = 0; i <= layers_.size(); ++i) {
     const std::size_t bytes = static_cast<std::size_t>(buffers_.max_rows * layer_width) * activation_size;
     activations_.push_back(backend_.allocate(bytes));
@@ -147,7 +152,7 @@ void Model::backward(const StepContext& context, bool accumulate,
     TensorView dx{nullptr, dtype, context.rows, layer.input_width()};
     if (layer.in_place_backward()) {
       dx.data = dy.data;
-    } else if (!(i == 0 && layer.type() == "linear")) {  // the input needs no gradient
+    } else if (!(i == 0 && layer.skips_input_gradient())) {  // the model's input needs no gradient
       dx.data = dy.data == scratch_[0] ? scratch_[1] : scratch_[0];
     }
     layer.backward(context, static_cast<std::uint32_t>(i), x, y, dy, dx, accumulate);
@@ -158,16 +163,14 @@ void Model::backward(const StepContext& context, bool accumulate,
 
 std::string Model::summary() const {
   std::ostringstream os;
-  os << "  " << std::left << std::setw(14) << "layer" << std::setw(12) << "type" << std::setw(16) << "output"
+  os << "  " << std::left << std::setw(16) << "layer" << std::setw(16) << "type" << std::setw(24) << "output"
      << "parameters\n";
-  os << "  " << std::setw(14) << "input" << std::setw(12) << "" << std::setw(16)
-     << "(N, " + std::to_string(input_width_) + ")"
+  os << "  " << std::setw(16) << "input" << std::setw(16) << "" << std::setw(24) << batch_shape_text(input_shape_)
      << "\n";
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = *layers_[i];
-    std::string output = "(N, " + std::to_string(layer.output_width()) + ")";
-    os << "  " << std::setw(14) << layer.name() << std::setw(12) << layer.type() << std::setw(16) << output
-       << (parameter_begin_[i + 1] - parameter_begin_[i]) << "\n";
+    os << "  " << std::setw(16) << layer.name() << std::setw(16) << layer.type() << std::setw(24)
+       << batch_shape_text(layer.output_shape()) << (parameter_begin_[i + 1] - parameter_begin_[i]) << "\n";
   }
   os << "  total parameters: " << parameter_count_;
   return os.str();

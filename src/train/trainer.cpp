@@ -23,6 +23,7 @@
 #include "hpctrain/data/training_data.hpp"
 #include "hpctrain/dist/gradient_allreduce.hpp"
 #include "hpctrain/io/checkpoint.hpp"
+#include "hpctrain/io/hdf5.hpp"
 #include "hpctrain/io/metrics_writer.hpp"
 #include "hpctrain/kernels/backend.hpp"
 #include "hpctrain/nn/model.hpp"
@@ -223,9 +224,11 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
                                                   << "' holds only " << train_data_->samples() << " samples",
                   "use a smaller batch or more data: one global batch must fit in the training set");
   if (validation_data_)
-    HPCTRAIN_VERIFY(validation_data_->feature_width() == train_data_->feature_width(), InputError,
-                    config.where("data.validation") << ": validation samples have " << validation_data_->feature_width()
-                                                    << " features, training samples " << train_data_->feature_width());
+    HPCTRAIN_VERIFY(validation_data_->sample_shape() == train_data_->sample_shape(), InputError,
+                    config.where("data.validation")
+                        << ": validation samples have shape " << shape_text(validation_data_->sample_shape()) << " ("
+                        << validation_data_->feature_width() << " features), training samples "
+                        << shape_text(train_data_->sample_shape()) << " (" << train_data_->feature_width() << ")");
 
   // ---- model (validates the layer shapes against the data) ----
   threads_ = choose_thread_count(config, mpi);
@@ -237,7 +240,8 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
   // Activations are sized for one micro-batch: that is the memory gradient accumulation saves.
   ModelBuffers buffers{activation_dtype_of(config.precision.mode), DType::f32,
                        std::max(micro_batch_, eval_local_batch_)};
-  model_ = std::make_unique<Model>(config.model, train_data_->feature_width(), *backend_, buffers, config.deck_path);
+  model_ =
+      std::make_unique<Model>(config.model, train_data_->model_input_shape(), *backend_, buffers, config.deck_path);
   if (task_ == TaskKind::regression) {
     HPCTRAIN_VERIFY(model_->output_width() == train_data_->target_width(), InputError,
                     config.where("model.layers")

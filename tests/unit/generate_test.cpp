@@ -63,13 +63,13 @@ TEST(Generate, KindsParseAndDefaultsAreValid) {
     spec.samples = 10;
     EXPECT_NO_THROW(validate_synthetic_spec(spec));
   }
-  EXPECT_EQ(synthetic_kind_names(), (std::vector<std::string>{"blobs", "spirals", "regression"}));
+  EXPECT_EQ(synthetic_kind_names(), (std::vector<std::string>{"blobs", "spirals", "regression", "images", "volumes"}));
   try {
     parse_synthetic_kind("moons");
     ADD_FAILURE() << "no error for an unknown kind";
   } catch (const InputError& error) {
     EXPECT_NE(std::string(error.what()).find("'moons'"), std::string::npos);
-    EXPECT_NE(error.hint().find("blobs, spirals, regression"), std::string::npos);
+    EXPECT_NE(error.hint().find("blobs, spirals, regression, images, volumes"), std::string::npos);
   }
 }
 
@@ -389,6 +389,58 @@ TEST_F(GenerateFileTest, RegressionFileHasTargets) {
   EXPECT_FALSE(link_exists(file.get(), "/labels"));
   EXPECT_EQ(read_number_attribute(file.get(), "outputs"), 2);
   EXPECT_FALSE(attribute_exists(file.get(), "classes"));
+}
+
+// Images and volumes: reproducible, rows independent of the block they are generated in, shapes in the file, labels
+// and targets in range, and each image class with its own mean picture.
+TEST_F(GenerateFileTest, ImagesAndVolumes) {
+  SyntheticSpec images = make_spec(SyntheticKind::images, 400, 3);
+  set_spatial_extent(images, 12, 2);
+  images.classes = 8;
+  EXPECT_EQ(images.features, 2 * 12 * 12);
+  EXPECT_NO_THROW(validate_synthetic_spec(images));
+  SyntheticSpec volumes = make_spec(SyntheticKind::volumes, 20, 4);
+  set_spatial_extent(volumes, 8, 3);
+  EXPECT_EQ(synthetic_sample_shape(volumes), (std::vector<std::int64_t>{3, 8, 8, 8}));
+  for (const SyntheticSpec& spec : {images, volumes}) {
+    const Generated whole = generate(spec, 0, spec.samples);
+    const Generated part = generate(spec, 7, 5);
+    EXPECT_TRUE(same_bits(part.features, std::vector<float>(whole.features.begin() + 7 * spec.features,
+                                                            whole.features.begin() + 12 * spec.features)));
+    for (float value : whole.features) ASSERT_TRUE(std::isfinite(value));
+    const std::string file = path(std::string(synthetic_kind_name(spec.kind)) + ".h5");
+    write_synthetic_dataset(spec, file);
+    std::vector<std::int64_t> shape{spec.samples};
+    for (auto extent : synthetic_sample_shape(spec)) shape.push_back(extent);
+    EXPECT_EQ(Hdf5Dataset(file, "/features").shape(), shape);
+    H5Handle handle = open_file_read_only(file);
+    EXPECT_EQ(read_number_attribute(handle.get(), "size"), spec.size);
+    EXPECT_EQ(read_number_attribute(handle.get(), "channels"), spec.channels);
+  }
+  const Generated image_data = generate(images, 0, images.samples);
+  std::vector<std::vector<double>> means(8, std::vector<double>(static_cast<std::size_t>(images.features)));
+  std::vector<int> counts(8);
+  for (std::int64_t i = 0; i < images.samples; ++i) {
+    const auto label = image_data.labels[static_cast<std::size_t>(i)];
+    ASSERT_TRUE(label >= 0 && label < 8);
+    ++counts[static_cast<std::size_t>(label)];
+    for (std::int64_t j = 0; j < images.features; ++j)
+      means[static_cast<std::size_t>(label)][static_cast<std::size_t>(j)] +=
+          image_data.features[static_cast<std::size_t>(i * images.features + j)];
+  }
+  for (int c = 0; c < 8; ++c) EXPECT_GT(counts[static_cast<std::size_t>(c)], 25) << c;
+  const Generated volume_data = generate(volumes, 0, volumes.samples);
+  for (float target : volume_data.targets) EXPECT_TRUE(target >= -1.0f && target <= 1.0f) << target;
+  // Limits.
+  SyntheticSpec bad = images;
+  bad.classes = 9;
+  EXPECT_THROW(validate_synthetic_spec(bad), InputError);
+  bad = volumes;
+  bad.outputs = 2;
+  EXPECT_THROW(validate_synthetic_spec(bad), InputError);
+  bad = images;
+  set_spatial_extent(bad, 4, 1);
+  EXPECT_THROW(validate_synthetic_spec(bad), InputError);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Finite-difference gradient checks in double precision through the real layer code: a Model built with f64
-// activations and parameters on the CPU backend, every layer type and both losses. Central differences of the loss with
+// activations and parameters on the CPU backend, every layer type (the convolutional ones on small images and volumes
+// with stride, padding, dilation and groups) and both losses. Central differences of the loss with
 // respect to every parameter are compared with the gradients backward() produced.
 #include <gtest/gtest.h>
 
@@ -24,10 +25,30 @@ LayerSpec layer(const std::string& type, std::int64_t out = 0) {
   return spec;
 }
 
+// A conv or pooling layer: kernel, stride, padding, dilation (one value per axis or one for all), groups.
+LayerSpec spatial(const std::string& type, std::int64_t out, std::vector<std::int64_t> kernel,
+                  std::vector<std::int64_t> stride = {}, std::vector<std::int64_t> padding = {0},
+                  std::vector<std::int64_t> dilation = {1}, std::int64_t groups = 1) {
+  LayerSpec spec = layer(type, out);
+  spec.kernel = std::move(kernel);
+  spec.stride = std::move(stride);
+  spec.padding = std::move(padding);
+  spec.dilation = std::move(dilation);
+  spec.groups = groups;
+  return spec;
+}
+
+LayerSpec groupnorm(std::int64_t groups) {
+  LayerSpec spec = layer("groupnorm");
+  spec.groups = groups;
+  return spec;
+}
+
 struct Case {
   std::string name;
   std::vector<LayerSpec> layers;
   std::string loss;
+  SampleShape input = {5};  // one sample
 };
 
 class ModelGradient : public testing::TestWithParam<Case> {};
@@ -52,11 +73,12 @@ double evaluate(Backend& backend, Model& model, const StepContext& context, cons
 TEST_P(ModelGradient, MatchesCentralDifferences) {
   const Case& test = GetParam();
   auto backend = make_cpu_backend();
-  const std::int64_t rows = 6, features = 5;
+  const std::int64_t rows = test.input.size() > 1 ? 3 : 6;
+  const std::int64_t features = shape_size(test.input);
   ModelSection spec;
   spec.layers = test.layers;
   spec.loss = test.loss;
-  Model model(spec, features, *backend, {DType::f64, DType::f64, rows}, "test.toml");
+  Model model(spec, test.input, *backend, {DType::f64, DType::f64, rows}, "test.toml");
   model.initialize(3);
 
   std::mt19937 generator(11);
@@ -102,15 +124,45 @@ TEST_P(ModelGradient, MatchesCentralDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layers, ModelGradient,
-    testing::Values(Case{"linear_relu_ce", {layer("linear", 7), layer("relu"), layer("linear", 4)}, "cross_entropy"},
-                    Case{"gelu_tanh_ce",
-                         {layer("linear", 6), layer("gelu"), layer("linear", 6), layer("tanh"), layer("linear", 3)},
-                         "cross_entropy"},
-                    Case{"leaky_layernorm_mse",
-                         {layer("linear", 6), layer("layernorm"), layer("leaky_relu"), layer("linear", 2)},
-                         "mse"},
-                    Case{"dropout_ce", {layer("linear", 8), layer("dropout"), layer("linear", 3)}, "cross_entropy"},
-                    Case{"layernorm_first_mse", {layer("layernorm"), layer("linear", 3)}, "mse"}),
+    testing::Values(
+        Case{"linear_relu_ce", {layer("linear", 7), layer("relu"), layer("linear", 4)}, "cross_entropy"},
+        Case{"gelu_tanh_ce",
+             {layer("linear", 6), layer("gelu"), layer("linear", 6), layer("tanh"), layer("linear", 3)},
+             "cross_entropy"},
+        Case{"leaky_layernorm_mse",
+             {layer("linear", 6), layer("layernorm"), layer("leaky_relu"), layer("linear", 2)},
+             "mse"},
+        Case{"dropout_ce", {layer("linear", 8), layer("dropout"), layer("linear", 3)}, "cross_entropy"},
+        Case{"layernorm_first_mse", {layer("layernorm"), layer("linear", 3)}, "mse"},
+        Case{"conv2d_maxpool_ce",
+             {spatial("conv2d", 3, {3}, {1}, {1}), layer("tanh"), spatial("maxpool2d", 0, {2}), layer("flatten"),
+              layer("linear", 3)},
+             "cross_entropy",
+             {2, 5, 5}},
+        Case{"conv2d_stride_dilation_groups_mse",
+             {spatial("conv2d", 4, {3, 2}, {2, 1}, {1, 0}, {2, 1}, 2), layer("leaky_relu"),
+              spatial("avgpool2d", 0, {2}, {1}, {1}), spatial("conv2d", 2, {1}, {1}, {0}, {1}, 2),
+              layer("global_avgpool"), layer("linear", 2)},
+             "mse",
+             {4, 7, 6}},
+        Case{"conv2d_groupnorm_maxpool_padding_ce",
+             {spatial("conv2d", 4, {2}), groupnorm(2), layer("gelu"), spatial("maxpool2d", 0, {3}, {2}, {1}),
+              layer("flatten"), layer("linear", 3)},
+             "cross_entropy",
+             {1, 6, 5}},
+        Case{"conv3d_groupnorm_pool_mse",
+             {spatial("conv3d", 4, {3}, {1, 2, 1}, {1}, {1, 1, 2}), groupnorm(2), layer("leaky_relu"),
+              spatial("maxpool3d", 0, {2}), spatial("avgpool3d", 0, {1, 1, 2}), layer("flatten"), layer("linear", 2)},
+             "mse",
+             {2, 4, 5, 6}},
+        Case{"conv3d_groups_no_bias_ce",
+             [] {
+               LayerSpec conv = spatial("conv3d", 2, {2, 1, 2}, {1}, {0, 1, 0}, {1}, 2);
+               conv.bias = false;
+               return std::vector<LayerSpec>{conv, layer("tanh"), layer("global_avgpool"), layer("linear", 3)};
+             }(),
+             "cross_entropy",
+             {2, 3, 3, 4}}),
     [](const testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace

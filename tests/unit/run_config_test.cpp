@@ -641,6 +641,36 @@ TEST(RunConfigErrors, DataTrainMissing) {
   EXPECT_CONTAINS(error.hint, "train = ");
 }
 
+TEST(RunConfig, ConvolutionAndPoolingKeys) {
+  const RunConfig config = parse(
+      "[data]\ntrain = \"a.h5\"\n[train]\nsteps = 1\n[model]\nlayers = [\n"
+      "  { type = \"conv2d\", out = 8, kernel = [3, 5], padding = 1, dilation = [1, 2], groups = 2, bias = false },\n"
+      "  { type = \"maxpool2d\", kernel = 2 },\n  { type = \"avgpool3d\", kernel = 2, stride = [1, 2, 2] },\n"
+      "  { type = \"groupnorm\", groups = 4, eps = 1e-3 },\n  { type = \"global_avgpool\" },\n  { type = \"flatten\" "
+      "},\n]\n");
+  const auto& layers = config.model.layers;
+  ASSERT_EQ(layers.size(), 6u);
+  EXPECT_EQ(layers[0].kernel, (std::vector<std::int64_t>{3, 5}));
+  EXPECT_EQ(layers[0].stride, (std::vector<std::int64_t>{1}));  // conv default
+  EXPECT_EQ(layers[0].padding, (std::vector<std::int64_t>{1}));
+  EXPECT_EQ(layers[0].dilation, (std::vector<std::int64_t>{1, 2}));
+  EXPECT_EQ(layers[0].groups, 2);
+  EXPECT_FALSE(layers[0].bias);
+  EXPECT_EQ(layers[1].stride, (std::vector<std::int64_t>{2}));  // pooling default: the kernel
+  EXPECT_EQ(layers[2].stride, (std::vector<std::int64_t>{1, 2, 2}));
+  EXPECT_EQ(layers[3].groups, 4);
+  EXPECT_EQ(layers[4].name, "global_avgpool4");
+  // The resolved deck writes the extents back (one value as an integer) and reads back the same.
+  const std::string resolved = to_toml(config);
+  EXPECT_CONTAINS(resolved, "kernel = [3, 5]\nstride = 1\npadding = 1\ndilation = [1, 2]\ngroups = 2");
+  const RunConfig again = parse_run_config(resolved, "decks/resolved.toml");
+  EXPECT_EQ(again.model.layers[2].stride, layers[2].stride);
+  EXPECT_EQ(again.model.layers[0].dilation, layers[0].dilation);
+  // --set changes an extent.
+  const RunConfig changed = parse_run_config(to_toml(config), "decks/resolved.toml", {"model.layers[1].kernel=[3, 1]"});
+  EXPECT_EQ(changed.model.layers[1].kernel, (std::vector<std::int64_t>{3, 1}));
+}
+
 TEST(RunConfigErrors, Layers) {
   const std::string head = "[data]\ntrain = \"a.h5\"\n[train]\nsteps = 1\n";  // 4 lines
   struct Case {
@@ -656,13 +686,39 @@ TEST(RunConfigErrors, Layers) {
       {"[[model.layers]]\nout = 3\n", "decks/test.toml:5:1: model.layers[0] has no type"},
       {"[[model.layers]]\ntype = \"conv\"\n",
        "decks/test.toml:6:1: model.layers[0].type must be one of linear, relu, gelu, tanh, leaky_relu, layernorm, "
-       "dropout (got \"conv\")"},
+       "dropout, conv2d, conv3d, maxpool2d, maxpool3d, avgpool2d, avgpool3d, global_avgpool, flatten, groupnorm (got "
+       "\"conv\")"},
       {"[[model.layers]]\ntype = \"Relu\"\n", "did you mean 'relu'?"},
       {"[[model.layers]]\ntype = \"dense\"\nout = 2\n", "did you mean 'linear'?"},
       {"[[model.layers]]\ntype = \"linear\"\nout = 3\np = 0.5\n",
        "decks/test.toml:8:1: model.layers[0].p does not apply to a linear layer (p is for dropout layers)"},
       {"[[model.layers]]\ntype = \"relu\"\neps = 1e-3\n",
-       "decks/test.toml:7:1: model.layers[0].eps does not apply to a relu layer (eps is for layernorm layers)"},
+       "decks/test.toml:7:1: model.layers[0].eps does not apply to a relu layer (eps is for layernorm and groupnorm "
+       "layers)"},
+      // Convolution and pooling keys.
+      {"[[model.layers]]\ntype = \"conv2d\"\nkernel = 3\n",
+       "decks/test.toml:5:1: model.layers[0] (conv2d) needs out, its number of output channels"},
+      {"[[model.layers]]\ntype = \"conv3d\"\nout = 4\n", "decks/test.toml:5:1: model.layers[0] (conv3d) needs kernel"},
+      {"[[model.layers]]\ntype = \"maxpool2d\"\nkernel = \"3\"\n",
+       "decks/test.toml:7:1: model.layers[0].kernel must be an integer or an array of integers, got a string"},
+      {"[[model.layers]]\ntype = \"conv2d\"\nout = 4\nkernel = [3, 3.5]\n",
+       "model.layers[0].kernel[1] must be an integer, got a float"},
+      {"[[model.layers]]\ntype = \"conv2d\"\nout = 4\nkernel = []\n",
+       "model.layers[0].kernel must be an integer or an array of integers, got an array"},
+      {"[[model.layers]]\ntype = \"conv3d\"\nout = 4\nkernel = [3, 3]\n",
+       "decks/test.toml:8:1: model.layers[0].kernel has 2 values; a conv3d layer has 3 spatial axes"},
+      {"[[model.layers]]\ntype = \"conv2d\"\nout = 4\nkernel = 3\nstride = 0\n",
+       "decks/test.toml:9:1: model.layers[0].stride must be >= 1 (got 0)"},
+      {"[[model.layers]]\ntype = \"conv2d\"\nout = 4\nkernel = 3\npadding = [1, -1]\n",
+       "model.layers[0].padding must be >= 0 (got [1, -1])"},
+      {"[[model.layers]]\ntype = \"conv2d\"\nout = 4\nkernel = 3\ngroups = 0\n", "model.layers[0].groups must be >= 1"},
+      {"[[model.layers]]\ntype = \"avgpool2d\"\nkernel = 2\npadding = 2\n",
+       "model.layers[0].padding (2) is more than half the kernel (2)"},
+      {"[[model.layers]]\ntype = \"maxpool2d\"\nkernel = 2\ndilation = 2\n",
+       "model.layers[0].dilation does not apply to a maxpool2d layer (dilation is for conv2d and conv3d layers)"},
+      {"[[model.layers]]\ntype = \"groupnorm\"\n", "decks/test.toml:5:1: model.layers[0] (groupnorm) needs groups"},
+      {"[[model.layers]]\ntype = \"flatten\"\nkernel = 2\n",
+       "model.layers[0].kernel does not apply to a flatten layer"},
       {"[[model.layers]]\ntype = \"linear\"\n", "decks/test.toml:5:1: model.layers[0] (linear) needs out"},
       {"[[model.layers]]\ntype = \"linear\"\nouts = 3\n",
        "decks/test.toml:7:1: unknown key 'model.layers[0].outs'; did you mean 'model.layers[0].out'?"},
@@ -692,6 +748,7 @@ TEST(RunConfigErrors, Layers) {
   }
   // The allowed edges.
   EXPECT_NO_THROW(parse(head + "[[model.layers]]\ntype = \"dropout\"\np = 0\n"));
+  EXPECT_NO_THROW(parse(head + "[[model.layers]]\ntype = \"maxpool3d\"\nkernel = [1, 2, 3]\npadding = [0, 1, 1]\n"));
   EXPECT_NO_THROW(parse(head + "[[model.layers]]\ntype = \"leaky_relu\"\nnegative_slope = 0\n"));
 }
 
@@ -1006,7 +1063,8 @@ TEST(RunConfigDocs, AcceptedKeysCoverTheSchema) {
        {"run.seed", "model.layers", "model.layers[].type", "model.layers[].negative_slope", "data.eval_batch_size",
         "optimizer.nesterov", "schedule.step_size", "precision.max_skipped_steps"})
     EXPECT_TRUE(accepted.count(key)) << key;
-  EXPECT_EQ(keys.size(), 5u + 2u + 14u + 7u + 10u + 5u + 7u + 5u + 8u);  // per section; update when adding a key
+  // per section (run: 5 keys; model: 2 keys and 13 layer keys); update when adding a key
+  EXPECT_EQ(keys.size(), 5u + 2u + 14u + 7u + 10u + 5u + 7u + 5u + 8u + 5u);
 }
 
 }  // namespace

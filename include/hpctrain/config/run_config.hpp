@@ -16,14 +16,21 @@ struct SourcePosition {
 };
 
 struct LayerSpec {
-  std::string type;          // linear, relu, gelu, tanh, leaky_relu, layernorm, dropout
+  std::string type;          // linear, relu, gelu, tanh, leaky_relu, layernorm, dropout, conv2d, conv3d, maxpool2d,
+                             // maxpool3d, avgpool2d, avgpool3d, global_avgpool, flatten, groupnorm
   std::string name;          // unique; default "<type><index>" e.g. "linear0"
-  std::int64_t out = 0;      // linear: output features (required)
+  std::int64_t out = 0;      // linear: output features; conv: output channels (required)
   std::int64_t in = 0;       // linear: expected input features; 0 = inferred from the previous layer or the data
-  bool bias = true;          // linear
+  bool bias = true;          // linear, conv
   double p = 0.5;            // dropout probability
   double negative_slope = 0.01;  // leaky_relu
-  double eps = 1e-5;         // layernorm
+  double eps = 1e-5;         // layernorm, groupnorm
+  // conv and pooling windows: one value for every spatial axis, or one per axis ((H, W) or (D, H, W)).
+  std::vector<std::int64_t> kernel;            // required
+  std::vector<std::int64_t> stride;            // default: 1 (conv), the kernel (pooling); filled in by the parser
+  std::vector<std::int64_t> padding = {0};     // zeros added on both sides of each axis
+  std::vector<std::int64_t> dilation = {1};    // conv: spacing of the kernel taps
+  std::int64_t groups = 1;   // conv: channel groups; groupnorm: number of groups (required)
   SourcePosition position;   // of the layer's table in the deck
 };
 
@@ -43,7 +50,7 @@ struct ModelSection {
 struct DataSection {
   std::vector<std::string> train;       // HDF5 files or glob patterns, read as one dataset (required)
   std::vector<std::string> validation;  // the same for the validation set (optional; empty = none)
-  std::string features = "/features";  // (N, F), (N, C, H, W), ...: flattened per sample
+  std::string features = "/features";  // (N, F), (N, C, H, W), (N, C, D, H, W): the sample shape the model reads
   std::string labels = "/labels";      // cross_entropy: integer class labels (N)
   std::string targets = "/targets";    // mse: float targets (N x K)
   std::int64_t batch_size = 64;        // global batch over all ranks

@@ -60,6 +60,10 @@ class TrainingData {
   [[nodiscard]] std::int64_t target_width() const { return target_width_; }  // 1 for labels
   // The shape of one sample's features, e.g. {784} for (N, 784) or {1, 28, 28} for (N, 1, 28, 28).
   [[nodiscard]] const std::vector<std::int64_t>& sample_shape() const { return sample_shape_; }
+  // The shape a model reads one sample as: sample_shape(), or (1) for one feature per sample (features stored as (N)).
+  [[nodiscard]] std::vector<std::int64_t> model_input_shape() const {
+    return sample_shape_.empty() ? std::vector<std::int64_t>{feature_width_} : sample_shape_;
+  }
   [[nodiscard]] TaskKind task() const { return task_; }
   // The files, after glob expansion, in concatenation order.
   [[nodiscard]] const std::vector<std::string>& files() const { return files_; }

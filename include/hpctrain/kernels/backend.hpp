@@ -11,6 +11,7 @@
 //   memory, never passed by value, so a captured CUDA graph can replay a step without the host.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -62,6 +63,29 @@ struct LossSums {
   double correct = 0.0;   // classification: rows whose argmax equals the label
 };
 
+// The geometry of one convolution or pooling layer for a batch of samples stored as rows (each row one sample in NCHW /
+// NCDHW order). Spatial extents are (H, W) or (D, H, W) in the first `dimensions` entries of each array.
+struct SpatialGeometry {
+  int dimensions = 2;  // 2 or 3 spatial axes
+  std::int64_t in_channels = 0, out_channels = 0;
+  std::int64_t groups = 1;  // convolution: channel groups (weights (out, in/groups, k...))
+  std::array<std::int64_t, 3> input{}, output{}, kernel{}, stride{}, padding{}, dilation{};
+
+  [[nodiscard]] std::int64_t input_size() const { return product(input); }  // spatial elements per channel
+  [[nodiscard]] std::int64_t output_size() const { return product(output); }
+  [[nodiscard]] std::int64_t kernel_size() const { return product(kernel); }
+  bool operator==(const SpatialGeometry&) const = default;
+
+ private:
+  [[nodiscard]] std::int64_t product(const std::array<std::int64_t, 3>& extents) const {
+    std::int64_t size = 1;
+    for (int axis = 0; axis < dimensions; ++axis) size *= extents[static_cast<std::size_t>(axis)];
+    return size;
+  }
+};
+
+enum class PoolingKind : std::uint8_t { max, average };
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -111,6 +135,34 @@ class Backend {
   virtual void layernorm_backward(const TensorView& x, const TensorView& dy, const void* gamma, const void* mean,
                                   const void* rstd, const TensorView& dx, void* dgamma, void* dbeta,
                                   bool accumulate) = 0;
+
+  // ---- convolutional networks (default implementations throw NotSupported; see the CPU backend) ----
+  // Convolution (cross-correlation, as PyTorch): x (rows, in_channels * input_size), y (rows, out_channels *
+  // output_size), weight (out_channels, in_channels / groups * kernel_size) in the working dtype (x's dtype, or f64),
+  // bias: master dtype (out_channels) or null. fp32 accumulation (fp64 for f64).
+  virtual void convolution_forward(const SpatialGeometry& geometry, const TensorView& x, const TensorView& weight,
+                                   const void* bias, const TensorView& y);
+  // dx = d loss / dx (overwritten).
+  virtual void convolution_backward_data(const SpatialGeometry& geometry, const TensorView& dy,
+                                         const TensorView& weight, const TensorView& dx);
+  // dweight (master dtype, weight's shape) and dbias (master dtype, out_channels; may be null) written or added.
+  virtual void convolution_backward_weights(const SpatialGeometry& geometry, const TensorView& x, const TensorView& dy,
+                                            const TensorView& dweight, void* dbias, bool accumulate);
+  // Pooling per channel (in_channels == out_channels); windows that reach into the padding: max ignores it, average
+  // divides by the whole kernel size (PyTorch's count_include_pad = true).
+  virtual void pooling_forward(PoolingKind kind, const SpatialGeometry& geometry, const TensorView& x,
+                               const TensorView& y);
+  // dx overwritten; max pooling sends the gradient to the first maximum of each window (recomputed from x).
+  virtual void pooling_backward(PoolingKind kind, const SpatialGeometry& geometry, const TensorView& x,
+                                const TensorView& dy, const TensorView& dx);
+  // Group normalisation of rows holding `channels` channels of cols / channels elements each: statistics per (row,
+  // group) in fp32 (fp64 for f64); gamma, beta per channel (master dtype); mean, rstd: (rows, groups) master dtype.
+  virtual void groupnorm_forward(std::int64_t channels, std::int64_t groups, const TensorView& x, const void* gamma,
+                                 const void* beta, float eps, const TensorView& y, void* mean, void* rstd);
+  // dx must not alias dy; dgamma, dbeta written or added.
+  virtual void groupnorm_backward(std::int64_t channels, std::int64_t groups, const TensorView& x, const TensorView& dy,
+                                  const void* gamma, const void* mean, const void* rstd, const TensorView& dx,
+                                  void* dgamma, void* dbeta, bool accumulate);
 
   // ---- losses (fp32 math; fp64 for f64) ----
   // Softmax cross-entropy on integer labels (backend memory, one per row, in [0, cols)).

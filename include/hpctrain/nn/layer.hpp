@@ -39,16 +39,32 @@ struct ParameterBinding {
   std::vector<std::int64_t> offsets;
 };
 
+// One sample's shape without the batch axis: (F) for feature vectors, (C, H, W) for images, (C, D, H, W) for volumes.
+// A sample is one activation row, stored in this shape's row-major (NCHW / NCDHW) order.
+using SampleShape = std::vector<std::int64_t>;
+[[nodiscard]] std::int64_t shape_size(const SampleShape& shape);       // elements of one sample
+[[nodiscard]] std::string batch_shape_text(const SampleShape& shape);  // "(N, 8, 14, 14)"
+
 class Layer {
  public:
+  Layer(std::string name, SampleShape input_shape, SampleShape output_shape)
+      : name_(std::move(name)),
+        input_shape_(std::move(input_shape)),
+        output_shape_(std::move(output_shape)),
+        input_width_(shape_size(input_shape_)),
+        output_width_(shape_size(output_shape_)) {}
   Layer(std::string name, std::int64_t input_width, std::int64_t output_width)
-      : name_(std::move(name)), input_width_(input_width), output_width_(output_width) {}
+      : Layer(std::move(name), SampleShape{input_width}, SampleShape{output_width}) {}
   virtual ~Layer() = default;
 
   [[nodiscard]] const std::string& name() const { return name_; }
   [[nodiscard]] virtual std::string type() const = 0;
   [[nodiscard]] std::int64_t input_width() const { return input_width_; }
   [[nodiscard]] std::int64_t output_width() const { return output_width_; }
+  [[nodiscard]] const SampleShape& input_shape() const { return input_shape_; }
+  [[nodiscard]] const SampleShape& output_shape() const { return output_shape_; }
+  // Whether backward() can skip the input gradient when this is the model's first layer (dx.data == nullptr).
+  [[nodiscard]] virtual bool skips_input_gradient() const { return false; }
 
   [[nodiscard]] virtual std::vector<ParameterSpec> parameters() const { return {}; }
   void bind(ParameterBinding binding) { binding_ = std::move(binding); }
@@ -92,13 +108,16 @@ class Layer {
     return static_cast<char*>(base) + binding_.offsets.at(index) * static_cast<std::int64_t>(dtype_size(dtype));
   }
   std::string name_;
+  SampleShape input_shape_, output_shape_;
   std::int64_t input_width_, output_width_;
   ParameterBinding binding_;
   void* saved_ = nullptr;
   std::int64_t saved_max_rows_ = 0;
 };
 
-// Build a layer from its deck entry; input_width is what flows into it. Throws InputError for impossible shapes.
-std::unique_ptr<Layer> make_layer(const LayerSpec& spec, std::int64_t input_width, const std::string& deck_location);
+// Build a layer from its deck entry; input_shape is what flows into it (one sample). Throws InputError for impossible
+// shapes, naming deck_location ("deck.toml:12:1"), the layer and what to change.
+std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const SampleShape& input_shape,
+                                  const std::string& deck_location);
 
 }  // namespace hpctrain

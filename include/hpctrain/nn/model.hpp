@@ -34,14 +34,21 @@ struct ParameterEntry {
 
 class Model {
  public:
-  // Layers from the deck; input_width from the data. deck_location names the deck for error messages.
-  Model(const ModelSection& spec, std::int64_t input_width, Backend& backend, ModelBuffers buffers,
+  // Layers from the deck; input_shape is one sample's shape from the data ((F), (C, H, W), (C, D, H, W)); layer
+  // shapes are inferred from it and checked (InputError naming the deck position and layer). deck_path names the deck
+  // for error messages.
+  Model(const ModelSection& spec, const SampleShape& input_shape, Backend& backend, ModelBuffers buffers,
         const std::string& deck_path);
+  // Flat feature vectors of input_width features.
+  Model(const ModelSection& spec, std::int64_t input_width, Backend& backend, ModelBuffers buffers,
+        const std::string& deck_path)
+      : Model(spec, SampleShape{input_width}, backend, buffers, deck_path) {}
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
   [[nodiscard]] std::int64_t input_width() const { return input_width_; }
+  [[nodiscard]] const SampleShape& input_shape() const { return input_shape_; }
   [[nodiscard]] std::int64_t output_width() const { return layers_.back()->output_width(); }
   [[nodiscard]] std::int64_t parameter_count() const { return parameter_count_; }
   [[nodiscard]] const std::vector<ParameterEntry>& parameter_entries() const { return entries_; }
@@ -76,6 +83,7 @@ class Model {
  private:
   Backend& backend_;
   ModelBuffers buffers_;
+  SampleShape input_shape_;
   std::int64_t input_width_;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<ParameterEntry> entries_;

@@ -14,7 +14,9 @@
 #include <type_traits>
 
 #include "cpu_common.hpp"
+#include "cpu_convolution.hpp"
 #include "cpu_gemm.hpp"
+#include "cpu_spatial.hpp"
 #include "hpctrain/kernels/backend.hpp"
 #include "hpctrain/kernels/math.hpp"
 
@@ -291,6 +293,37 @@ class CpuBackend final : public Backend {
     });
   }
 
+  // ---- convolutional networks: oneDNN convolutions (cpu_convolution.cpp), loops for pooling and groupnorm ----
+  void convolution_forward(const SpatialGeometry& geometry, const TensorView& x, const TensorView& weight,
+                           const void* bias, const TensorView& y) override {
+    convolution_.forward(geometry, x, weight, bias, y);
+  }
+  void convolution_backward_data(const SpatialGeometry& geometry, const TensorView& dy, const TensorView& weight,
+                                 const TensorView& dx) override {
+    convolution_.backward_data(geometry, dy, weight, dx);
+  }
+  void convolution_backward_weights(const SpatialGeometry& geometry, const TensorView& x, const TensorView& dy,
+                                    const TensorView& dweight, void* dbias, bool accumulate) override {
+    convolution_.backward_weights(geometry, x, dy, dweight, dbias, accumulate);
+  }
+  void pooling_forward(PoolingKind kind, const SpatialGeometry& geometry, const TensorView& x,
+                       const TensorView& y) override {
+    cpu::pooling_forward(kind, geometry, x, y);
+  }
+  void pooling_backward(PoolingKind kind, const SpatialGeometry& geometry, const TensorView& x, const TensorView& dy,
+                        const TensorView& dx) override {
+    cpu::pooling_backward(kind, geometry, x, dy, dx);
+  }
+  void groupnorm_forward(std::int64_t channels, std::int64_t groups, const TensorView& x, const void* gamma,
+                         const void* beta, float eps, const TensorView& y, void* mean, void* rstd) override {
+    cpu::groupnorm_forward(channels, groups, x, gamma, beta, eps, y, mean, rstd);
+  }
+  void groupnorm_backward(std::int64_t channels, std::int64_t groups, const TensorView& x, const TensorView& dy,
+                          const void* gamma, const void* mean, const void* rstd, const TensorView& dx, void* dgamma,
+                          void* dbeta, bool accumulate) override {
+    cpu::groupnorm_backward(channels, groups, x, dy, gamma, mean, rstd, dx, dgamma, dbeta, accumulate);
+  }
+
   // ---- losses ----
   void softmax_cross_entropy(const TensorView& logits, const std::int32_t* labels, const float* grad_scale,
                              const TensorView& dlogits, LossSums* sums) override {
@@ -454,6 +487,7 @@ class CpuBackend final : public Backend {
   }
 
   cpu::CpuGemm gemm_;
+  cpu::CpuConvolution convolution_;
   cpu::ScratchBuffer row_results_;    // (rows, 2) per-row loss and correct flag
   cpu::ScratchBuffer partial_sums_;   // (chunks) gradient statistics
   cpu::ScratchBuffer partial_flags_;  // (chunks)

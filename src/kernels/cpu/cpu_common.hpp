@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <new>
 #include <type_traits>
@@ -48,6 +50,11 @@ class ScratchBuffer {
   std::unique_ptr<void, Free> data_;
   std::size_t capacity_ = 0;
 };
+
+// Mixes value into hash (boost::hash_combine's recipe): the hashes of the primitive caches' keys.
+inline void hash_combine(std::size_t& hash, std::uint64_t value) {
+  hash ^= std::hash<std::uint64_t>{}(value) + 0x9e3779b97f4a7c15ull + (hash << 6) + (hash >> 2);
+}
 
 // Value of storage type From converted to storage type To: through fp32 unless either side is f64 (then through fp64,
 // so f64 <-> f32 is exact where it can be).

@@ -52,9 +52,7 @@ struct MatmulKey {
 struct MatmulKeyHash {
   std::size_t operator()(const MatmulKey& key) const {
     std::size_t hash = 0;
-    const auto mix = [&hash](std::uint64_t value) {
-      hash ^= std::hash<std::uint64_t>{}(value) + 0x9e3779b97f4a7c15ull + (hash << 6) + (hash >> 2);
-    };
+    const auto mix = [&hash](std::uint64_t value) { hash_combine(hash, value); };
     mix(static_cast<std::uint64_t>(key.m));
     mix(static_cast<std::uint64_t>(key.n));
     mix(static_cast<std::uint64_t>(key.k));

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# bench/cnn.sh: training images/s of the example CNNs on CPU, fp32 and bf16, against their PyTorch twins (issue 8).
+#
+#   bench/cnn.sh                      run with build/release (build it first: cmake --build --preset release)
+#   bench/cnn.sh --build-dir DIR      use DIR/bin/hpctrain
+#   bench/cnn.sh --quick              1 round of 20 steps: checks the harness, measures nothing
+#
+# Models: inputs/cnn2d.toml (1 x 16 x 16 images, batch 64) and inputs/cosmoflow-small.toml (2 x 16^3 volumes, batch 32),
+# trained on generated data on 1 rank x T threads (T = the cores), and bench/torch_twin.py --model cnn2d|cosmoflow-small
+# (the same layers, batch, AdamW and data; bf16 = autocast) with T threads. A hpctrain run's figure is the median of
+# /train/samples_per_sec over the steps after the warm-up; a twin run's the median over its timed windows; the table
+# shows the median over the rounds, which alternate between all configurations so that load from elsewhere hits all.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PYTHON=/usr/bin/python3  # Debian's python3 with h5py (and torch, when bench/install-torch.sh installed it)
+BUILD_DIR=$ROOT/build/release
+RUNS=3
+STEPS=60
+WARMUP_STEPS=10
+THREADS=$(nproc)
+while (($#)); do
+  case $1 in
+    --build-dir) BUILD_DIR=$(cd "$2" && pwd); shift 2 ;;
+    --runs) RUNS=$2; shift 2 ;;
+    --steps) STEPS=$2; shift 2 ;;
+    --threads) THREADS=$2; shift 2 ;;
+    --quick) RUNS=1; STEPS=20; WARMUP_STEPS=5; shift ;;
+    -h | --help) sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench/cnn.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+HPCTRAIN=$BUILD_DIR/bin/hpctrain
+[[ -x $HPCTRAIN ]] || { echo "bench/cnn.sh: no $HPCTRAIN; build first or pass --build-dir" >&2; exit 2; }
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/hpctrain-bench-cnn.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+export OMP_NUM_THREADS=$THREADS
+
+"$HPCTRAIN" data generate images --samples 8000 --seed 1 --output "$WORK/images.h5" >/dev/null
+"$HPCTRAIN" data generate volumes --samples 1024 --size 16 --channels 2 --seed 1 --output "$WORK/volumes.h5" >/dev/null
+declare -A DATA=([cnn2d]=$WORK/images.h5 [cosmoflow-small]=$WORK/volumes.h5)
+declare -A BATCH=([cnn2d]=64 [cosmoflow-small]=32)
+LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
+HAVE_TORCH=1
+"$PYTHON" -c 'import torch' 2>/dev/null || HAVE_TORCH=0
+
+median_of() { sort -g "$1" | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+
+for ((round = 1; round <= RUNS; ++round)); do
+  for model in cnn2d cosmoflow-small; do
+    for precision in fp32 bf16; do
+      run=$WORK/$model-$precision-$round
+      "$HPCTRAIN" train "$ROOT/inputs/$model.toml" --output "$run" --set "data.train=${DATA[$model]}" \
+        --set 'data.validation=""' --set train.epochs=0 --set "train.steps=$STEPS" --set "train.log_every=$STEPS" \
+        --set "precision.mode=$precision" --set checkpoint.at_end=false >"$run.log" 2>&1 ||
+        { cat "$run.log" >&2; exit 1; }
+      "$PYTHON" - "$run/metrics.h5" "$WARMUP_STEPS" >>"$WORK/$model-$precision.hpctrain" <<'PY'
+import h5py, statistics, sys
+print(statistics.median(h5py.File(sys.argv[1], "r")["train/samples_per_sec"][int(sys.argv[2]):]))
+PY
+      if ((HAVE_TORCH)); then
+        "$PYTHON" "$ROOT/bench/torch_twin.py" --model "$model" --precision "$precision" --data "${DATA[$model]}" \
+          --batch "${BATCH[$model]}" --threads "$THREADS" --warmup "$WARMUP_STEPS" --windows 5 \
+          --window-steps $(((STEPS - WARMUP_STEPS) / 5)) >"$run.twin" 2>&1 || { cat "$run.twin" >&2; exit 1; }
+        sed -n 's/^TWIN .*samples_per_sec=\([0-9.]*\).*/\1/p' "$run.twin" >>"$WORK/$model-$precision.torch"
+      fi
+    done
+  done
+done
+
+echo "bench/cnn.sh: $(date -u '+%Y-%m-%d %H:%M UTC'), $(lscpu | sed -n 's/^Model name: *//p'), 1 rank x $THREADS threads,"
+echo "  load average $LOAD_AT_START at start, $(cut -d' ' -f1-3 /proc/loadavg) at end (other work on the machine skews the figures)"
+echo "  $RUNS round(s) of $STEPS steps (median after $WARMUP_STEPS warm-up steps); torch: $(
+  ((HAVE_TORCH)) && "$PYTHON" -c 'import torch; print(torch.__version__)' || echo 'not installed (bench/install-torch.sh)')"
+printf '%-16s %-6s %6s %16s %16s %8s\n' model mode batch "hpctrain img/s" "torch img/s" ratio
+for model in cnn2d cosmoflow-small; do
+  for precision in fp32 bf16; do
+    mine=$(median_of "$WORK/$model-$precision.hpctrain")
+    if [[ -s $WORK/$model-$precision.torch ]]; then
+      theirs=$(median_of "$WORK/$model-$precision.torch")
+      ratio=$(awk -v a="$mine" -v b="$theirs" 'BEGIN {printf "%.2f", a / b}')
+    else
+      theirs="not measured" ratio="-"
+    fi
+    printf '%-16s %-6s %6s %16.0f %16s %8s\n' "$model" "$precision" "${BATCH[$model]}" "$mine" "$theirs" "$ratio"
+  done
+done

@@ -1,0 +1,23 @@
+// Helpers shared by the layer source files of src/nn (not part of the public headers).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hpctrain/nn/layer.hpp"
+
+namespace hpctrain::nn_detail {
+
+// PyTorch's default initialisation of linear and conv layers: kaiming_uniform(a = sqrt(5)) for the weight and
+// U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for the bias are both U(-bound, bound) with bound = 1/sqrt(fan_in). Parameter p
+// of layer `layer_index` draws from its own counter-based stream, so the values do not depend on the rank count.
+void fill_uniform(float* host_master, const std::vector<ParameterSpec>& parameters, std::uint64_t seed,
+                  std::uint32_t layer_index, std::int64_t fan_in);
+
+// conv2d/3d, max/avg pooling 2d/3d, global_avgpool, flatten, groupnorm; null for other types.
+std::unique_ptr<Layer> make_spatial_layer(const LayerSpec& spec, const SampleShape& input_shape,
+                                          const std::string& deck_location);
+
+}  // namespace hpctrain::nn_detail
