@@ -83,6 +83,7 @@ class Convolution final : public Layer {
         geometry_(geometry),
         bias_(bias) {}
   [[nodiscard]] std::string type() const override { return type_; }
+  [[nodiscard]] bool uses_spatial_operations() const override { return true; }
   [[nodiscard]] bool skips_input_gradient() const override { return true; }
 
   [[nodiscard]] std::vector<ParameterSpec> parameters() const override {
@@ -128,6 +129,7 @@ class Pooling final : public Layer {
           const SpatialGeometry& geometry, SampleShape output)
       : Layer(std::move(name), input, std::move(output)), type_(std::move(type)), kind_(kind), geometry_(geometry) {}
   [[nodiscard]] std::string type() const override { return type_; }
+  [[nodiscard]] bool uses_spatial_operations() const override { return true; }
   void forward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView& y) override {
     context.backend->pooling_forward(kind_, geometry_, x, y);
   }
@@ -164,6 +166,7 @@ class GroupNorm final : public Layer {
   GroupNorm(std::string name, const SampleShape& input, std::int64_t groups, float eps)
       : Layer(std::move(name), input, input), groups_(groups), eps_(eps) {}
   [[nodiscard]] std::string type() const override { return "groupnorm"; }
+  [[nodiscard]] bool uses_spatial_operations() const override { return true; }
   [[nodiscard]] std::vector<ParameterSpec> parameters() const override {
     return {{"weight", {channels()}}, {"bias", {channels()}}};
   }

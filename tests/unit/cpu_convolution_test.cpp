@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/config/run_config.hpp"
 #include "hpctrain/kernels/backend.hpp"
+#include "hpctrain/nn/model.hpp"
 #include "kernel_test_support.hpp"
 
 namespace hpctrain {
@@ -316,38 +318,42 @@ TEST(CpuGroupNorm, EveryDtypeMatchesDoubleAndNormalisesEachGroup) {
   }
 }
 
+// A backend that implements only the required operations: the convolutional ones keep their defaults.
+struct Minimal : Backend {
+  std::string name() const override { return "minimal"; }
+  void* allocate(std::size_t) override { return nullptr; }
+  void deallocate(void*) override {}
+  void copy_to_backend(void*, const void*, std::size_t) override {}
+  void copy_to_host(void*, const void*, std::size_t) override {}
+  void copy(void*, const void*, std::size_t) override {}
+  void zero(void*, std::size_t) override {}
+  void synchronize() override {}
+  void cast(const TensorView&, const TensorView&) override {}
+  void gemm(const TensorView&, bool, const TensorView&, bool, const TensorView&, const void*, bool) override {}
+  void bias_gradient(const TensorView&, void*, DType, bool) override {}
+  void activation_forward(Activation, float, const TensorView&, const TensorView&) override {}
+  void activation_backward(Activation, float, const TensorView&, const TensorView&, const TensorView&) override {}
+  void dropout_forward(float, std::uint64_t, std::uint32_t, std::uint32_t, const std::int64_t*, const TensorView&,
+                       const TensorView&) override {}
+  void dropout_backward(float, std::uint64_t, std::uint32_t, std::uint32_t, const std::int64_t*, const TensorView&,
+                        const TensorView&) override {}
+  void layernorm_forward(const TensorView&, const void*, const void*, float, const TensorView&, void*, void*) override {
+  }
+  void layernorm_backward(const TensorView&, const TensorView&, const void*, const void*, const void*,
+                          const TensorView&, void*, void*, bool) override {}
+  void softmax_cross_entropy(const TensorView&, const std::int32_t*, const float*, const TensorView&,
+                             LossSums*) override {}
+  void mean_squared_error(const TensorView&, const void*, const float*, const TensorView&, LossSums*) override {}
+  void gradient_statistics(const float*, std::int64_t, const OptimizerHyper&, StepScalars*) override {}
+  void optimizer_step(const OptimizerHyper&, bool, float*, const float*, float*, float*, std::int64_t,
+                      const TensorView&, const StepScalars*) override {}
+  void finish_step(const LossScalerConfig&, StepScalars*) override {}
+  void loss_gradient_scale(const StepScalars*, float, float*) override {}
+};
+
 TEST(CpuConvolution, NotSupportedByDefault) {
   // A backend that does not override the convolutional operations reports them as not supported.
-  struct Minimal : Backend {
-    std::string name() const override { return "minimal"; }
-    void* allocate(std::size_t) override { return nullptr; }
-    void deallocate(void*) override {}
-    void copy_to_backend(void*, const void*, std::size_t) override {}
-    void copy_to_host(void*, const void*, std::size_t) override {}
-    void copy(void*, const void*, std::size_t) override {}
-    void zero(void*, std::size_t) override {}
-    void synchronize() override {}
-    void cast(const TensorView&, const TensorView&) override {}
-    void gemm(const TensorView&, bool, const TensorView&, bool, const TensorView&, const void*, bool) override {}
-    void bias_gradient(const TensorView&, void*, DType, bool) override {}
-    void activation_forward(Activation, float, const TensorView&, const TensorView&) override {}
-    void activation_backward(Activation, float, const TensorView&, const TensorView&, const TensorView&) override {}
-    void dropout_forward(float, std::uint64_t, std::uint32_t, std::uint32_t, const std::int64_t*, const TensorView&,
-                         const TensorView&) override {}
-    void dropout_backward(float, std::uint64_t, std::uint32_t, std::uint32_t, const std::int64_t*, const TensorView&,
-                          const TensorView&) override {}
-    void layernorm_forward(const TensorView&, const void*, const void*, float, const TensorView&, void*,
-                           void*) override {}
-    void layernorm_backward(const TensorView&, const TensorView&, const void*, const void*, const void*,
-                            const TensorView&, void*, void*, bool) override {}
-    void softmax_cross_entropy(const TensorView&, const std::int32_t*, const float*, const TensorView&,
-                               LossSums*) override {}
-    void mean_squared_error(const TensorView&, const void*, const float*, const TensorView&, LossSums*) override {}
-    void gradient_statistics(const float*, std::int64_t, const OptimizerHyper&, StepScalars*) override {}
-    void optimizer_step(const OptimizerHyper&, bool, float*, const float*, float*, float*, std::int64_t,
-                        const TensorView&, const StepScalars*) override {}
-    void finish_step(const LossScalerConfig&, StepScalars*) override {}
-  } minimal;
+  Minimal minimal;
   try {
     minimal.convolution_forward({}, {}, {}, nullptr, {});
     FAIL() << "no exception";
@@ -356,6 +362,31 @@ TEST(CpuConvolution, NotSupportedByDefault) {
   }
   EXPECT_THROW(minimal.pooling_forward(PoolingKind::max, {}, {}, {}), NotSupported);
   EXPECT_THROW(minimal.groupnorm_forward(1, 1, {}, nullptr, nullptr, 0.0f, {}, nullptr, nullptr), NotSupported);
+}
+
+TEST(CpuConvolution, ModelRefusesSpatialLayersTheBackendLacks) {
+  // At set-up, before any buffer is allocated: the deck position, the layer and what to do.
+  Minimal minimal;
+  ModelSection spec;
+  LayerSpec conv;
+  conv.type = "conv2d";
+  conv.name = "features";
+  conv.out = 4;
+  conv.kernel = {3};
+  LayerSpec head;
+  head.type = "linear";
+  head.name = "head";
+  head.out = 2;
+  spec.layers = {conv, head};
+  try {
+    Model model(spec, SampleShape{1, 8, 8}, minimal, {DType::f32, DType::f32, 4}, "deck.toml");
+    FAIL() << "no exception";
+  } catch (const NotSupported& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("layer 'features' (conv2d) on the minimal backend"), std::string::npos) << message;
+    EXPECT_NE(message.find("run.device = \"cpu\""), std::string::npos) << message;
+  }
+  EXPECT_TRUE(make_cpu_backend()->has_spatial_operations());
 }
 
 }  // namespace

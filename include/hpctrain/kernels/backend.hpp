@@ -192,6 +192,9 @@ class Backend {
   // *grad_scale = scalars->loss_scale / rows: the factor of the loss gradient (mean over the global batch's rows, times
   // the loss scale), formed where the scalars live so a step needs no host round trip. Single-thread work.
   virtual void loss_gradient_scale(const StepScalars* scalars, float rows, float* grad_scale) = 0;
+  // Whether the convolution, pooling and groupnorm operations are implemented (their defaults throw NotSupported);
+  // the model asks at set-up so a deck the backend cannot run is refused before training starts.
+  [[nodiscard]] virtual bool has_spatial_operations() const { return false; }
 
   // ---- step graphs (CUDA graphs; the CPU backend has none) ----
   // Work issued between begin_capture and end_capture is recorded, not run; replay_capture runs the recording (same

@@ -85,6 +85,8 @@ class Layer {
   // x and y are the forward's input and output; dx may alias dy for element-wise layers (see in_place_backward).
   virtual void backward(const StepContext& context, std::uint32_t layer_index, const TensorView& x, const TensorView& y,
                         const TensorView& dy, const TensorView& dx, bool accumulate) = 0;
+  // Convolution, pooling and groupnorm: they need the backend's spatial operations.
+  [[nodiscard]] virtual bool uses_spatial_operations() const { return false; }
   // Element-wise layers may write dx over dy, saving a buffer swap.
   [[nodiscard]] virtual bool in_place_backward() const { return false; }
 

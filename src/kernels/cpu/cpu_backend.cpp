@@ -156,6 +156,7 @@ void apply_dropout(float p, std::uint64_t seed, std::uint32_t step, std::uint32_
 class CpuBackend final : public Backend {
  public:
   [[nodiscard]] std::string name() const override { return "cpu"; }
+  [[nodiscard]] bool has_spatial_operations() const override { return true; }
 
   // ---- memory: plain host memory ----
   void* allocate(std::size_t bytes) override { return cpu::aligned_allocate(bytes); }
