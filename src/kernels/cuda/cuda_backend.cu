@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cuda_gemm.hpp"
+#include "cuda_spatial.hpp"
 #include "hpctrain/kernels/backend.hpp"
 #include "hpctrain/kernels/cuda/cuda_backend.hpp"
 #include "hpctrain/kernels/cuda/cuda_check.hpp"
@@ -592,6 +593,9 @@ class CudaBackend final : public Backend {
     name_ = std::string("cuda:") + std::to_string(device) + " (" + properties.name + ")";
     HPCTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     gemm_ = std::make_unique<cuda::CudaGemm>(stream_, false);
+#if defined(HPCTRAIN_HAVE_CUDNN)
+    convolution_ = std::make_unique<cuda::CudaConvolution>(stream_);
+#endif
     uploads_ = std::make_unique<PinnedRing>(std::size_t{32} << 20);
     // Typical sizes, so that a normal run never grows them inside a step.
     bias_scratch_.reserve<float>(1 << 16, stream_);
@@ -606,6 +610,9 @@ class CudaBackend final : public Backend {
     if (graph_ != nullptr) HPCTRAIN_CUDA_WARN(cudaGraphExecDestroy(graph_));
     HPCTRAIN_CUDA_WARN(cudaStreamSynchronize(stream_));
     gemm_.reset();
+#if defined(HPCTRAIN_HAVE_CUDNN)
+    convolution_.reset();
+#endif
     uploads_.reset();
     HPCTRAIN_CUDA_WARN(cudaStreamDestroy(stream_));
   }
@@ -757,6 +764,45 @@ class CudaBackend final : public Backend {
   }
 
   // ---- losses ----
+  // ---- convolutional networks (cuda_convolution.cu: cuDNN; cuda_spatial.cu: own kernels) ----
+#if defined(HPCTRAIN_HAVE_CUDNN)
+  void convolution_forward(const SpatialGeometry& geometry, const TensorView& x, const TensorView& weight,
+                           const void* bias, const TensorView& y) override {
+    convolution_->forward(geometry, x, weight, bias, y);
+  }
+  void convolution_backward_data(const SpatialGeometry& geometry, const TensorView& dy, const TensorView& weight,
+                                 const TensorView& dx) override {
+    convolution_->backward_data(geometry, dy, weight, dx);
+  }
+  void convolution_backward_weights(const SpatialGeometry& geometry, const TensorView& x, const TensorView& dy,
+                                    const TensorView& dweight, void* dbias, bool accumulate) override {
+    convolution_->backward_weights(geometry, x, dy, dweight, dbias, accumulate);
+  }
+#endif
+  void pooling_forward(PoolingKind kind, const SpatialGeometry& geometry, const TensorView& x,
+                       const TensorView& y) override {
+    cuda::pooling_forward(stream_, kind, geometry, x, y);
+  }
+  void pooling_backward(PoolingKind kind, const SpatialGeometry& geometry, const TensorView& x, const TensorView& dy,
+                        const TensorView& dx) override {
+    cuda::pooling_backward(stream_, kind, geometry, x, dy, dx);
+  }
+  void groupnorm_forward(std::int64_t channels, std::int64_t groups, const TensorView& x, const void* gamma,
+                         const void* beta, float eps, const TensorView& y, void* mean, void* rstd) override {
+    cuda::groupnorm_forward(stream_, channels, groups, x, static_cast<const float*>(gamma),
+                            static_cast<const float*>(beta), eps, y, static_cast<float*>(mean),
+                            static_cast<float*>(rstd));
+  }
+  void groupnorm_backward(std::int64_t channels, std::int64_t groups, const TensorView& x, const TensorView& dy,
+                          const void* gamma, const void* mean, const void* rstd, const TensorView& dx, void* dgamma,
+                          void* dbeta, bool accumulate) override {
+    cuda::groupnorm_backward(stream_, channels, groups, x, dy, static_cast<const float*>(gamma),
+                             static_cast<const float*>(mean), static_cast<const float*>(rstd), dx,
+                             static_cast<float*>(dgamma), static_cast<float*>(dbeta), accumulate);
+  }
+  // Convolutions need cuDNN (a build without it keeps the NotSupported defaults and refuses spatial decks).
+  [[nodiscard]] bool has_spatial_operations() const override { return cuda::have_convolutions(); }
+
   void softmax_cross_entropy(const TensorView& logits, const std::int32_t* labels, const float* grad_scale,
                              const TensorView& dlogits, LossSums* sums) override {
     const bool with_gradient = dlogits.data != nullptr;
@@ -901,6 +947,9 @@ class CudaBackend final : public Backend {
   std::string name_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::CudaGemm> gemm_;
+#if defined(HPCTRAIN_HAVE_CUDNN)
+  std::unique_ptr<cuda::CudaConvolution> convolution_;  // cuDNN plans, made on first use of a shape
+#endif
   std::unique_ptr<PinnedRing> uploads_;  // per-step host -> device copies
   bool capturing_ = false;
   cudaGraphExec_t graph_ = nullptr;   // the captured step

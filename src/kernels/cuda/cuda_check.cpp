@@ -1,4 +1,4 @@
-// Error texts of the CUDA runtime and cuBLAS for the check macros (kernels/cuda/cuda_check.hpp), and the cheap
+// Error texts of the CUDA runtime, cuBLAS and cuDNN for the check macros (kernels/cuda/cuda_check.hpp), and the cheap
 // device query every build can call.
 #include "hpctrain/kernels/cuda/cuda_check.hpp"
 
@@ -18,6 +18,12 @@ void throw_cublas_error(cublasStatus_t code, const char* call, const char* file,
   throw LibraryError("cuBLAS", call, std::string(cublasLtGetStatusName(code)) + ": " + cublasLtGetStatusString(code),
                      file, line);
 }
+
+#if defined(HPCTRAIN_HAVE_CUDNN)
+void throw_cudnn_error(cudnnStatus_t code, const char* call, const char* file, int line) {
+  throw LibraryError("cuDNN", call, cudnnGetErrorString(code), file, line);
+}
+#endif
 
 void warn_cuda_error(cudaError_t code, const char* call, const char* file, int line) {
   std::fprintf(stderr, "warning: CUDA call %s failed at %s:%d: %s\n", call, file, line, cudaGetErrorString(code));

@@ -1,0 +1,506 @@
+// Convolutions of the CUDA backend through cuDNN's convolution API (cudnn_cnn), on the model's plain NCHW / NCDHW rows
+// and PyTorch-shaped (out, in/groups, k...) weights; stride, padding, dilation and groups map directly.
+//
+// - Compute is fp32 for every storage dtype. f32 storage runs with CUDNN_FMA_MATH (no TF32), as the matrix products
+//   (CUBLAS_COMPUTE_32F). bf16/f16 forward and data gradient run on the 16-bit operands (tensor cores, fp32
+//   accumulation); the output is rounded once.
+// - Weight gradients are fp32 (the master dtype) whatever the storage: for bf16/f16 the inputs are widened into fp32
+//   scratch first (cuDNN's 16-bit weight gradient would round it to 16 bits). Those widened values are exact in TF32,
+//   so that pass may use tensor ops without losing anything. The bias gradient is an own kernel (one block per output
+//   channel, fixed-order reduction), fp32.
+// - Bias: the fp32 master bias is broadcast into the output (rounded to its dtype, as the gemm's bias epilogue) and
+//   the convolution adds onto it with beta = 1, so the sum is rounded once.
+// - A plan (descriptors, the heuristic's first deterministic algorithm that needs no precision-losing conversion, its
+//   workspace) is made on the first call of a (geometry, rows, dtype, pass) and cached; a partial last batch is one
+//   more plan. When cuDNN has no algorithm for a 16-bit configuration, that plan runs in fp32 on widened copies.
+// - The workspace and the staging buffers (widened operands, weights at offsets cuDNN may not accept) grow only,
+//   on the first call that needs more: during the warm-up steps, never in a steady-state step or a captured graph.
+#include <algorithm>
+#include <array>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda_spatial.hpp"
+#include "hpctrain/kernels/cuda/cuda_check.hpp"
+#include "hpctrain/kernels/math.hpp"
+
+namespace hpctrain::cuda {
+namespace {
+
+constexpr int conv_threads = 256;
+
+unsigned conv_blocks(std::int64_t items) {
+  return static_cast<unsigned>(std::clamp<std::int64_t>((items + conv_threads - 1) / conv_threads, 1, 65535));
+}
+
+template <class F>
+void dispatch_convolution(DType type, const char* what, F&& f) {
+  switch (type) {
+    case DType::f32:
+      return f.template operator()<float>();
+    case DType::bf16:
+      return f.template operator()<bf16>();
+    case DType::f16:
+      return f.template operator()<fp16>();
+    case DType::f64:
+      break;
+  }
+  throw NotSupported(std::string(what) + " with fp64 storage on the CUDA backend (fp64 is for CPU gradient checks)");
+}
+
+void refuse_fp64(DType type, const char* what) {
+  if (type == DType::f64)
+    throw NotSupported(std::string(what) + " with fp64 storage on the CUDA backend (fp64 is for CPU gradient checks)");
+}
+
+template <class TS, class TD>
+__global__ void convert_kernel(const TS* in, TD* out, std::int64_t count) {
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    out[i] = store<TD>(load(in[i]));
+}
+
+// y[n][c][s] = bias[c] in y's dtype.
+template <class T>
+__global__ void broadcast_bias_kernel(const float* bias, T* y, std::int64_t count, std::int64_t channels,
+                                      std::int64_t spatial) {
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    y[i] = store<T>(bias[i / spatial % channels]);
+}
+
+// dbias[c] (+)= sum over rows and positions of dy[n][c][s]; one block per channel, fixed order.
+template <class T>
+__global__ void convolution_bias_gradient_kernel(const T* dy, float* dbias, bool accumulate, std::int64_t rows,
+                                                 std::int64_t channels, std::int64_t spatial) {
+  __shared__ float shared[32];
+  const std::int64_t c = blockIdx.x;
+  float sum = 0.0f;
+  for (std::int64_t e = threadIdx.x; e < rows * spatial; e += blockDim.x) {
+    const std::int64_t row = e / spatial, s = e - row * spatial;
+    sum += load(dy[(row * channels + c) * spatial + s]);
+  }
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0.0f;
+    for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total += shared[w];
+    dbias[c] = total + (accumulate ? dbias[c] : 0.0f);
+  }
+}
+
+template <class TS, class TD>
+void convert(cudaStream_t stream, const void* in, void* out, std::int64_t count) {
+  if (count == 0) return;
+  convert_kernel<<<conv_blocks(count), conv_threads, 0, stream>>>(static_cast<const TS*>(in), static_cast<TD*>(out),
+                                                                  count);
+  HPCTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+// Device memory that only grows (synchronising the stream before it frees the smaller buffer).
+class GrowBuffer {
+ public:
+  GrowBuffer() = default;
+  GrowBuffer(const GrowBuffer&) = delete;
+  GrowBuffer& operator=(const GrowBuffer&) = delete;
+  ~GrowBuffer() {
+    if (data_ != nullptr) HPCTRAIN_CUDA_WARN(cudaFree(data_));
+  }
+  void* reserve(std::size_t bytes, cudaStream_t stream) {
+    bytes = std::max<std::size_t>(bytes, 256);
+    if (bytes > capacity_) {
+      if (data_ != nullptr) {
+        HPCTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
+        HPCTRAIN_CUDA_CHECK(cudaFree(data_));
+        data_ = nullptr;
+      }
+      HPCTRAIN_CUDA_CHECK(cudaMalloc(&data_, bytes));
+      capacity_ = bytes;
+    }
+    return data_;
+  }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t capacity_ = 0;
+};
+
+enum class Pass : std::uint8_t { forward, backward_data, backward_weights };
+
+struct Key {
+  SpatialGeometry geometry;
+  std::int64_t rows = 0;
+  DType dtype = DType::f32;
+  Pass pass = Pass::forward;
+  bool operator==(const Key&) const = default;
+};
+
+struct KeyHash {
+  std::size_t operator()(const Key& key) const {
+    std::size_t hash = 0;
+    const auto mix = [&hash](std::int64_t value) {
+      hash ^= static_cast<std::size_t>(value) + 0x9e3779b97f4a7c15ull + (hash << 6) + (hash >> 2);
+    };
+    const SpatialGeometry& g = key.geometry;
+    mix(g.dimensions);
+    mix(g.in_channels);
+    mix(g.out_channels);
+    mix(g.groups);
+    for (const auto* extents : {&g.input, &g.output, &g.kernel, &g.stride, &g.padding, &g.dilation})
+      for (auto value : *extents) mix(value);
+    mix(key.rows);
+    mix(static_cast<std::int64_t>(key.dtype) | static_cast<std::int64_t>(key.pass) << 4);
+    return hash;
+  }
+};
+
+cudnnDataType_t cudnn_type(DType type) {
+  switch (type) {
+    case DType::bf16:
+      return CUDNN_DATA_BFLOAT16;
+    case DType::f16:
+      return CUDNN_DATA_HALF;
+    default:
+      return CUDNN_DATA_FLOAT;
+  }
+}
+
+// Descriptors and the chosen algorithm of one (geometry, rows, dtype, pass).
+struct Plan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t convolution = nullptr;
+  bool widened = false;  // runs in fp32 on widened copies of 16-bit operands
+  cudnnConvolutionFwdAlgo_t forward_algorithm{};
+  cudnnConvolutionBwdDataAlgo_t data_algorithm{};
+  cudnnConvolutionBwdFilterAlgo_t filter_algorithm{};
+  std::size_t workspace_bytes = 0;
+
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
+    if (x != nullptr) cudnnDestroyTensorDescriptor(x);
+    if (y != nullptr) cudnnDestroyTensorDescriptor(y);
+    if (w != nullptr) cudnnDestroyFilterDescriptor(w);
+    if (convolution != nullptr) cudnnDestroyConvolutionDescriptor(convolution);
+  }
+};
+
+void set_tensor(cudnnTensorDescriptor_t descriptor, cudnnDataType_t type, std::int64_t rows, std::int64_t channels,
+                const std::array<std::int64_t, 3>& spatial, int dimensions) {
+  int dims[5] = {static_cast<int>(rows), static_cast<int>(channels), 1, 1, 1};
+  for (int axis = 0; axis < dimensions; ++axis) dims[2 + axis] = static_cast<int>(spatial[static_cast<std::size_t>(axis)]);
+  HPCTRAIN_CUDNN_CHECK(cudnnSetTensorNdDescriptorEx(descriptor, CUDNN_TENSOR_NCHW, type, 2 + dimensions, dims));
+}
+
+// Whether an algorithm's math keeps the storage's precision: fp32 data must not go through TF32 (unless it holds
+// widened 16-bit values, exact in TF32), and no configuration may be down-converted to fp16.
+bool acceptable_math(cudnnMathType_t math, bool strict_fp32) {
+  if (math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) return false;
+  return !strict_fp32 || math == CUDNN_FMA_MATH || math == CUDNN_DEFAULT_MATH;
+}
+
+// The first successful result (the heuristic's order), deterministic ones first; -1 when none.
+template <class Perf>
+int choose(const std::vector<Perf>& results, int count, bool strict_fp32) {
+  for (bool need_deterministic : {true, false})
+    for (int i = 0; i < count; ++i) {
+      const Perf& r = results[static_cast<std::size_t>(i)];
+      if (r.status != CUDNN_STATUS_SUCCESS || !acceptable_math(r.mathType, strict_fp32)) continue;
+      if (need_deterministic && r.determinism != CUDNN_DETERMINISTIC) continue;
+      return i;
+    }
+  return -1;
+}
+
+}  // namespace
+
+struct CudaConvolution::Impl {
+  cudaStream_t stream;
+  cudnnHandle_t handle = nullptr;
+  std::unordered_map<Key, std::unique_ptr<Plan>, KeyHash> plans;
+  GrowBuffer workspace;
+  GrowBuffer wide_a, wide_b, wide_out;  // fp32 copies of 16-bit operands and the fp32 result
+  GrowBuffer staged_weights;            // weights (or their gradient) at an address cuDNN surely accepts
+  std::mutex mutex;
+
+  explicit Impl(cudaStream_t s) : stream(s) {}
+  ~Impl() {
+    plans.clear();
+    if (handle != nullptr) cudnnDestroy(handle);
+  }
+
+  Plan& plan(const Key& key);
+  // Builds the plan's descriptors for data of `type`; false when cuDNN offers no acceptable algorithm.
+  bool try_plan(const Key& key, DType type, bool strict_fp32, Plan& plan);
+};
+
+bool CudaConvolution::Impl::try_plan(const Key& key, DType type, bool strict_fp32, Plan& p) {
+  const SpatialGeometry& g = key.geometry;
+  const cudnnDataType_t data = cudnn_type(type);
+  set_tensor(p.x, data, key.rows, g.in_channels, g.input, g.dimensions);
+  set_tensor(p.y, data, key.rows, g.out_channels, g.output, g.dimensions);
+  int filter[5] = {static_cast<int>(g.out_channels), static_cast<int>(g.in_channels / g.groups), 1, 1, 1};
+  int pad[3], stride[3], dilation[3];
+  for (int axis = 0; axis < g.dimensions; ++axis) {
+    const auto a = static_cast<std::size_t>(axis);
+    filter[2 + axis] = static_cast<int>(g.kernel[a]);
+    pad[axis] = static_cast<int>(g.padding[a]);
+    stride[axis] = static_cast<int>(g.stride[a]);
+    dilation[axis] = static_cast<int>(g.dilation[a]);
+  }
+  // The filter's dtype: the weight gradient is fp32 (that pass always runs on fp32 data).
+  HPCTRAIN_CUDNN_CHECK(cudnnSetFilterNdDescriptor(p.w, data, CUDNN_TENSOR_NCHW, 2 + g.dimensions, filter));
+  HPCTRAIN_CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(p.convolution, g.dimensions, pad, stride, dilation,
+                                                       CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  HPCTRAIN_CUDNN_CHECK(cudnnSetConvolutionGroupCount(p.convolution, static_cast<int>(g.groups)));
+  HPCTRAIN_CUDNN_CHECK(
+      cudnnSetConvolutionMathType(p.convolution, strict_fp32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+  constexpr int wanted = 16;
+  int count = 0, chosen = -1;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  switch (key.pass) {
+    case Pass::forward: {
+      std::vector<cudnnConvolutionFwdAlgoPerf_t> results(wanted);
+      HPCTRAIN_CUDNN_CHECK(
+          cudnnGetConvolutionForwardAlgorithm_v7(handle, p.x, p.w, p.convolution, p.y, wanted, &count, results.data()));
+      chosen = choose(results, count, strict_fp32);
+      if (chosen < 0) return false;
+      p.forward_algorithm = results[static_cast<std::size_t>(chosen)].algo;
+      math = results[static_cast<std::size_t>(chosen)].mathType;
+      break;
+    }
+    case Pass::backward_data: {
+      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> results(wanted);
+      HPCTRAIN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, p.w, p.y, p.convolution, p.x, wanted,
+                                                                       &count, results.data()));
+      chosen = choose(results, count, strict_fp32);
+      if (chosen < 0) return false;
+      p.data_algorithm = results[static_cast<std::size_t>(chosen)].algo;
+      math = results[static_cast<std::size_t>(chosen)].mathType;
+      break;
+    }
+    case Pass::backward_weights: {
+      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> results(wanted);
+      HPCTRAIN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, p.x, p.y, p.convolution, p.w, wanted,
+                                                                         &count, results.data()));
+      chosen = choose(results, count, strict_fp32);
+      if (chosen < 0) return false;
+      p.filter_algorithm = results[static_cast<std::size_t>(chosen)].algo;
+      math = results[static_cast<std::size_t>(chosen)].mathType;
+      break;
+    }
+  }
+  if (strict_fp32) math = CUDNN_FMA_MATH;
+  HPCTRAIN_CUDNN_CHECK(cudnnSetConvolutionMathType(p.convolution, math));
+  switch (key.pass) {
+    case Pass::forward:
+      HPCTRAIN_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(handle, p.x, p.w, p.convolution, p.y,
+                                                                   p.forward_algorithm, &p.workspace_bytes));
+      break;
+    case Pass::backward_data:
+      HPCTRAIN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(handle, p.w, p.y, p.convolution, p.x,
+                                                                        p.data_algorithm, &p.workspace_bytes));
+      break;
+    case Pass::backward_weights:
+      HPCTRAIN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, p.x, p.y, p.convolution, p.w,
+                                                                          p.filter_algorithm, &p.workspace_bytes));
+      break;
+  }
+  return true;
+}
+
+Plan& CudaConvolution::Impl::plan(const Key& key) {
+  const auto found = plans.find(key);
+  if (found != plans.end()) return *found->second;
+  if (handle == nullptr) {  // created on the first convolution, so runs without one never load cuDNN
+    HPCTRAIN_CUDNN_CHECK(cudnnCreate(&handle));
+    HPCTRAIN_CUDNN_CHECK(cudnnSetStream(handle, stream));
+  }
+  auto created = std::make_unique<Plan>();
+  HPCTRAIN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&created->x));
+  HPCTRAIN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&created->y));
+  HPCTRAIN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&created->w));
+  HPCTRAIN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&created->convolution));
+  const bool sixteen_bit = key.dtype != DType::f32;
+  // Weight gradients of 16-bit data: fp32 on widened inputs (exact in TF32, so tensor ops are allowed).
+  created->widened = sixteen_bit && key.pass == Pass::backward_weights;
+  bool found_algorithm = created->widened ? try_plan(key, DType::f32, false, *created)
+                                          : try_plan(key, key.dtype, !sixteen_bit, *created);
+  if (!found_algorithm && sixteen_bit && !created->widened) {
+    created->widened = true;
+    found_algorithm = try_plan(key, DType::f32, false, *created);
+  }
+  if (!found_algorithm) {
+    const SpatialGeometry& g = key.geometry;
+    std::ostringstream detail;
+    detail << "no algorithm for a " << g.dimensions << "-D convolution (pass " << static_cast<int>(key.pass) << ") of "
+           << key.rows << " samples, " << g.in_channels << " -> " << g.out_channels << " channels, " << g.groups
+           << " groups, " << dtype_name(key.dtype);
+    throw LibraryError("cuDNN", "cudnnGetConvolution*Algorithm_v7", detail.str(), __FILE__, __LINE__);
+  }
+  workspace.reserve(created->workspace_bytes, stream);  // grow-only: the first call of a plan (warm-up)
+  return *plans.emplace(key, std::move(created)).first->second;
+}
+
+CudaConvolution::CudaConvolution(cudaStream_t stream) : impl_(std::make_unique<Impl>(stream)) {}
+CudaConvolution::~CudaConvolution() = default;
+
+std::size_t CudaConvolution::cached_plans() const {
+  const std::lock_guard lock(impl_->mutex);
+  return impl_->plans.size();
+}
+
+namespace {
+
+void check_geometry(const SpatialGeometry& g, const char* what) {
+  HPCTRAIN_ASSERT((g.dimensions == 2 || g.dimensions == 3) && g.groups >= 1 && g.in_channels % g.groups == 0 &&
+                      g.out_channels % g.groups == 0,
+                  what << ": bad geometry (" << g.dimensions << "-D, " << g.in_channels << " -> " << g.out_channels
+                       << " channels, " << g.groups << " groups)");
+}
+
+bool aligned(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer) % 16 == 0; }
+
+}  // namespace
+
+void CudaConvolution::forward(const SpatialGeometry& g, const TensorView& x, const TensorView& weight, const void* bias,
+                              const TensorView& y) {
+  check_geometry(g, "convolution_forward");
+  HPCTRAIN_ASSERT(x.dtype == weight.dtype && x.dtype == y.dtype && x.rows == y.rows &&
+                      x.cols == g.in_channels * g.input_size() && y.cols == g.out_channels * g.output_size() &&
+                      weight.size() == g.out_channels * g.in_channels / g.groups * g.kernel_size(),
+                  "convolution_forward: shapes/dtypes do not match the geometry");
+  refuse_fp64(x.dtype, "convolution_forward");
+  if (x.rows == 0) return;
+  Impl& s = *impl_;
+  const std::lock_guard lock(s.mutex);
+  const Plan& p = s.plan({g, x.rows, x.dtype, Pass::forward});
+  const void* source = x.data;
+  const void* weights = weight.data;
+  void* out = y.data;
+  dispatch_convolution(x.dtype, "convolution_forward", [&]<class T>() {
+    if (p.widened) {
+      source = s.wide_a.reserve(static_cast<std::size_t>(x.size()) * sizeof(float), s.stream);
+      convert<T, float>(s.stream, x.data, const_cast<void*>(source), x.size());
+      weights = s.wide_b.reserve(static_cast<std::size_t>(weight.size()) * sizeof(float), s.stream);
+      convert<T, float>(s.stream, weight.data, const_cast<void*>(weights), weight.size());
+      out = s.wide_out.reserve(static_cast<std::size_t>(y.size()) * sizeof(float), s.stream);
+    } else if (!aligned(weights)) {
+      weights = s.staged_weights.reserve(weight.bytes(), s.stream);
+      HPCTRAIN_CUDA_CHECK(
+          cudaMemcpyAsync(const_cast<void*>(weights), weight.data, weight.bytes(), cudaMemcpyDeviceToDevice, s.stream));
+    }
+    const float alpha = 1.0f, beta = bias != nullptr ? 1.0f : 0.0f;
+    if (bias != nullptr) {
+      const auto launch = [&]<class TO>(TO* target) {
+        broadcast_bias_kernel<<<conv_blocks(y.size()), conv_threads, 0, s.stream>>>(
+            static_cast<const float*>(bias), target, y.size(), g.out_channels, g.output_size());
+        HPCTRAIN_CUDA_CHECK_LAUNCH();
+      };
+      if (p.widened)
+        launch(static_cast<float*>(out));
+      else
+        launch(static_cast<T*>(out));
+    }
+    HPCTRAIN_CUDNN_CHECK(cudnnConvolutionForward(s.handle, &alpha, p.x, source, p.w, weights, p.convolution,
+                                                 p.forward_algorithm, s.workspace.reserve(p.workspace_bytes, s.stream),
+                                                 p.workspace_bytes, &beta, p.y, out));
+    if (p.widened) convert<float, T>(s.stream, out, y.data, y.size());
+  });
+}
+
+void CudaConvolution::backward_data(const SpatialGeometry& g, const TensorView& dy, const TensorView& weight,
+                                    const TensorView& dx) {
+  check_geometry(g, "convolution_backward_data");
+  HPCTRAIN_ASSERT(dy.dtype == weight.dtype && dy.dtype == dx.dtype && dx.rows == dy.rows &&
+                      dx.cols == g.in_channels * g.input_size() && dy.cols == g.out_channels * g.output_size() &&
+                      weight.size() == g.out_channels * g.in_channels / g.groups * g.kernel_size(),
+                  "convolution_backward_data: shapes/dtypes do not match the geometry");
+  refuse_fp64(dy.dtype, "convolution_backward_data");
+  if (dy.rows == 0) return;
+  Impl& s = *impl_;
+  const std::lock_guard lock(s.mutex);
+  const Plan& p = s.plan({g, dy.rows, dy.dtype, Pass::backward_data});
+  const void* gradient = dy.data;
+  const void* weights = weight.data;
+  void* out = dx.data;
+  dispatch_convolution(dy.dtype, "convolution_backward_data", [&]<class T>() {
+    if (p.widened) {
+      gradient = s.wide_a.reserve(static_cast<std::size_t>(dy.size()) * sizeof(float), s.stream);
+      convert<T, float>(s.stream, dy.data, const_cast<void*>(gradient), dy.size());
+      weights = s.wide_b.reserve(static_cast<std::size_t>(weight.size()) * sizeof(float), s.stream);
+      convert<T, float>(s.stream, weight.data, const_cast<void*>(weights), weight.size());
+      out = s.wide_out.reserve(static_cast<std::size_t>(dx.size()) * sizeof(float), s.stream);
+    } else if (!aligned(weights)) {
+      weights = s.staged_weights.reserve(weight.bytes(), s.stream);
+      HPCTRAIN_CUDA_CHECK(
+          cudaMemcpyAsync(const_cast<void*>(weights), weight.data, weight.bytes(), cudaMemcpyDeviceToDevice, s.stream));
+    }
+    const float alpha = 1.0f, beta = 0.0f;
+    HPCTRAIN_CUDNN_CHECK(cudnnConvolutionBackwardData(s.handle, &alpha, p.w, weights, p.y, gradient, p.convolution,
+                                                      p.data_algorithm, s.workspace.reserve(p.workspace_bytes, s.stream),
+                                                      p.workspace_bytes, &beta, p.x, out));
+    if (p.widened) convert<float, T>(s.stream, out, dx.data, dx.size());
+  });
+}
+
+void CudaConvolution::backward_weights(const SpatialGeometry& g, const TensorView& x, const TensorView& dy,
+                                       const TensorView& dweight, void* dbias, bool accumulate) {
+  check_geometry(g, "convolution_backward_weights");
+  HPCTRAIN_ASSERT(x.dtype == dy.dtype && x.rows == dy.rows && x.cols == g.in_channels * g.input_size() &&
+                      dy.cols == g.out_channels * g.output_size() &&
+                      dweight.size() == g.out_channels * g.in_channels / g.groups * g.kernel_size(),
+                  "convolution_backward_weights: shapes/dtypes do not match the geometry");
+  refuse_fp64(x.dtype, "convolution_backward_weights");
+  HPCTRAIN_ASSERT(dweight.dtype == DType::f32, "convolution_backward_weights: gradients are f32");
+  Impl& s = *impl_;
+  if (x.rows == 0) {
+    if (!accumulate) {
+      HPCTRAIN_CUDA_CHECK(cudaMemsetAsync(dweight.data, 0, dweight.bytes(), s.stream));
+      if (dbias != nullptr)
+        HPCTRAIN_CUDA_CHECK(
+            cudaMemsetAsync(dbias, 0, static_cast<std::size_t>(g.out_channels) * sizeof(float), s.stream));
+    }
+    return;
+  }
+  const std::lock_guard lock(s.mutex);
+  const Plan& p = s.plan({g, x.rows, x.dtype, Pass::backward_weights});
+  const void* source = x.data;
+  const void* gradient = dy.data;
+  void* out = dweight.data;
+  const bool staged = !aligned(out);
+  dispatch_convolution(x.dtype, "convolution_backward_weights", [&]<class T>() {
+    if (dbias != nullptr) {
+      convolution_bias_gradient_kernel<<<static_cast<unsigned>(g.out_channels), conv_threads, 0, s.stream>>>(
+          static_cast<const T*>(dy.data), static_cast<float*>(dbias), accumulate, x.rows, g.out_channels,
+          g.output_size());
+      HPCTRAIN_CUDA_CHECK_LAUNCH();
+    }
+    if (p.widened) {
+      source = s.wide_a.reserve(static_cast<std::size_t>(x.size()) * sizeof(float), s.stream);
+      convert<T, float>(s.stream, x.data, const_cast<void*>(source), x.size());
+      gradient = s.wide_b.reserve(static_cast<std::size_t>(dy.size()) * sizeof(float), s.stream);
+      convert<T, float>(s.stream, dy.data, const_cast<void*>(gradient), dy.size());
+    }
+  });
+  if (staged) {
+    out = s.staged_weights.reserve(dweight.bytes(), s.stream);
+    if (accumulate)
+      HPCTRAIN_CUDA_CHECK(cudaMemcpyAsync(out, dweight.data, dweight.bytes(), cudaMemcpyDeviceToDevice, s.stream));
+  }
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  HPCTRAIN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(s.handle, &alpha, p.x, source, p.y, gradient, p.convolution,
+                                                      p.filter_algorithm,
+                                                      s.workspace.reserve(p.workspace_bytes, s.stream),
+                                                      p.workspace_bytes, &beta, p.w, out));
+  if (staged)
+    HPCTRAIN_CUDA_CHECK(cudaMemcpyAsync(dweight.data, out, dweight.bytes(), cudaMemcpyDeviceToDevice, s.stream));
+}
+
+}  // namespace hpctrain::cuda

@@ -1,0 +1,352 @@
+// Pooling and group normalisation of the CUDA backend: own kernels computing the formulas of the CPU backend
+// (src/kernels/cpu/cpu_spatial.cpp) in fp32 for f32/bf16/f16 storage.
+//
+// - Pooling forward: one thread per output element, the window's taps in the CPU's order (max: the first largest
+//   value, a NaN counting as largest; average: the sum of the taps inside the input divided by the whole kernel size).
+// - Pooling backward: one thread per input element (gather, no atomics): it visits the outputs whose windows contain
+//   it in the CPU's output order and adds their gradients in fp32 (max pooling: only where it is the window's first
+//   maximum, recomputed from x as on the CPU), then rounds once. Same additions in the same order as the CPU loop.
+// - Group normalisation: one block per (sample, group) for the statistics and the data gradient, one block per
+//   channel for the gamma/beta gradients; block reductions in a fixed order (deterministic, but a different summation
+//   order than the CPU's sequential loop, so results agree to rounding, not bit for bit).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "cuda_spatial.hpp"
+#include "hpctrain/kernels/cuda/cuda_check.hpp"
+#include "hpctrain/kernels/math.hpp"
+
+namespace hpctrain::cuda {
+namespace {
+
+constexpr int spatial_threads = 256;
+constexpr std::int64_t spatial_max_blocks = 65535;
+
+unsigned blocks_for(std::int64_t items) {
+  const std::int64_t blocks = (items + spatial_threads - 1) / spatial_threads;
+  return static_cast<unsigned>(std::clamp<std::int64_t>(blocks, 1, spatial_max_blocks));
+}
+
+template <class F>
+void dispatch_spatial(DType type, const char* what, F&& f) {
+  switch (type) {
+    case DType::f32:
+      return f.template operator()<float>();
+    case DType::bf16:
+      return f.template operator()<bf16>();
+    case DType::f16:
+      return f.template operator()<fp16>();
+    case DType::f64:
+      break;
+  }
+  throw NotSupported(std::string(what) + " with fp64 storage on the CUDA backend (fp64 is for CPU gradient checks)");
+}
+
+// The geometry as 3-D (missing leading axes of extent 1), as the CPU's Box.
+struct Box {
+  std::int64_t in[3], out[3], kernel[3], stride[3], padding[3], dilation[3];
+};
+
+Box box_of(const SpatialGeometry& geometry) {
+  Box box{};
+  const int missing = 3 - geometry.dimensions;
+  for (int axis = 0; axis < 3; ++axis) {
+    if (axis < missing) {
+      box.in[axis] = box.out[axis] = box.kernel[axis] = box.stride[axis] = box.dilation[axis] = 1;
+      box.padding[axis] = 0;
+      continue;
+    }
+    const auto g = static_cast<std::size_t>(axis - missing);
+    box.in[axis] = geometry.input[g];
+    box.out[axis] = geometry.output[g];
+    box.kernel[axis] = geometry.kernel[g];
+    box.stride[axis] = geometry.stride[g];
+    box.padding[axis] = geometry.padding[g];
+    box.dilation[axis] = geometry.dilation[g];
+  }
+  return box;
+}
+
+__device__ __forceinline__ void tap_range(std::int64_t start, std::int64_t extent, std::int64_t kernel,
+                                          std::int64_t dilation, std::int64_t& first, std::int64_t& last) {
+  first = start < 0 ? (-start + dilation - 1) / dilation : 0;
+  last = start >= extent ? 0 : min(kernel, (extent - start + dilation - 1) / dilation);
+}
+
+// visit(input_offset) for every tap of output (od, oh, ow) inside the input, in kernel order (as the CPU's for_each_tap).
+template <class Visit>
+__device__ __forceinline__ void for_each_tap(const Box& b, std::int64_t od, std::int64_t oh, std::int64_t ow,
+                                             Visit visit) {
+  const std::int64_t start[3] = {od * b.stride[0] - b.padding[0], oh * b.stride[1] - b.padding[1],
+                                 ow * b.stride[2] - b.padding[2]};
+  std::int64_t first[3], last[3];
+  for (int a = 0; a < 3; ++a) tap_range(start[a], b.in[a], b.kernel[a], b.dilation[a], first[a], last[a]);
+  for (std::int64_t kd = first[0]; kd < last[0]; ++kd) {
+    const std::int64_t id = start[0] + kd * b.dilation[0];
+    for (std::int64_t kh = first[1]; kh < last[1]; ++kh) {
+      const std::int64_t ih = start[1] + kh * b.dilation[1];
+      const std::int64_t input_row = (id * b.in[1] + ih) * b.in[2] + start[2];
+      for (std::int64_t kw = first[2]; kw < last[2]; ++kw) visit(input_row + kw * b.dilation[2]);
+    }
+  }
+}
+
+// The CPU's window_argmax: the first largest input (NaN counts as largest); -1 when no tap lands inside the input.
+template <class T>
+__device__ std::int64_t window_argmax(const Box& b, const T* in, std::int64_t od, std::int64_t oh, std::int64_t ow) {
+  std::int64_t best = -1;
+  float best_value = 0.0f;
+  for_each_tap(b, od, oh, ow, [&](std::int64_t i) {
+    const float value = load(in[i]);
+    if (best < 0 || (!isnan(best_value) && (value > best_value || isnan(value)))) {
+      best = i;
+      best_value = value;
+    }
+  });
+  return best;
+}
+
+template <class T>
+__global__ void pooling_forward_kernel(bool max_pooling, Box b, const T* x, T* y, std::int64_t planes) {
+  const std::int64_t in_size = b.in[0] * b.in[1] * b.in[2], out_size = b.out[0] * b.out[1] * b.out[2];
+  const float divisor = static_cast<float>(b.kernel[0] * b.kernel[1] * b.kernel[2]);
+  const std::int64_t count = planes * out_size;
+  for (std::int64_t index = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; index < count;
+       index += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t plane = index / out_size, o = index - plane * out_size;
+    const std::int64_t ow = o % b.out[2], oh = o / b.out[2] % b.out[1], od = o / (b.out[2] * b.out[1]);
+    const T* in = x + plane * in_size;
+    if (max_pooling) {
+      const std::int64_t best = window_argmax(b, in, od, oh, ow);
+      y[index] = best >= 0 ? in[best] : store<T>(-INFINITY);
+    } else {
+      float sum = 0.0f;
+      for_each_tap(b, od, oh, ow, [&](std::int64_t i) { sum += load(in[i]); });
+      y[index] = store<T>(sum / divisor);
+    }
+  }
+}
+
+// The outputs of one axis whose windows contain input position `position`, ascending: kernel taps descending.
+template <class T>
+__global__ void pooling_backward_kernel(bool max_pooling, Box b, const T* x, const T* dy, T* dx, std::int64_t planes) {
+  const std::int64_t in_size = b.in[0] * b.in[1] * b.in[2], out_size = b.out[0] * b.out[1] * b.out[2];
+  const float divisor = static_cast<float>(b.kernel[0] * b.kernel[1] * b.kernel[2]);
+  const std::int64_t count = planes * in_size;
+  for (std::int64_t index = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; index < count;
+       index += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t plane = index / in_size, i = index - plane * in_size;
+    const std::int64_t position[3] = {i / (b.in[2] * b.in[1]), i / b.in[2] % b.in[1], i % b.in[2]};
+    const T* in = x + plane * in_size;
+    const T* gradient = dy + plane * out_size;
+    float sum = 0.0f;
+    // Output o along an axis uses tap k at input o * stride - padding + k * dilation: for each tap k (descending,
+    // so o ascends) the output is (position + padding - k * dilation) / stride when that divides and is in range.
+    for (std::int64_t kd = b.kernel[0] - 1; kd >= 0; --kd) {
+      const std::int64_t td = position[0] + b.padding[0] - kd * b.dilation[0];
+      if (td < 0 || td % b.stride[0] != 0 || td / b.stride[0] >= b.out[0]) continue;
+      const std::int64_t od = td / b.stride[0];
+      for (std::int64_t kh = b.kernel[1] - 1; kh >= 0; --kh) {
+        const std::int64_t th = position[1] + b.padding[1] - kh * b.dilation[1];
+        if (th < 0 || th % b.stride[1] != 0 || th / b.stride[1] >= b.out[1]) continue;
+        const std::int64_t oh = th / b.stride[1];
+        for (std::int64_t kw = b.kernel[2] - 1; kw >= 0; --kw) {
+          const std::int64_t tw = position[2] + b.padding[2] - kw * b.dilation[2];
+          if (tw < 0 || tw % b.stride[2] != 0 || tw / b.stride[2] >= b.out[2]) continue;
+          const std::int64_t ow = tw / b.stride[2];
+          const float upstream = load(gradient[(od * b.out[1] + oh) * b.out[2] + ow]);
+          if (max_pooling) {
+            if (window_argmax(b, in, od, oh, ow) == i) sum += upstream;
+          } else {
+            sum += upstream / divisor;
+          }
+        }
+      }
+    }
+    dx[index] = store<T>(sum);
+  }
+}
+
+// Sum over the block (blockDim.x a multiple of 32), in a fixed order; every thread gets the total.
+__device__ float block_sum(float value, float* shared) {
+  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  __syncthreads();  // earlier readers of `shared` are done
+  if (lane == 0) shared[warp] = value;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total += shared[w];
+  return total;
+}
+
+// One block per (row, group): the group's channels are contiguous in a row (block elements).
+template <class T>
+__global__ void groupnorm_forward_kernel(const T* x, const float* gamma, const float* beta, float eps, T* y,
+                                         float* mean, float* rstd, std::int64_t groups, std::int64_t group_channels,
+                                         std::int64_t spatial) {
+  __shared__ float shared[32];
+  const std::int64_t index = blockIdx.x, block = group_channels * spatial;
+  const T* in = x + index * block;
+  T* out = y + index * block;
+  float sum = 0.0f;
+  for (std::int64_t i = threadIdx.x; i < block; i += blockDim.x) sum += load(in[i]);
+  const float average = block_sum(sum, shared) / static_cast<float>(block);
+  float squares = 0.0f;
+  for (std::int64_t i = threadIdx.x; i < block; i += blockDim.x) {
+    const float centred = load(in[i]) - average;
+    squares += centred * centred;
+  }
+  const float inverse = 1.0f / sqrtf(block_sum(squares, shared) / static_cast<float>(block) + eps);
+  if (threadIdx.x == 0) {
+    mean[index] = average;
+    rstd[index] = inverse;
+  }
+  const std::int64_t first_channel = index % groups * group_channels;
+  for (std::int64_t i = threadIdx.x; i < block; i += blockDim.x) {
+    const std::int64_t c = first_channel + i / spatial;
+    const float a = gamma[c] * inverse;
+    const float b = beta[c] - average * a;
+    out[i] = store<T>(load(in[i]) * a + b);
+  }
+}
+
+// One block per channel: gamma and beta gradients over every row's plane of that channel.
+template <class T>
+__global__ void groupnorm_parameter_kernel(const T* x, const T* dy, const float* mean, const float* rstd,
+                                           float* dgamma, float* dbeta, bool accumulate, std::int64_t rows,
+                                           std::int64_t cols, std::int64_t groups, std::int64_t group_channels,
+                                           std::int64_t spatial) {
+  __shared__ float shared[32];
+  const std::int64_t c = blockIdx.x;
+  float gamma_sum = 0.0f, beta_sum = 0.0f;
+  for (std::int64_t e = threadIdx.x; e < rows * spatial; e += blockDim.x) {
+    const std::int64_t row = e / spatial, s = e - row * spatial;
+    const std::int64_t index = row * groups + c / group_channels;
+    const std::int64_t offset = row * cols + c * spatial + s;
+    const float upstream = load(dy[offset]);
+    gamma_sum += upstream * (load(x[offset]) - mean[index]) * rstd[index];
+    beta_sum += upstream;
+  }
+  gamma_sum = block_sum(gamma_sum, shared);
+  beta_sum = block_sum(beta_sum, shared);
+  if (threadIdx.x == 0) {
+    if (dgamma != nullptr) dgamma[c] = gamma_sum + (accumulate ? dgamma[c] : 0.0f);
+    if (dbeta != nullptr) dbeta[c] = beta_sum + (accumulate ? dbeta[c] : 0.0f);
+  }
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma, per (row, group) block.
+template <class T>
+__global__ void groupnorm_data_kernel(const T* x, const T* dy, const float* gamma, const float* mean,
+                                      const float* rstd, T* dx, std::int64_t groups, std::int64_t group_channels,
+                                      std::int64_t spatial) {
+  __shared__ float shared[32];
+  const std::int64_t index = blockIdx.x, block = group_channels * spatial;
+  const T* in = x + index * block;
+  const T* gradient = dy + index * block;
+  T* out = dx + index * block;
+  const std::int64_t first_channel = index % groups * group_channels;
+  const float average = mean[index], inverse = rstd[index];
+  float sum = 0.0f, weighted = 0.0f;
+  for (std::int64_t i = threadIdx.x; i < block; i += blockDim.x) {
+    const float g = load(gradient[i]) * gamma[first_channel + i / spatial];
+    sum += g;
+    weighted += g * (load(in[i]) - average) * inverse;
+  }
+  const float mean_g = block_sum(sum, shared) / static_cast<float>(block);
+  const float mean_gx = block_sum(weighted, shared) / static_cast<float>(block);
+  for (std::int64_t i = threadIdx.x; i < block; i += blockDim.x) {
+    const float g = load(gradient[i]) * gamma[first_channel + i / spatial];
+    const float normalised = (load(in[i]) - average) * inverse;
+    out[i] = store<T>(inverse * (g - mean_g - normalised * mean_gx));
+  }
+}
+
+void check_pooling(const SpatialGeometry& g, const TensorView& x, const TensorView& y, const char* what) {
+  HPCTRAIN_ASSERT((g.dimensions == 2 || g.dimensions == 3) && g.in_channels == g.out_channels &&
+                      x.dtype == y.dtype && x.rows == y.rows && x.cols == g.in_channels * g.input_size() &&
+                      y.cols == g.out_channels * g.output_size(),
+                  what << ": shapes/dtypes do not match the geometry");
+}
+
+void check_groups(std::int64_t channels, std::int64_t groups, const TensorView& x, const char* what) {
+  HPCTRAIN_ASSERT(channels > 0 && groups > 0 && channels % groups == 0 && x.cols % channels == 0,
+                  what << ": " << channels << " channels in " << groups << " groups, rows of " << x.cols);
+}
+
+}  // namespace
+
+bool have_convolutions() {
+#if defined(HPCTRAIN_HAVE_CUDNN)
+  return true;
+#else
+  return false;
+#endif
+}
+
+void pooling_forward(cudaStream_t stream, PoolingKind kind, const SpatialGeometry& g, const TensorView& x,
+                     const TensorView& y) {
+  check_pooling(g, x, y, "pooling_forward");
+  const std::int64_t planes = x.rows * g.in_channels, count = planes * g.output_size();
+  if (count == 0) return;
+  dispatch_spatial(x.dtype, "pooling_forward", [&]<class T>() {
+    pooling_forward_kernel<<<blocks_for(count), spatial_threads, 0, stream>>>(
+        kind == PoolingKind::max, box_of(g), static_cast<const T*>(x.data), static_cast<T*>(y.data), planes);
+    HPCTRAIN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void pooling_backward(cudaStream_t stream, PoolingKind kind, const SpatialGeometry& g, const TensorView& x,
+                      const TensorView& dy, const TensorView& dx) {
+  check_pooling(g, x, dy, "pooling_backward");
+  HPCTRAIN_ASSERT(dx.dtype == x.dtype && dx.rows == x.rows && dx.cols == x.cols, "pooling_backward: dx shape");
+  const std::int64_t planes = x.rows * g.in_channels, count = planes * g.input_size();
+  if (count == 0) return;
+  dispatch_spatial(x.dtype, "pooling_backward", [&]<class T>() {
+    pooling_backward_kernel<<<blocks_for(count), spatial_threads, 0, stream>>>(
+        kind == PoolingKind::max, box_of(g), static_cast<const T*>(x.data), static_cast<const T*>(dy.data),
+        static_cast<T*>(dx.data), planes);
+    HPCTRAIN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void groupnorm_forward(cudaStream_t stream, std::int64_t channels, std::int64_t groups, const TensorView& x,
+                       const float* gamma, const float* beta, float eps, const TensorView& y, float* mean,
+                       float* rstd) {
+  check_groups(channels, groups, x, "groupnorm_forward");
+  HPCTRAIN_ASSERT(x.dtype == y.dtype && x.rows == y.rows && x.cols == y.cols, "groupnorm_forward: y shape");
+  if (x.rows == 0) return;
+  const std::int64_t spatial = x.cols / channels, group_channels = channels / groups;
+  dispatch_spatial(x.dtype, "groupnorm_forward", [&]<class T>() {
+    groupnorm_forward_kernel<<<static_cast<unsigned>(x.rows * groups), spatial_threads, 0, stream>>>(
+        static_cast<const T*>(x.data), gamma, beta, eps, static_cast<T*>(y.data), mean, rstd, groups, group_channels,
+        spatial);
+    HPCTRAIN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void groupnorm_backward(cudaStream_t stream, std::int64_t channels, std::int64_t groups, const TensorView& x,
+                        const TensorView& dy, const float* gamma, const float* mean, const float* rstd,
+                        const TensorView& dx, float* dgamma, float* dbeta, bool accumulate) {
+  check_groups(channels, groups, x, "groupnorm_backward");
+  HPCTRAIN_ASSERT(x.dtype == dy.dtype && x.rows == dy.rows && x.cols == dy.cols && dx.data != dy.data,
+                  "groupnorm_backward: shapes, or dx aliasing dy");
+  const std::int64_t spatial = x.cols / channels, group_channels = channels / groups;
+  dispatch_spatial(x.dtype, "groupnorm_backward", [&]<class T>() {
+    if (dgamma != nullptr || dbeta != nullptr) {
+      groupnorm_parameter_kernel<<<static_cast<unsigned>(channels), spatial_threads, 0, stream>>>(
+          static_cast<const T*>(x.data), static_cast<const T*>(dy.data), mean, rstd, dgamma, dbeta, accumulate,
+          x.rows, x.cols, groups, group_channels, spatial);
+      HPCTRAIN_CUDA_CHECK_LAUNCH();
+    }
+    if (dx.data == nullptr || x.rows == 0) return;
+    groupnorm_data_kernel<<<static_cast<unsigned>(x.rows * groups), spatial_threads, 0, stream>>>(
+        static_cast<const T*>(x.data), static_cast<const T*>(dy.data), gamma, mean, rstd, static_cast<T*>(dx.data),
+        groups, group_channels, spatial);
+    HPCTRAIN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace hpctrain::cuda

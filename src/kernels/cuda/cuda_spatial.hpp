@@ -1,0 +1,58 @@
+// Convolutional-network operations of the CUDA backend. Private to src/kernels/cuda.
+//
+// - Convolutions (cuda_convolution.cu): cuDNN's convolution API on the plain NCHW / NCDHW rows and PyTorch-shaped
+//   (out, in/groups, k...) weights, fp32 compute. A plan (descriptors, the heuristic's algorithm, its workspace size)
+//   is made on the first call of a (geometry, rows, dtype, pass) and cached, as the CPU backend's primitive cache; the
+//   workspace and the staging buffers are grow-only and reach their size during the warm-up steps.
+// - Pooling and group normalisation (cuda_spatial.cu): own kernels computing the CPU backend's formulas
+//   (src/kernels/cpu/cpu_spatial.cpp): the same max-pool tie rule (first maximum, NaN wins), average pooling dividing
+//   by the whole kernel size, fp32 statistics, fixed-order reductions.
+// Storage f32/bf16/f16; fp64 is NotSupported (the caller's dispatch refuses it first).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "hpctrain/kernels/backend.hpp"
+
+namespace hpctrain::cuda {
+
+// Whether this build has the cuDNN convolutions (HPCTRAIN_HAVE_CUDNN).
+bool have_convolutions();
+
+class CudaConvolution {
+ public:
+  explicit CudaConvolution(cudaStream_t stream);
+  ~CudaConvolution();
+  CudaConvolution(const CudaConvolution&) = delete;
+  CudaConvolution& operator=(const CudaConvolution&) = delete;
+
+  void forward(const SpatialGeometry& geometry, const TensorView& x, const TensorView& weight, const void* bias,
+               const TensorView& y);
+  void backward_data(const SpatialGeometry& geometry, const TensorView& dy, const TensorView& weight,
+                     const TensorView& dx);
+  void backward_weights(const SpatialGeometry& geometry, const TensorView& x, const TensorView& dy,
+                        const TensorView& dweight, void* dbias, bool accumulate);
+  [[nodiscard]] std::size_t cached_plans() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+void pooling_forward(cudaStream_t stream, PoolingKind kind, const SpatialGeometry& geometry, const TensorView& x,
+                     const TensorView& y);
+void pooling_backward(cudaStream_t stream, PoolingKind kind, const SpatialGeometry& geometry, const TensorView& x,
+                      const TensorView& dy, const TensorView& dx);
+void groupnorm_forward(cudaStream_t stream, std::int64_t channels, std::int64_t groups, const TensorView& x,
+                       const float* gamma, const float* beta, float eps, const TensorView& y, float* mean,
+                       float* rstd);
+void groupnorm_backward(cudaStream_t stream, std::int64_t channels, std::int64_t groups, const TensorView& x,
+                        const TensorView& dy, const float* gamma, const float* mean, const float* rstd,
+                        const TensorView& dx, float* dgamma, float* dbeta, bool accumulate);
+
+}  // namespace hpctrain::cuda
