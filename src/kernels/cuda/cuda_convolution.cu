@@ -179,6 +179,7 @@ struct Plan {
   cudnnConvolutionBwdDataAlgo_t data_algorithm{};
   cudnnConvolutionBwdFilterAlgo_t filter_algorithm{};
   std::size_t workspace_bytes = 0;
+  cudnnStatus_t status = CUDNN_STATUS_SUCCESS;  // the last heuristic call's
 
   Plan() = default;
   Plan(const Plan&) = delete;
@@ -194,12 +195,20 @@ struct Plan {
 void set_tensor(cudnnTensorDescriptor_t descriptor, cudnnDataType_t type, std::int64_t rows, std::int64_t channels,
                 const std::array<std::int64_t, 3>& spatial, int dimensions) {
   int dims[5] = {static_cast<int>(rows), static_cast<int>(channels), 1, 1, 1};
-  for (int axis = 0; axis < dimensions; ++axis) dims[2 + axis] = static_cast<int>(spatial[static_cast<std::size_t>(axis)]);
+  for (int axis = 0; axis < dimensions; ++axis)
+    dims[2 + axis] = static_cast<int>(spatial[static_cast<std::size_t>(axis)]);
   HPCTRAIN_CUDNN_CHECK(cudnnSetTensorNdDescriptorEx(descriptor, CUDNN_TENSOR_NCHW, type, 2 + dimensions, dims));
 }
 
 // Whether an algorithm's math keeps the storage's precision: fp32 data must not go through TF32 (unless it holds
 // widened 16-bit values, exact in TF32), and no configuration may be down-converted to fp16.
+// The heuristic's answer: false (remembered in the plan for the error message) when cuDNN refuses the configuration,
+// e.g. a 16-bit one it has no kernels for; the caller then tries fp32.
+bool heuristic(cudnnStatus_t status, Plan& plan) {
+  plan.status = status;
+  return status == CUDNN_STATUS_SUCCESS;
+}
+
 bool acceptable_math(cudnnMathType_t math, bool strict_fp32) {
   if (math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) return false;
   return !strict_fp32 || math == CUDNN_FMA_MATH || math == CUDNN_DEFAULT_MATH;
@@ -259,16 +268,17 @@ bool CudaConvolution::Impl::try_plan(const Key& key, DType type, bool strict_fp3
   HPCTRAIN_CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(p.convolution, g.dimensions, pad, stride, dilation,
                                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   HPCTRAIN_CUDNN_CHECK(cudnnSetConvolutionGroupCount(p.convolution, static_cast<int>(g.groups)));
-  HPCTRAIN_CUDNN_CHECK(
-      cudnnSetConvolutionMathType(p.convolution, strict_fp32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+  HPCTRAIN_CUDNN_CHECK(cudnnSetConvolutionMathType(p.convolution, strict_fp32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
   constexpr int wanted = 16;
   int count = 0, chosen = -1;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
   switch (key.pass) {
     case Pass::forward: {
       std::vector<cudnnConvolutionFwdAlgoPerf_t> results(wanted);
-      HPCTRAIN_CUDNN_CHECK(
-          cudnnGetConvolutionForwardAlgorithm_v7(handle, p.x, p.w, p.convolution, p.y, wanted, &count, results.data()));
+      if (!heuristic(cudnnGetConvolutionForwardAlgorithm_v7(handle, p.x, p.w, p.convolution, p.y, wanted, &count,
+                                                            results.data()),
+                     p))
+        return false;
       chosen = choose(results, count, strict_fp32);
       if (chosen < 0) return false;
       p.forward_algorithm = results[static_cast<std::size_t>(chosen)].algo;
@@ -277,8 +287,10 @@ bool CudaConvolution::Impl::try_plan(const Key& key, DType type, bool strict_fp3
     }
     case Pass::backward_data: {
       std::vector<cudnnConvolutionBwdDataAlgoPerf_t> results(wanted);
-      HPCTRAIN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, p.w, p.y, p.convolution, p.x, wanted,
-                                                                       &count, results.data()));
+      if (!heuristic(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, p.w, p.y, p.convolution, p.x, wanted, &count,
+                                                                 results.data()),
+                     p))
+        return false;
       chosen = choose(results, count, strict_fp32);
       if (chosen < 0) return false;
       p.data_algorithm = results[static_cast<std::size_t>(chosen)].algo;
@@ -287,8 +299,10 @@ bool CudaConvolution::Impl::try_plan(const Key& key, DType type, bool strict_fp3
     }
     case Pass::backward_weights: {
       std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> results(wanted);
-      HPCTRAIN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, p.x, p.y, p.convolution, p.w, wanted,
-                                                                         &count, results.data()));
+      if (!heuristic(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, p.x, p.y, p.convolution, p.w, wanted, &count,
+                                                                   results.data()),
+                     p))
+        return false;
       chosen = choose(results, count, strict_fp32);
       if (chosen < 0) return false;
       p.filter_algorithm = results[static_cast<std::size_t>(chosen)].algo;
@@ -330,8 +344,8 @@ Plan& CudaConvolution::Impl::plan(const Key& key) {
   const bool sixteen_bit = key.dtype != DType::f32;
   // Weight gradients of 16-bit data: fp32 on widened inputs (exact in TF32, so tensor ops are allowed).
   created->widened = sixteen_bit && key.pass == Pass::backward_weights;
-  bool found_algorithm = created->widened ? try_plan(key, DType::f32, false, *created)
-                                          : try_plan(key, key.dtype, !sixteen_bit, *created);
+  bool found_algorithm =
+      created->widened ? try_plan(key, DType::f32, false, *created) : try_plan(key, key.dtype, !sixteen_bit, *created);
   if (!found_algorithm && sixteen_bit && !created->widened) {
     created->widened = true;
     found_algorithm = try_plan(key, DType::f32, false, *created);
@@ -341,7 +355,7 @@ Plan& CudaConvolution::Impl::plan(const Key& key) {
     std::ostringstream detail;
     detail << "no algorithm for a " << g.dimensions << "-D convolution (pass " << static_cast<int>(key.pass) << ") of "
            << key.rows << " samples, " << g.in_channels << " -> " << g.out_channels << " channels, " << g.groups
-           << " groups, " << dtype_name(key.dtype);
+           << " groups, " << dtype_name(key.dtype) << " (" << cudnnGetErrorString(created->status) << ")";
     throw LibraryError("cuDNN", "cudnnGetConvolution*Algorithm_v7", detail.str(), __FILE__, __LINE__);
   }
   workspace.reserve(created->workspace_bytes, stream);  // grow-only: the first call of a plan (warm-up)
@@ -443,9 +457,9 @@ void CudaConvolution::backward_data(const SpatialGeometry& g, const TensorView& 
           cudaMemcpyAsync(const_cast<void*>(weights), weight.data, weight.bytes(), cudaMemcpyDeviceToDevice, s.stream));
     }
     const float alpha = 1.0f, beta = 0.0f;
-    HPCTRAIN_CUDNN_CHECK(cudnnConvolutionBackwardData(s.handle, &alpha, p.w, weights, p.y, gradient, p.convolution,
-                                                      p.data_algorithm, s.workspace.reserve(p.workspace_bytes, s.stream),
-                                                      p.workspace_bytes, &beta, p.x, out));
+    HPCTRAIN_CUDNN_CHECK(cudnnConvolutionBackwardData(
+        s.handle, &alpha, p.w, weights, p.y, gradient, p.convolution, p.data_algorithm,
+        s.workspace.reserve(p.workspace_bytes, s.stream), p.workspace_bytes, &beta, p.x, out));
     if (p.widened) convert<float, T>(s.stream, out, dx.data, dx.size());
   });
 }
@@ -495,10 +509,9 @@ void CudaConvolution::backward_weights(const SpatialGeometry& g, const TensorVie
       HPCTRAIN_CUDA_CHECK(cudaMemcpyAsync(out, dweight.data, dweight.bytes(), cudaMemcpyDeviceToDevice, s.stream));
   }
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  HPCTRAIN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(s.handle, &alpha, p.x, source, p.y, gradient, p.convolution,
-                                                      p.filter_algorithm,
-                                                      s.workspace.reserve(p.workspace_bytes, s.stream),
-                                                      p.workspace_bytes, &beta, p.w, out));
+  HPCTRAIN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+      s.handle, &alpha, p.x, source, p.y, gradient, p.convolution, p.filter_algorithm,
+      s.workspace.reserve(p.workspace_bytes, s.stream), p.workspace_bytes, &beta, p.w, out));
   if (staged)
     HPCTRAIN_CUDA_CHECK(cudaMemcpyAsync(dweight.data, out, dweight.bytes(), cudaMemcpyDeviceToDevice, s.stream));
 }

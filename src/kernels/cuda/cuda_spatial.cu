@@ -75,7 +75,8 @@ __device__ __forceinline__ void tap_range(std::int64_t start, std::int64_t exten
   last = start >= extent ? 0 : min(kernel, (extent - start + dilation - 1) / dilation);
 }
 
-// visit(input_offset) for every tap of output (od, oh, ow) inside the input, in kernel order (as the CPU's for_each_tap).
+// visit(input_offset) for every tap of output (od, oh, ow) inside the input, in kernel order (as the CPU's
+// for_each_tap).
 template <class Visit>
 __device__ __forceinline__ void for_each_tap(const Box& b, std::int64_t od, std::int64_t oh, std::int64_t ow,
                                              Visit visit) {
@@ -214,10 +215,9 @@ __global__ void groupnorm_forward_kernel(const T* x, const float* gamma, const f
 
 // One block per channel: gamma and beta gradients over every row's plane of that channel.
 template <class T>
-__global__ void groupnorm_parameter_kernel(const T* x, const T* dy, const float* mean, const float* rstd,
-                                           float* dgamma, float* dbeta, bool accumulate, std::int64_t rows,
-                                           std::int64_t cols, std::int64_t groups, std::int64_t group_channels,
-                                           std::int64_t spatial) {
+__global__ void groupnorm_parameter_kernel(const T* x, const T* dy, const float* mean, const float* rstd, float* dgamma,
+                                           float* dbeta, bool accumulate, std::int64_t rows, std::int64_t cols,
+                                           std::int64_t groups, std::int64_t group_channels, std::int64_t spatial) {
   __shared__ float shared[32];
   const std::int64_t c = blockIdx.x;
   float gamma_sum = 0.0f, beta_sum = 0.0f;
@@ -239,9 +239,8 @@ __global__ void groupnorm_parameter_kernel(const T* x, const T* dy, const float*
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma, per (row, group) block.
 template <class T>
-__global__ void groupnorm_data_kernel(const T* x, const T* dy, const float* gamma, const float* mean,
-                                      const float* rstd, T* dx, std::int64_t groups, std::int64_t group_channels,
-                                      std::int64_t spatial) {
+__global__ void groupnorm_data_kernel(const T* x, const T* dy, const float* gamma, const float* mean, const float* rstd,
+                                      T* dx, std::int64_t groups, std::int64_t group_channels, std::int64_t spatial) {
   __shared__ float shared[32];
   const std::int64_t index = blockIdx.x, block = group_channels * spatial;
   const T* in = x + index * block;
@@ -265,8 +264,8 @@ __global__ void groupnorm_data_kernel(const T* x, const T* dy, const float* gamm
 }
 
 void check_pooling(const SpatialGeometry& g, const TensorView& x, const TensorView& y, const char* what) {
-  HPCTRAIN_ASSERT((g.dimensions == 2 || g.dimensions == 3) && g.in_channels == g.out_channels &&
-                      x.dtype == y.dtype && x.rows == y.rows && x.cols == g.in_channels * g.input_size() &&
+  HPCTRAIN_ASSERT((g.dimensions == 2 || g.dimensions == 3) && g.in_channels == g.out_channels && x.dtype == y.dtype &&
+                      x.rows == y.rows && x.cols == g.in_channels * g.input_size() &&
                       y.cols == g.out_channels * g.output_size(),
                   what << ": shapes/dtypes do not match the geometry");
 }
@@ -337,8 +336,8 @@ void groupnorm_backward(cudaStream_t stream, std::int64_t channels, std::int64_t
   dispatch_spatial(x.dtype, "groupnorm_backward", [&]<class T>() {
     if (dgamma != nullptr || dbeta != nullptr) {
       groupnorm_parameter_kernel<<<static_cast<unsigned>(channels), spatial_threads, 0, stream>>>(
-          static_cast<const T*>(x.data), static_cast<const T*>(dy.data), mean, rstd, dgamma, dbeta, accumulate,
-          x.rows, x.cols, groups, group_channels, spatial);
+          static_cast<const T*>(x.data), static_cast<const T*>(dy.data), mean, rstd, dgamma, dbeta, accumulate, x.rows,
+          x.cols, groups, group_channels, spatial);
       HPCTRAIN_CUDA_CHECK_LAUNCH();
     }
     if (dx.data == nullptr || x.rows == 0) return;

@@ -49,8 +49,7 @@ void pooling_forward(cudaStream_t stream, PoolingKind kind, const SpatialGeometr
 void pooling_backward(cudaStream_t stream, PoolingKind kind, const SpatialGeometry& geometry, const TensorView& x,
                       const TensorView& dy, const TensorView& dx);
 void groupnorm_forward(cudaStream_t stream, std::int64_t channels, std::int64_t groups, const TensorView& x,
-                       const float* gamma, const float* beta, float eps, const TensorView& y, float* mean,
-                       float* rstd);
+                       const float* gamma, const float* beta, float eps, const TensorView& y, float* mean, float* rstd);
 void groupnorm_backward(cudaStream_t stream, std::int64_t channels, std::int64_t groups, const TensorView& x,
                         const TensorView& dy, const float* gamma, const float* mean, const float* rstd,
                         const TensorView& dx, float* dgamma, float* dbeta, bool accumulate);

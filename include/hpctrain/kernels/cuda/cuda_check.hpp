@@ -1,6 +1,6 @@
-// Check macros for the CUDA runtime, cuBLAS(Lt), cuDNN and NCCL, in the family of HPCTRAIN_MPI_CHECK: a failing call throws
-// LibraryError with the library's own error text and the file:line of the call. CUDA-only header (includes the CUDA
-// headers); the messages are built in src/kernels/cuda/cuda_check.cpp.
+// Check macros for the CUDA runtime, cuBLAS(Lt), cuDNN and NCCL, in the family of HPCTRAIN_MPI_CHECK: a failing call
+// throws LibraryError with the library's own error text and the file:line of the call. CUDA-only header (includes the
+// CUDA headers); the messages are built in src/kernels/cuda/cuda_check.cpp.
 //
 // The *_WARN forms only print (rank-prefixed by the caller's main): for destructors, which must not throw.
 #pragma once
