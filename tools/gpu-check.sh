@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Everything GPU-side in one go, on a machine with a GPU (under 5 minutes on one H200): the CUDA kernel tests against
 # the CPU backend, the device gradient all-reduce on 1 and 2 ranks, 20 training steps on run.device = cuda against the
-# same deck on the CPU (fp32 and bf16, 1 rank; fp32 on 2 ranks), CUDA graph replay against eager steps, and the
-# throughput of a GEMM-bound bf16 MLP against its PyTorch twin (bench/torch_twin.py, when torch with CUDA is
-# installed). Prints a table at the end; exits non-zero when a check failed.
+# same deck on the CPU (fp32 and bf16, 1 rank; fp32 on 2 ranks), 20 steps of CNNs the same way (inputs/cnn2d.toml,
+# inputs/cosmoflow-small.toml, a deck with groupnorm, average pooling and grouped/dilated convolutions), CUDA graph
+# replay against eager steps, and the throughput of a GEMM-bound bf16 MLP against its PyTorch twin
+# (bench/torch_twin.py, when torch with CUDA is installed). Prints a table at the end; exits non-zero when a check
+# failed.
 #
 #   tools/gpu-check.sh                 uses .device/rt.tar.xz (tools/pack-gpu.sh) when present, else build-gpu/
 #   HPCTRAIN_BIN=DIR tools/gpu-check.sh   takes the programs from DIR (hpctrain and the test programs)
@@ -145,6 +147,53 @@ else
   compare_losses "train 20 steps, fp32, 2 ranks cuda" cpu-fp32.log cuda-2ranks.log 1e-3 "$seconds"
   grep -o "gradients all-reduced with [^,]*" cuda-2ranks.log | head -1
 fi
+
+# ---- 3b. convolutional networks on cuda against the CPU (cuDNN convolutions, pooling and groupnorm kernels) ----
+"$hpctrain" data generate images --samples 4000 --seed 1 --output images.h5 >/dev/null
+"$hpctrain" data generate volumes --samples 640 --size 16 --channels 2 --seed 1 --output volumes.h5 >/dev/null
+# Grouped, strided and dilated convolutions, groupnorm, average and global average pooling (cnn2d and
+# cosmoflow-small cover max pooling and 3-D convolutions).
+cat >cnn-norm.toml <<'TOML'
+[run]
+seed = 3
+[data]
+train = "images.h5"
+batch_size = 64
+[model]
+layers = [
+  { type = "conv2d", out = 8, kernel = 3, padding = 1 }, { type = "groupnorm", groups = 4 }, { type = "relu" },
+  { type = "avgpool2d", kernel = 2 }, { type = "conv2d", out = 16, kernel = 3, padding = 2, dilation = 2, groups = 2 },
+  { type = "gelu" }, { type = "conv2d", out = 16, kernel = 3, stride = 2, padding = 1 }, { type = "groupnorm", groups = 1 },
+  { type = "tanh" }, { type = "global_avgpool" }, { type = "linear", out = 4 },
+]
+[optimizer]
+type = "adamw"
+lr = 0.003
+[train]
+steps = 20
+log_every = 1
+TOML
+cnn() { # cnn DECK DATA DEVICE MODE: 20 steps of a CNN deck (the inputs/ decks get the data and step count set)
+  local sets=(--set run.device="$3" --set precision.mode="$4" --set train.log_every=1)
+  [[ $1 == "$root"/inputs/* ]] &&
+    sets+=(--set data.train="$2" --set data.validation="$2" --set train.epochs=0 --set train.steps=20)
+  timeout 240 "$hpctrain" train "$1" "${sets[@]}" --output "out-$(basename "$1" .toml)-$3-$4"
+}
+for case in "cnn2d fp32 $root/inputs/cnn2d.toml images.h5 1e-3" "cnn2d bf16 $root/inputs/cnn2d.toml images.h5 3e-2" \
+  "cosmoflow-small fp32 $root/inputs/cosmoflow-small.toml volumes.h5 1e-3" "cnn-norm fp32 cnn-norm.toml images.h5 1e-3" \
+  "cnn-norm fp16 cnn-norm.toml images.h5 3e-2"; do
+  read -r log_name mode deck data tolerance <<<"$case"
+  name="$log_name $mode, cuda vs cpu"
+  cnn "$deck" "$data" cpu "$mode" >"cnn-$log_name-cpu-$mode.log" 2>&1 || true
+  status=0
+  timed seconds cnn "$deck" "$data" cuda "$mode" >"cnn-$log_name-cuda-$mode.log" 2>&1 || status=$?
+  if ((status != 0)); then
+    record "$name" FAIL "$seconds" "exit $status: $(grep error "cnn-$log_name-cuda-$mode.log" | head -1)"
+    tail -20 "cnn-$log_name-cuda-$mode.log"
+  else
+    compare_losses "$name" "cnn-$log_name-cpu-$mode.log" "cnn-$log_name-cuda-$mode.log" "$tolerance" "$seconds"
+  fi
+done
 
 # ---- 4. CUDA graphs: replay must give exactly the eager losses, and be faster for a small model ----
 cat >small.toml <<'TOML'

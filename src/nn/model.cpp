@@ -30,8 +30,8 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
     Layer& layer = *layers_.back();
     if (layer.uses_spatial_operations() && !backend_.has_spatial_operations())
       throw NotSupported(location + ": layer '" + layer.name() + "' (" + layer.type() + ") on the " + backend_.name() +
-                         " backend: cuDNN convolutions, pooling and groupnorm are not written yet; run this model "
-                         "with run.device = \"cpu\"");
+                         " backend, which has no convolution, pooling and groupnorm operations (a CUDA build without "
+                         "cuDNN: rebuild with cuDNN, CUDNN_ROOT); run this model with run.device = \"cpu\"");
     parameter_begin_.push_back(parameter_count_);
     for (const ParameterSpec& parameter : layer.parameters()) {
       std::int64_t count = 1;
