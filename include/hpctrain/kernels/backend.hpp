@@ -207,8 +207,8 @@ class Backend {
 // The CPU backend (always built).
 std::unique_ptr<Backend> make_cpu_backend();
 
-// The CUDA backend on `device` (an index among the visible devices): one stream, cuBLASLt for matrix products, own
-// kernels for the rest. Storage dtypes f32/bf16/f16 (f64, used only by gradient checks, is NotSupported). Always
+// The CUDA backend on `device` (an index among the visible devices): one stream, cuBLASLt for matrix products, cuDNN
+// for convolutions (when the build found it), own kernels for the rest. Storage dtypes f32/bf16/f16 (f64, used only by gradient checks, is NotSupported). Always
 // declared and linkable: a CPU-only build throws NotSupported saying how to rebuild.
 std::unique_ptr<Backend> make_cuda_backend(int device);
 

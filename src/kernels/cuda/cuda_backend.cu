@@ -1,5 +1,5 @@
-// The CUDA backend: device memory on one stream, cuBLASLt for matrix products (cuda_gemm.cpp), and own kernels for
-// everything else. The kernels are thin loops over threads around the HPCTRAIN_HD arithmetic of kernels/math.hpp, so
+// The CUDA backend: device memory on one stream, cuBLASLt for matrix products (cuda_gemm.cpp), cuDNN for
+// convolutions (cuda_convolution.cu), own kernels for pooling and groupnorm (cuda_spatial.cu) and everything else. The kernels are thin loops over threads around the HPCTRAIN_HD arithmetic of kernels/math.hpp, so
 // they compute the CPU backend's formulas (tests/gpu/cuda_kernels_test.cpp compares the two on the same inputs).
 //
 // - Storage f32/bf16/f16 with fp32 arithmetic; f64 (CPU gradient checks only) is NotSupported.
