@@ -101,24 +101,25 @@ void convert(cudaStream_t stream, const void* in, void* out, std::int64_t count)
   HPCTRAIN_CUDA_CHECK_LAUNCH();
 }
 
-// Device memory that only grows (synchronising the stream before it frees the smaller buffer).
+// Device memory that only grows. A smaller buffer it replaces is kept until destruction, not freed: a captured graph
+// (or work still queued) may point into it, e.g. when an evaluation or partial batch after the capture needs a larger
+// workspace. The replaced buffers are the warm-up's few small ones.
 class GrowBuffer {
  public:
   GrowBuffer() = default;
   GrowBuffer(const GrowBuffer&) = delete;
   GrowBuffer& operator=(const GrowBuffer&) = delete;
   ~GrowBuffer() {
+    for (void* pointer : retired_) HPCTRAIN_CUDA_WARN(cudaFree(pointer));
     if (data_ != nullptr) HPCTRAIN_CUDA_WARN(cudaFree(data_));
   }
-  void* reserve(std::size_t bytes, cudaStream_t stream) {
+  void* reserve(std::size_t bytes) {
     bytes = std::max<std::size_t>(bytes, 256);
     if (bytes > capacity_) {
-      if (data_ != nullptr) {
-        HPCTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
-        HPCTRAIN_CUDA_CHECK(cudaFree(data_));
-        data_ = nullptr;
-      }
-      HPCTRAIN_CUDA_CHECK(cudaMalloc(&data_, bytes));
+      void* grown = nullptr;
+      HPCTRAIN_CUDA_CHECK(cudaMalloc(&grown, bytes));
+      if (data_ != nullptr) retired_.push_back(data_);
+      data_ = grown;
       capacity_ = bytes;
     }
     return data_;
@@ -127,6 +128,7 @@ class GrowBuffer {
  private:
   void* data_ = nullptr;
   std::size_t capacity_ = 0;
+  std::vector<void*> retired_;
 };
 
 enum class Pass : std::uint8_t { forward, backward_data, backward_weights };
@@ -358,7 +360,7 @@ Plan& CudaConvolution::Impl::plan(const Key& key) {
            << " groups, " << dtype_name(key.dtype) << " (" << cudnnGetErrorString(created->status) << ")";
     throw LibraryError("cuDNN", "cudnnGetConvolution*Algorithm_v7", detail.str(), __FILE__, __LINE__);
   }
-  workspace.reserve(created->workspace_bytes, stream);  // grow-only: the first call of a plan (warm-up)
+  workspace.reserve(created->workspace_bytes);  // grow-only: the first call of a plan (warm-up)
   return *plans.emplace(key, std::move(created)).first->second;
 }
 
@@ -400,13 +402,13 @@ void CudaConvolution::forward(const SpatialGeometry& g, const TensorView& x, con
   void* out = y.data;
   dispatch_convolution(x.dtype, "convolution_forward", [&]<class T>() {
     if (p.widened) {
-      source = s.wide_a.reserve(static_cast<std::size_t>(x.size()) * sizeof(float), s.stream);
+      source = s.wide_a.reserve(static_cast<std::size_t>(x.size()) * sizeof(float));
       convert<T, float>(s.stream, x.data, const_cast<void*>(source), x.size());
-      weights = s.wide_b.reserve(static_cast<std::size_t>(weight.size()) * sizeof(float), s.stream);
+      weights = s.wide_b.reserve(static_cast<std::size_t>(weight.size()) * sizeof(float));
       convert<T, float>(s.stream, weight.data, const_cast<void*>(weights), weight.size());
-      out = s.wide_out.reserve(static_cast<std::size_t>(y.size()) * sizeof(float), s.stream);
+      out = s.wide_out.reserve(static_cast<std::size_t>(y.size()) * sizeof(float));
     } else if (!aligned(weights)) {
-      weights = s.staged_weights.reserve(weight.bytes(), s.stream);
+      weights = s.staged_weights.reserve(weight.bytes());
       HPCTRAIN_CUDA_CHECK(
           cudaMemcpyAsync(const_cast<void*>(weights), weight.data, weight.bytes(), cudaMemcpyDeviceToDevice, s.stream));
     }
@@ -423,7 +425,7 @@ void CudaConvolution::forward(const SpatialGeometry& g, const TensorView& x, con
         launch(static_cast<T*>(out));
     }
     HPCTRAIN_CUDNN_CHECK(cudnnConvolutionForward(s.handle, &alpha, p.x, source, p.w, weights, p.convolution,
-                                                 p.forward_algorithm, s.workspace.reserve(p.workspace_bytes, s.stream),
+                                                 p.forward_algorithm, s.workspace.reserve(p.workspace_bytes),
                                                  p.workspace_bytes, &beta, p.y, out));
     if (p.widened) convert<float, T>(s.stream, out, y.data, y.size());
   });
@@ -446,20 +448,20 @@ void CudaConvolution::backward_data(const SpatialGeometry& g, const TensorView& 
   void* out = dx.data;
   dispatch_convolution(dy.dtype, "convolution_backward_data", [&]<class T>() {
     if (p.widened) {
-      gradient = s.wide_a.reserve(static_cast<std::size_t>(dy.size()) * sizeof(float), s.stream);
+      gradient = s.wide_a.reserve(static_cast<std::size_t>(dy.size()) * sizeof(float));
       convert<T, float>(s.stream, dy.data, const_cast<void*>(gradient), dy.size());
-      weights = s.wide_b.reserve(static_cast<std::size_t>(weight.size()) * sizeof(float), s.stream);
+      weights = s.wide_b.reserve(static_cast<std::size_t>(weight.size()) * sizeof(float));
       convert<T, float>(s.stream, weight.data, const_cast<void*>(weights), weight.size());
-      out = s.wide_out.reserve(static_cast<std::size_t>(dx.size()) * sizeof(float), s.stream);
+      out = s.wide_out.reserve(static_cast<std::size_t>(dx.size()) * sizeof(float));
     } else if (!aligned(weights)) {
-      weights = s.staged_weights.reserve(weight.bytes(), s.stream);
+      weights = s.staged_weights.reserve(weight.bytes());
       HPCTRAIN_CUDA_CHECK(
           cudaMemcpyAsync(const_cast<void*>(weights), weight.data, weight.bytes(), cudaMemcpyDeviceToDevice, s.stream));
     }
     const float alpha = 1.0f, beta = 0.0f;
-    HPCTRAIN_CUDNN_CHECK(cudnnConvolutionBackwardData(
-        s.handle, &alpha, p.w, weights, p.y, gradient, p.convolution, p.data_algorithm,
-        s.workspace.reserve(p.workspace_bytes, s.stream), p.workspace_bytes, &beta, p.x, out));
+    HPCTRAIN_CUDNN_CHECK(cudnnConvolutionBackwardData(s.handle, &alpha, p.w, weights, p.y, gradient, p.convolution,
+                                                      p.data_algorithm, s.workspace.reserve(p.workspace_bytes),
+                                                      p.workspace_bytes, &beta, p.x, out));
     if (p.widened) convert<float, T>(s.stream, out, dx.data, dx.size());
   });
 }
@@ -497,21 +499,21 @@ void CudaConvolution::backward_weights(const SpatialGeometry& g, const TensorVie
       HPCTRAIN_CUDA_CHECK_LAUNCH();
     }
     if (p.widened) {
-      source = s.wide_a.reserve(static_cast<std::size_t>(x.size()) * sizeof(float), s.stream);
+      source = s.wide_a.reserve(static_cast<std::size_t>(x.size()) * sizeof(float));
       convert<T, float>(s.stream, x.data, const_cast<void*>(source), x.size());
-      gradient = s.wide_b.reserve(static_cast<std::size_t>(dy.size()) * sizeof(float), s.stream);
+      gradient = s.wide_b.reserve(static_cast<std::size_t>(dy.size()) * sizeof(float));
       convert<T, float>(s.stream, dy.data, const_cast<void*>(gradient), dy.size());
     }
   });
   if (staged) {
-    out = s.staged_weights.reserve(dweight.bytes(), s.stream);
+    out = s.staged_weights.reserve(dweight.bytes());
     if (accumulate)
       HPCTRAIN_CUDA_CHECK(cudaMemcpyAsync(out, dweight.data, dweight.bytes(), cudaMemcpyDeviceToDevice, s.stream));
   }
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  HPCTRAIN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-      s.handle, &alpha, p.x, source, p.y, gradient, p.convolution, p.filter_algorithm,
-      s.workspace.reserve(p.workspace_bytes, s.stream), p.workspace_bytes, &beta, p.w, out));
+  HPCTRAIN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(s.handle, &alpha, p.x, source, p.y, gradient, p.convolution,
+                                                      p.filter_algorithm, s.workspace.reserve(p.workspace_bytes),
+                                                      p.workspace_bytes, &beta, p.w, out));
   if (staged)
     HPCTRAIN_CUDA_CHECK(cudaMemcpyAsync(dweight.data, out, dweight.bytes(), cudaMemcpyDeviceToDevice, s.stream));
 }
