@@ -12,9 +12,11 @@
 //   the convolution adds onto it with beta = 1, so the sum is rounded once.
 // - A plan (descriptors, the heuristic's first deterministic algorithm that needs no precision-losing conversion, its
 //   workspace) is made on the first call of a (geometry, rows, dtype, pass) and cached; a partial last batch is one
-//   more plan. When cuDNN has no algorithm for a 16-bit configuration, that plan runs in fp32 on widened copies.
+//   more plan. When cuDNN has no algorithm for a 16-bit configuration (or refuses to run the one its heuristic
+//   offered: CUDNN_STATUS_NOT_SUPPORTED), that plan is replaced by one running in fp32 on widened copies.
 // - The workspace and the staging buffers (widened operands, weights at offsets cuDNN may not accept) grow only,
 //   on the first call that needs more: during the warm-up steps, never in a steady-state step or a captured graph.
+//   Replaced buffers are kept until destruction, so a captured graph never points at freed memory.
 #include <algorithm>
 #include <array>
 #include <mutex>
@@ -246,7 +248,9 @@ struct CudaConvolution::Impl {
     if (handle != nullptr) cudnnDestroy(handle);
   }
 
-  Plan& plan(const Key& key);
+  // The cached plan of `key`, made on first use. widened: replace a 16-bit plan by one on widened fp32 copies (after
+  // cuDNN refused to run the 16-bit algorithm its heuristic offered).
+  Plan& plan(const Key& key, bool widened = false);
   // Builds the plan's descriptors for data of `type`; false when cuDNN offers no acceptable algorithm.
   bool try_plan(const Key& key, DType type, bool strict_fp32, Plan& plan);
 };
@@ -331,9 +335,9 @@ bool CudaConvolution::Impl::try_plan(const Key& key, DType type, bool strict_fp3
   return true;
 }
 
-Plan& CudaConvolution::Impl::plan(const Key& key) {
+Plan& CudaConvolution::Impl::plan(const Key& key, bool widened) {
   const auto found = plans.find(key);
-  if (found != plans.end()) return *found->second;
+  if (found != plans.end() && (found->second->widened || !widened)) return *found->second;
   if (handle == nullptr) {  // created on the first convolution, so runs without one never load cuDNN
     HPCTRAIN_CUDNN_CHECK(cudnnCreate(&handle));
     HPCTRAIN_CUDNN_CHECK(cudnnSetStream(handle, stream));
@@ -345,7 +349,7 @@ Plan& CudaConvolution::Impl::plan(const Key& key) {
   HPCTRAIN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&created->convolution));
   const bool sixteen_bit = key.dtype != DType::f32;
   // Weight gradients of 16-bit data: fp32 on widened inputs (exact in TF32, so tensor ops are allowed).
-  created->widened = sixteen_bit && key.pass == Pass::backward_weights;
+  created->widened = sixteen_bit && (widened || key.pass == Pass::backward_weights);
   bool found_algorithm =
       created->widened ? try_plan(key, DType::f32, false, *created) : try_plan(key, key.dtype, !sixteen_bit, *created);
   if (!found_algorithm && sixteen_bit && !created->widened) {
@@ -361,6 +365,10 @@ Plan& CudaConvolution::Impl::plan(const Key& key) {
     throw LibraryError("cuDNN", "cudnnGetConvolution*Algorithm_v7", detail.str(), __FILE__, __LINE__);
   }
   workspace.reserve(created->workspace_bytes);  // grow-only: the first call of a plan (warm-up)
+  if (found != plans.end()) {
+    found->second = std::move(created);
+    return *found->second;
+  }
   return *plans.emplace(key, std::move(created)).first->second;
 }
 
@@ -383,6 +391,28 @@ void check_geometry(const SpatialGeometry& g, const char* what) {
 
 bool aligned(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer) % 16 == 0; }
 
+// An fp32 copy of 16-bit data in `buffer`.
+template <class T>
+const float* widen(cudaStream_t stream, GrowBuffer& buffer, const void* data, std::int64_t count) {
+  auto* wide = static_cast<float*>(buffer.reserve(static_cast<std::size_t>(count) * sizeof(float)));
+  convert<T, float>(stream, data, wide, count);
+  return wide;
+}
+
+// A copy of `bytes` at `data` in `buffer` (256-byte aligned).
+const void* stage(cudaStream_t stream, GrowBuffer& buffer, const void* data, std::size_t bytes) {
+  void* staged = buffer.reserve(bytes);
+  HPCTRAIN_CUDA_CHECK(cudaMemcpyAsync(staged, data, bytes, cudaMemcpyDeviceToDevice, stream));
+  return staged;
+}
+
+template <class T>
+void broadcast_bias(cudaStream_t stream, const float* bias, T* y, const SpatialGeometry& g, std::int64_t count) {
+  broadcast_bias_kernel<<<conv_blocks(count), conv_threads, 0, stream>>>(bias, y, count, g.out_channels,
+                                                                         g.output_size());
+  HPCTRAIN_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void CudaConvolution::forward(const SpatialGeometry& g, const TensorView& x, const TensorView& weight, const void* bias,
@@ -396,38 +426,37 @@ void CudaConvolution::forward(const SpatialGeometry& g, const TensorView& x, con
   if (x.rows == 0) return;
   Impl& s = *impl_;
   const std::lock_guard lock(s.mutex);
-  const Plan& p = s.plan({g, x.rows, x.dtype, Pass::forward});
-  const void* source = x.data;
-  const void* weights = weight.data;
-  void* out = y.data;
+  const Key key{g, x.rows, x.dtype, Pass::forward};
   dispatch_convolution(x.dtype, "convolution_forward", [&]<class T>() {
-    if (p.widened) {
-      source = s.wide_a.reserve(static_cast<std::size_t>(x.size()) * sizeof(float));
-      convert<T, float>(s.stream, x.data, const_cast<void*>(source), x.size());
-      weights = s.wide_b.reserve(static_cast<std::size_t>(weight.size()) * sizeof(float));
-      convert<T, float>(s.stream, weight.data, const_cast<void*>(weights), weight.size());
-      out = s.wide_out.reserve(static_cast<std::size_t>(y.size()) * sizeof(float));
-    } else if (!aligned(weights)) {
-      weights = s.staged_weights.reserve(weight.bytes());
-      HPCTRAIN_CUDA_CHECK(
-          cudaMemcpyAsync(const_cast<void*>(weights), weight.data, weight.bytes(), cudaMemcpyDeviceToDevice, s.stream));
-    }
-    const float alpha = 1.0f, beta = bias != nullptr ? 1.0f : 0.0f;
-    if (bias != nullptr) {
-      const auto launch = [&]<class TO>(TO* target) {
-        broadcast_bias_kernel<<<conv_blocks(y.size()), conv_threads, 0, s.stream>>>(
-            static_cast<const float*>(bias), target, y.size(), g.out_channels, g.output_size());
-        HPCTRAIN_CUDA_CHECK_LAUNCH();
-      };
-      if (p.widened)
-        launch(static_cast<float*>(out));
-      else
-        launch(static_cast<T*>(out));
-    }
-    HPCTRAIN_CUDNN_CHECK(cudnnConvolutionForward(s.handle, &alpha, p.x, source, p.w, weights, p.convolution,
-                                                 p.forward_algorithm, s.workspace.reserve(p.workspace_bytes),
-                                                 p.workspace_bytes, &beta, p.y, out));
-    if (p.widened) convert<float, T>(s.stream, out, y.data, y.size());
+    const auto attempt = [&](const Plan& p) {
+      const void* source = x.data;
+      const void* weights = weight.data;
+      void* out = y.data;
+      if (p.widened) {
+        source = widen<T>(s.stream, s.wide_a, x.data, x.size());
+        weights = widen<T>(s.stream, s.wide_b, weight.data, weight.size());
+        out = s.wide_out.reserve(static_cast<std::size_t>(y.size()) * sizeof(float));
+      } else if (!aligned(weights)) {
+        weights = stage(s.stream, s.staged_weights, weight.data, weight.bytes());
+      }
+      const float alpha = 1.0f, beta = bias != nullptr ? 1.0f : 0.0f;
+      if (bias != nullptr) {
+        if (p.widened)
+          broadcast_bias(s.stream, static_cast<const float*>(bias), static_cast<float*>(out), g, y.size());
+        else
+          broadcast_bias(s.stream, static_cast<const float*>(bias), static_cast<T*>(out), g, y.size());
+      }
+      const cudnnStatus_t status =
+          cudnnConvolutionForward(s.handle, &alpha, p.x, source, p.w, weights, p.convolution, p.forward_algorithm,
+                                  s.workspace.reserve(p.workspace_bytes), p.workspace_bytes, &beta, p.y, out);
+      if (status == CUDNN_STATUS_SUCCESS && p.widened) convert<float, T>(s.stream, out, y.data, y.size());
+      return status;
+    };
+    const Plan& p = s.plan(key);
+    cudnnStatus_t status = attempt(p);
+    if (status == CUDNN_STATUS_NOT_SUPPORTED && !p.widened && x.dtype != DType::f32)
+      status = attempt(s.plan(key, true));
+    HPCTRAIN_CUDNN_CHECK(status);
   });
 }
 
@@ -442,27 +471,31 @@ void CudaConvolution::backward_data(const SpatialGeometry& g, const TensorView& 
   if (dy.rows == 0) return;
   Impl& s = *impl_;
   const std::lock_guard lock(s.mutex);
-  const Plan& p = s.plan({g, dy.rows, dy.dtype, Pass::backward_data});
-  const void* gradient = dy.data;
-  const void* weights = weight.data;
-  void* out = dx.data;
+  const Key key{g, dy.rows, dy.dtype, Pass::backward_data};
   dispatch_convolution(dy.dtype, "convolution_backward_data", [&]<class T>() {
-    if (p.widened) {
-      gradient = s.wide_a.reserve(static_cast<std::size_t>(dy.size()) * sizeof(float));
-      convert<T, float>(s.stream, dy.data, const_cast<void*>(gradient), dy.size());
-      weights = s.wide_b.reserve(static_cast<std::size_t>(weight.size()) * sizeof(float));
-      convert<T, float>(s.stream, weight.data, const_cast<void*>(weights), weight.size());
-      out = s.wide_out.reserve(static_cast<std::size_t>(dx.size()) * sizeof(float));
-    } else if (!aligned(weights)) {
-      weights = s.staged_weights.reserve(weight.bytes());
-      HPCTRAIN_CUDA_CHECK(
-          cudaMemcpyAsync(const_cast<void*>(weights), weight.data, weight.bytes(), cudaMemcpyDeviceToDevice, s.stream));
-    }
-    const float alpha = 1.0f, beta = 0.0f;
-    HPCTRAIN_CUDNN_CHECK(cudnnConvolutionBackwardData(s.handle, &alpha, p.w, weights, p.y, gradient, p.convolution,
-                                                      p.data_algorithm, s.workspace.reserve(p.workspace_bytes),
-                                                      p.workspace_bytes, &beta, p.x, out));
-    if (p.widened) convert<float, T>(s.stream, out, dx.data, dx.size());
+    const auto attempt = [&](const Plan& p) {
+      const void* gradient = dy.data;
+      const void* weights = weight.data;
+      void* out = dx.data;
+      if (p.widened) {
+        gradient = widen<T>(s.stream, s.wide_a, dy.data, dy.size());
+        weights = widen<T>(s.stream, s.wide_b, weight.data, weight.size());
+        out = s.wide_out.reserve(static_cast<std::size_t>(dx.size()) * sizeof(float));
+      } else if (!aligned(weights)) {
+        weights = stage(s.stream, s.staged_weights, weight.data, weight.bytes());
+      }
+      const float alpha = 1.0f, beta = 0.0f;
+      const cudnnStatus_t status =
+          cudnnConvolutionBackwardData(s.handle, &alpha, p.w, weights, p.y, gradient, p.convolution, p.data_algorithm,
+                                       s.workspace.reserve(p.workspace_bytes), p.workspace_bytes, &beta, p.x, out);
+      if (status == CUDNN_STATUS_SUCCESS && p.widened) convert<float, T>(s.stream, out, dx.data, dx.size());
+      return status;
+    };
+    const Plan& p = s.plan(key);
+    cudnnStatus_t status = attempt(p);
+    if (status == CUDNN_STATUS_NOT_SUPPORTED && !p.widened && dy.dtype != DType::f32)
+      status = attempt(s.plan(key, true));
+    HPCTRAIN_CUDNN_CHECK(status);
   });
 }
 
@@ -499,10 +532,8 @@ void CudaConvolution::backward_weights(const SpatialGeometry& g, const TensorVie
       HPCTRAIN_CUDA_CHECK_LAUNCH();
     }
     if (p.widened) {
-      source = s.wide_a.reserve(static_cast<std::size_t>(x.size()) * sizeof(float));
-      convert<T, float>(s.stream, x.data, const_cast<void*>(source), x.size());
-      gradient = s.wide_b.reserve(static_cast<std::size_t>(dy.size()) * sizeof(float));
-      convert<T, float>(s.stream, dy.data, const_cast<void*>(gradient), dy.size());
+      source = widen<T>(s.stream, s.wide_a, x.data, x.size());
+      gradient = widen<T>(s.stream, s.wide_b, dy.data, dy.size());
     }
   });
   if (staged) {
