@@ -147,13 +147,7 @@ struct ConvolutionKeyHash {
   std::size_t operator()(const ConvolutionKey& key) const {
     std::size_t hash = 0;
     const auto mix = [&hash](std::int64_t value) { hash_combine(hash, static_cast<std::uint64_t>(value)); };
-    const SpatialGeometry& g = key.geometry;
-    mix(g.dimensions);
-    mix(g.in_channels);
-    mix(g.out_channels);
-    mix(g.groups);
-    for (const auto* extents : {&g.input, &g.output, &g.kernel, &g.stride, &g.padding, &g.dilation})
-      for (auto value : *extents) mix(value);
+    spatial::hash_geometry(hash, key.geometry);
     mix(key.rows);
     mix(static_cast<std::int64_t>(key.input) | static_cast<std::int64_t>(key.pass) << 4 |
         static_cast<std::int64_t>(key.bias) << 8);
@@ -225,13 +219,6 @@ void narrow_from_float(const float* source, T* destination, std::int64_t count) 
 void add_into(const float* source, float* destination, std::int64_t count) {
 #pragma omp parallel for schedule(static) if (count > 32768)
   for (std::int64_t i = 0; i < count; ++i) destination[i] += source[i];
-}
-
-void check_geometry(const SpatialGeometry& g, const char* what) {
-  HPCTRAIN_ASSERT((g.dimensions == 2 || g.dimensions == 3) && g.groups >= 1 && g.in_channels % g.groups == 0 &&
-                      g.out_channels % g.groups == 0,
-                  what << ": bad geometry (" << g.dimensions << "-D, " << g.in_channels << " -> " << g.out_channels
-                       << " channels, " << g.groups << " groups)");
 }
 
 }  // namespace
@@ -441,11 +428,8 @@ std::size_t CpuConvolution::cached_primitives() const {
 
 void CpuConvolution::forward(const SpatialGeometry& g, const TensorView& x, const TensorView& weight, const void* bias,
                              const TensorView& y) {
-  check_geometry(g, "convolution_forward");
-  HPCTRAIN_ASSERT(x.dtype == weight.dtype && x.dtype == y.dtype && x.rows == y.rows &&
-                      x.cols == g.in_channels * g.input_size() && y.cols == g.out_channels * g.output_size() &&
-                      weight.size() == g.out_channels * g.in_channels / g.groups * g.kernel_size(),
-                  "convolution_forward: shapes/dtypes do not match the geometry");
+  spatial::check_convolution(g, x, y, weight, "convolution_forward");
+  HPCTRAIN_ASSERT(weight.dtype == x.dtype, "convolution_forward: weights of another dtype");
   if (x.rows == 0) return;
   if (x.dtype == DType::f64) {
     forward_loops(g, x.rows, x.as<double>(), weight.as<double>(), static_cast<const double*>(bias), y.as<double>());
@@ -457,10 +441,8 @@ void CpuConvolution::forward(const SpatialGeometry& g, const TensorView& x, cons
 
 void CpuConvolution::backward_data(const SpatialGeometry& g, const TensorView& dy, const TensorView& weight,
                                    const TensorView& dx) {
-  check_geometry(g, "convolution_backward_data");
-  HPCTRAIN_ASSERT(dy.dtype == weight.dtype && dy.dtype == dx.dtype && dx.rows == dy.rows &&
-                      dx.cols == g.in_channels * g.input_size() && dy.cols == g.out_channels * g.output_size(),
-                  "convolution_backward_data: shapes/dtypes do not match the geometry");
+  spatial::check_convolution(g, dx, dy, weight, "convolution_backward_data");
+  HPCTRAIN_ASSERT(weight.dtype == dy.dtype, "convolution_backward_data: weights of another dtype");
   if (dy.rows == 0) return;
   if (dy.dtype == DType::f64) {
     backward_data_loops(g, dy.rows, dy.as<double>(), weight.as<double>(), dx.as<double>());
@@ -472,11 +454,7 @@ void CpuConvolution::backward_data(const SpatialGeometry& g, const TensorView& d
 
 void CpuConvolution::backward_weights(const SpatialGeometry& g, const TensorView& x, const TensorView& dy,
                                       const TensorView& dweight, void* dbias, bool accumulate) {
-  check_geometry(g, "convolution_backward_weights");
-  HPCTRAIN_ASSERT(x.dtype == dy.dtype && x.rows == dy.rows && x.cols == g.in_channels * g.input_size() &&
-                      dy.cols == g.out_channels * g.output_size() &&
-                      dweight.size() == g.out_channels * g.in_channels / g.groups * g.kernel_size(),
-                  "convolution_backward_weights: shapes/dtypes do not match the geometry");
+  spatial::check_convolution(g, x, dy, dweight, "convolution_backward_weights");
   if (x.dtype == DType::f64) {
     backward_weights_loops(g, x.rows, x.as<double>(), dy.as<double>(), dweight.as<double>(),
                            static_cast<double*>(dbias), accumulate);

@@ -20,22 +20,6 @@ void check_pooling(const SpatialGeometry& g, const TensorView& x, const TensorVi
                   what << ": shapes/dtypes do not match the geometry");
 }
 
-// The first largest input of a window (a NaN counts as largest, so NaN propagates as in PyTorch); -1 when no tap
-// lands inside the input.
-template <class T>
-std::int64_t window_argmax(const Box& b, const T* in, std::int64_t od, std::int64_t oh, std::int64_t ow) {
-  std::int64_t best = -1;
-  compute_t<T> best_value = 0;
-  for_each_tap(b, od, oh, ow, [&](std::int64_t i, std::int64_t) {
-    const auto value = load(in[i]);
-    if (best < 0 || (!std::isnan(best_value) && (value > best_value || std::isnan(value)))) {
-      best = i;
-      best_value = value;
-    }
-  });
-  return best;
-}
-
 }  // namespace
 
 void pooling_forward(PoolingKind kind, const SpatialGeometry& g, const TensorView& x, const TensorView& y) {

@@ -1,6 +1,7 @@
 // The CUDA backend: device memory on one stream, cuBLASLt for matrix products (cuda_gemm.cpp), cuDNN for
-// convolutions (cuda_convolution.cu), own kernels for pooling and groupnorm (cuda_spatial.cu) and everything else. The kernels are thin loops over threads around the HPCTRAIN_HD arithmetic of kernels/math.hpp, so
-// they compute the CPU backend's formulas (tests/gpu/cuda_kernels_test.cpp compares the two on the same inputs).
+// convolutions (cuda_convolution.cu), own kernels for pooling and groupnorm (cuda_spatial.cu) and everything else. The
+// kernels are thin loops over threads around the HPCTRAIN_HD arithmetic of kernels/math.hpp, so they compute the CPU
+// backend's formulas (tests/gpu/cuda_kernels_test.cpp compares the two on the same inputs).
 //
 // - Storage f32/bf16/f16 with fp32 arithmetic; f64 (CPU gradient checks only) is NotSupported.
 // - Element-wise kernels move 16 bytes per thread and access when every pointer is 16-byte aligned.
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_dispatch.hpp"
 #include "cuda_gemm.hpp"
 #include "cuda_spatial.hpp"
 #include "hpctrain/kernels/backend.hpp"
@@ -29,6 +31,7 @@ namespace hpctrain {
 namespace {
 
 namespace km = kernel_math;
+using cuda::dispatch_storage;
 
 constexpr int block_threads = 256;
 constexpr int warp_threads = 32;
@@ -44,22 +47,6 @@ unsigned grid_for(std::int64_t work_items, std::int64_t per_block = block_thread
 }
 
 bool aligned16(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer) % 16 == 0; }
-
-// Calls f.template operator()<T>() with T the storage type; f64 is not built for the GPU.
-template <class F>
-void dispatch_storage(DType type, const char* what, F&& f) {
-  switch (type) {
-    case DType::f32:
-      return f.template operator()<float>();
-    case DType::bf16:
-      return f.template operator()<bf16>();
-    case DType::f16:
-      return f.template operator()<fp16>();
-    case DType::f64:
-      break;
-  }
-  throw NotSupported(std::string(what) + " with fp64 storage on the CUDA backend (fp64 is for CPU gradient checks)");
-}
 
 void check_same_shape(const TensorView& a, const TensorView& b, const char* what) {
   HPCTRAIN_ASSERT(a.rows == b.rows && a.cols == b.cols && a.dtype == b.dtype,

@@ -25,9 +25,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cuda_dispatch.hpp"
 #include "cuda_spatial.hpp"
 #include "hpctrain/kernels/cuda/cuda_check.hpp"
 #include "hpctrain/kernels/math.hpp"
+#include "hpctrain/kernels/spatial_taps.hpp"
 
 namespace hpctrain::cuda {
 namespace {
@@ -36,26 +38,6 @@ constexpr int conv_threads = 256;
 
 unsigned conv_blocks(std::int64_t items) {
   return static_cast<unsigned>(std::clamp<std::int64_t>((items + conv_threads - 1) / conv_threads, 1, 65535));
-}
-
-template <class F>
-void dispatch_convolution(DType type, const char* what, F&& f) {
-  switch (type) {
-    case DType::f32:
-      return f.template operator()<float>();
-    case DType::bf16:
-      return f.template operator()<bf16>();
-    case DType::f16:
-      return f.template operator()<fp16>();
-    case DType::f64:
-      break;
-  }
-  throw NotSupported(std::string(what) + " with fp64 storage on the CUDA backend (fp64 is for CPU gradient checks)");
-}
-
-void refuse_fp64(DType type, const char* what) {
-  if (type == DType::f64)
-    throw NotSupported(std::string(what) + " with fp64 storage on the CUDA backend (fp64 is for CPU gradient checks)");
 }
 
 template <class TS, class TD>
@@ -146,16 +128,10 @@ struct Key {
 struct KeyHash {
   std::size_t operator()(const Key& key) const {
     std::size_t hash = 0;
+    spatial::hash_geometry(hash, key.geometry);
     const auto mix = [&hash](std::int64_t value) {
       hash ^= static_cast<std::size_t>(value) + 0x9e3779b97f4a7c15ull + (hash << 6) + (hash >> 2);
     };
-    const SpatialGeometry& g = key.geometry;
-    mix(g.dimensions);
-    mix(g.in_channels);
-    mix(g.out_channels);
-    mix(g.groups);
-    for (const auto* extents : {&g.input, &g.output, &g.kernel, &g.stride, &g.padding, &g.dilation})
-      for (auto value : *extents) mix(value);
     mix(key.rows);
     mix(static_cast<std::int64_t>(key.dtype) | static_cast<std::int64_t>(key.pass) << 4);
     return hash;
@@ -382,13 +358,6 @@ std::size_t CudaConvolution::cached_plans() const {
 
 namespace {
 
-void check_geometry(const SpatialGeometry& g, const char* what) {
-  HPCTRAIN_ASSERT((g.dimensions == 2 || g.dimensions == 3) && g.groups >= 1 && g.in_channels % g.groups == 0 &&
-                      g.out_channels % g.groups == 0,
-                  what << ": bad geometry (" << g.dimensions << "-D, " << g.in_channels << " -> " << g.out_channels
-                       << " channels, " << g.groups << " groups)");
-}
-
 bool aligned(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer) % 16 == 0; }
 
 // An fp32 copy of 16-bit data in `buffer`.
@@ -417,17 +386,14 @@ void broadcast_bias(cudaStream_t stream, const float* bias, T* y, const SpatialG
 
 void CudaConvolution::forward(const SpatialGeometry& g, const TensorView& x, const TensorView& weight, const void* bias,
                               const TensorView& y) {
-  check_geometry(g, "convolution_forward");
-  HPCTRAIN_ASSERT(x.dtype == weight.dtype && x.dtype == y.dtype && x.rows == y.rows &&
-                      x.cols == g.in_channels * g.input_size() && y.cols == g.out_channels * g.output_size() &&
-                      weight.size() == g.out_channels * g.in_channels / g.groups * g.kernel_size(),
-                  "convolution_forward: shapes/dtypes do not match the geometry");
-  refuse_fp64(x.dtype, "convolution_forward");
+  spatial::check_convolution(g, x, y, weight, "convolution_forward");
+  HPCTRAIN_ASSERT(weight.dtype == x.dtype, "convolution_forward: weights of another dtype");
+  dispatch_storage(x.dtype, "convolution_forward", []<class>() {});  // refuses fp64 before any work
   if (x.rows == 0) return;
   Impl& s = *impl_;
   const std::lock_guard lock(s.mutex);
   const Key key{g, x.rows, x.dtype, Pass::forward};
-  dispatch_convolution(x.dtype, "convolution_forward", [&]<class T>() {
+  dispatch_storage(x.dtype, "convolution_forward", [&]<class T>() {
     const auto attempt = [&](const Plan& p) {
       const void* source = x.data;
       const void* weights = weight.data;
@@ -462,17 +428,14 @@ void CudaConvolution::forward(const SpatialGeometry& g, const TensorView& x, con
 
 void CudaConvolution::backward_data(const SpatialGeometry& g, const TensorView& dy, const TensorView& weight,
                                     const TensorView& dx) {
-  check_geometry(g, "convolution_backward_data");
-  HPCTRAIN_ASSERT(dy.dtype == weight.dtype && dy.dtype == dx.dtype && dx.rows == dy.rows &&
-                      dx.cols == g.in_channels * g.input_size() && dy.cols == g.out_channels * g.output_size() &&
-                      weight.size() == g.out_channels * g.in_channels / g.groups * g.kernel_size(),
-                  "convolution_backward_data: shapes/dtypes do not match the geometry");
-  refuse_fp64(dy.dtype, "convolution_backward_data");
+  spatial::check_convolution(g, dx, dy, weight, "convolution_backward_data");
+  HPCTRAIN_ASSERT(weight.dtype == dy.dtype, "convolution_backward_data: weights of another dtype");
+  dispatch_storage(dy.dtype, "convolution_backward_data", []<class>() {});  // refuses fp64 before any work
   if (dy.rows == 0) return;
   Impl& s = *impl_;
   const std::lock_guard lock(s.mutex);
   const Key key{g, dy.rows, dy.dtype, Pass::backward_data};
-  dispatch_convolution(dy.dtype, "convolution_backward_data", [&]<class T>() {
+  dispatch_storage(dy.dtype, "convolution_backward_data", [&]<class T>() {
     const auto attempt = [&](const Plan& p) {
       const void* gradient = dy.data;
       const void* weights = weight.data;
@@ -501,12 +464,8 @@ void CudaConvolution::backward_data(const SpatialGeometry& g, const TensorView& 
 
 void CudaConvolution::backward_weights(const SpatialGeometry& g, const TensorView& x, const TensorView& dy,
                                        const TensorView& dweight, void* dbias, bool accumulate) {
-  check_geometry(g, "convolution_backward_weights");
-  HPCTRAIN_ASSERT(x.dtype == dy.dtype && x.rows == dy.rows && x.cols == g.in_channels * g.input_size() &&
-                      dy.cols == g.out_channels * g.output_size() &&
-                      dweight.size() == g.out_channels * g.in_channels / g.groups * g.kernel_size(),
-                  "convolution_backward_weights: shapes/dtypes do not match the geometry");
-  refuse_fp64(x.dtype, "convolution_backward_weights");
+  spatial::check_convolution(g, x, dy, dweight, "convolution_backward_weights");
+  dispatch_storage(x.dtype, "convolution_backward_weights", []<class>() {});  // refuses fp64 before any work
   HPCTRAIN_ASSERT(dweight.dtype == DType::f32, "convolution_backward_weights: gradients are f32");
   Impl& s = *impl_;
   if (x.rows == 0) {
@@ -524,7 +483,7 @@ void CudaConvolution::backward_weights(const SpatialGeometry& g, const TensorVie
   const void* gradient = dy.data;
   void* out = dweight.data;
   const bool staged = !aligned(out);
-  dispatch_convolution(x.dtype, "convolution_backward_weights", [&]<class T>() {
+  dispatch_storage(x.dtype, "convolution_backward_weights", [&]<class T>() {
     if (dbias != nullptr) {
       convolution_bias_gradient_kernel<<<static_cast<unsigned>(g.out_channels), conv_threads, 0, s.stream>>>(
           static_cast<const T*>(dy.data), static_cast<float*>(dbias), accumulate, x.rows, g.out_channels,

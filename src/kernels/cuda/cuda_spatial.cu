@@ -14,9 +14,11 @@
 #include <limits>
 #include <string>
 
+#include "cuda_dispatch.hpp"
 #include "cuda_spatial.hpp"
 #include "hpctrain/kernels/cuda/cuda_check.hpp"
 #include "hpctrain/kernels/math.hpp"
+#include "hpctrain/kernels/spatial_taps.hpp"
 
 namespace hpctrain::cuda {
 namespace {
@@ -29,85 +31,10 @@ unsigned blocks_for(std::int64_t items) {
   return static_cast<unsigned>(std::clamp<std::int64_t>(blocks, 1, spatial_max_blocks));
 }
 
-template <class F>
-void dispatch_spatial(DType type, const char* what, F&& f) {
-  switch (type) {
-    case DType::f32:
-      return f.template operator()<float>();
-    case DType::bf16:
-      return f.template operator()<bf16>();
-    case DType::f16:
-      return f.template operator()<fp16>();
-    case DType::f64:
-      break;
-  }
-  throw NotSupported(std::string(what) + " with fp64 storage on the CUDA backend (fp64 is for CPU gradient checks)");
-}
-
-// The geometry as 3-D (missing leading axes of extent 1), as the CPU's Box.
-struct Box {
-  std::int64_t in[3], out[3], kernel[3], stride[3], padding[3], dilation[3];
-};
-
-Box box_of(const SpatialGeometry& geometry) {
-  Box box{};
-  const int missing = 3 - geometry.dimensions;
-  for (int axis = 0; axis < 3; ++axis) {
-    if (axis < missing) {
-      box.in[axis] = box.out[axis] = box.kernel[axis] = box.stride[axis] = box.dilation[axis] = 1;
-      box.padding[axis] = 0;
-      continue;
-    }
-    const auto g = static_cast<std::size_t>(axis - missing);
-    box.in[axis] = geometry.input[g];
-    box.out[axis] = geometry.output[g];
-    box.kernel[axis] = geometry.kernel[g];
-    box.stride[axis] = geometry.stride[g];
-    box.padding[axis] = geometry.padding[g];
-    box.dilation[axis] = geometry.dilation[g];
-  }
-  return box;
-}
-
-__device__ __forceinline__ void tap_range(std::int64_t start, std::int64_t extent, std::int64_t kernel,
-                                          std::int64_t dilation, std::int64_t& first, std::int64_t& last) {
-  first = start < 0 ? (-start + dilation - 1) / dilation : 0;
-  last = start >= extent ? 0 : min(kernel, (extent - start + dilation - 1) / dilation);
-}
-
-// visit(input_offset) for every tap of output (od, oh, ow) inside the input, in kernel order (as the CPU's
-// for_each_tap).
-template <class Visit>
-__device__ __forceinline__ void for_each_tap(const Box& b, std::int64_t od, std::int64_t oh, std::int64_t ow,
-                                             Visit visit) {
-  const std::int64_t start[3] = {od * b.stride[0] - b.padding[0], oh * b.stride[1] - b.padding[1],
-                                 ow * b.stride[2] - b.padding[2]};
-  std::int64_t first[3], last[3];
-  for (int a = 0; a < 3; ++a) tap_range(start[a], b.in[a], b.kernel[a], b.dilation[a], first[a], last[a]);
-  for (std::int64_t kd = first[0]; kd < last[0]; ++kd) {
-    const std::int64_t id = start[0] + kd * b.dilation[0];
-    for (std::int64_t kh = first[1]; kh < last[1]; ++kh) {
-      const std::int64_t ih = start[1] + kh * b.dilation[1];
-      const std::int64_t input_row = (id * b.in[1] + ih) * b.in[2] + start[2];
-      for (std::int64_t kw = first[2]; kw < last[2]; ++kw) visit(input_row + kw * b.dilation[2]);
-    }
-  }
-}
-
-// The CPU's window_argmax: the first largest input (NaN counts as largest); -1 when no tap lands inside the input.
-template <class T>
-__device__ std::int64_t window_argmax(const Box& b, const T* in, std::int64_t od, std::int64_t oh, std::int64_t ow) {
-  std::int64_t best = -1;
-  float best_value = 0.0f;
-  for_each_tap(b, od, oh, ow, [&](std::int64_t i) {
-    const float value = load(in[i]);
-    if (best < 0 || (!isnan(best_value) && (value > best_value || isnan(value)))) {
-      best = i;
-      best_value = value;
-    }
-  });
-  return best;
-}
+using spatial::Box;
+using spatial::box_of;
+using spatial::for_each_tap;
+using spatial::window_argmax;
 
 template <class T>
 __global__ void pooling_forward_kernel(bool max_pooling, Box b, const T* x, T* y, std::int64_t planes) {
@@ -124,7 +51,7 @@ __global__ void pooling_forward_kernel(bool max_pooling, Box b, const T* x, T* y
       y[index] = best >= 0 ? in[best] : store<T>(-INFINITY);
     } else {
       float sum = 0.0f;
-      for_each_tap(b, od, oh, ow, [&](std::int64_t i) { sum += load(in[i]); });
+      for_each_tap(b, od, oh, ow, [&](std::int64_t i, std::int64_t) { sum += load(in[i]); });
       y[index] = store<T>(sum / divisor);
     }
   }
@@ -290,7 +217,7 @@ void pooling_forward(cudaStream_t stream, PoolingKind kind, const SpatialGeometr
   check_pooling(g, x, y, "pooling_forward");
   const std::int64_t planes = x.rows * g.in_channels, count = planes * g.output_size();
   if (count == 0) return;
-  dispatch_spatial(x.dtype, "pooling_forward", [&]<class T>() {
+  dispatch_storage(x.dtype, "pooling_forward", [&]<class T>() {
     pooling_forward_kernel<<<blocks_for(count), spatial_threads, 0, stream>>>(
         kind == PoolingKind::max, box_of(g), static_cast<const T*>(x.data), static_cast<T*>(y.data), planes);
     HPCTRAIN_CUDA_CHECK_LAUNCH();
@@ -303,7 +230,7 @@ void pooling_backward(cudaStream_t stream, PoolingKind kind, const SpatialGeomet
   HPCTRAIN_ASSERT(dx.dtype == x.dtype && dx.rows == x.rows && dx.cols == x.cols, "pooling_backward: dx shape");
   const std::int64_t planes = x.rows * g.in_channels, count = planes * g.input_size();
   if (count == 0) return;
-  dispatch_spatial(x.dtype, "pooling_backward", [&]<class T>() {
+  dispatch_storage(x.dtype, "pooling_backward", [&]<class T>() {
     pooling_backward_kernel<<<blocks_for(count), spatial_threads, 0, stream>>>(
         kind == PoolingKind::max, box_of(g), static_cast<const T*>(x.data), static_cast<const T*>(dy.data),
         static_cast<T*>(dx.data), planes);
@@ -318,7 +245,7 @@ void groupnorm_forward(cudaStream_t stream, std::int64_t channels, std::int64_t 
   HPCTRAIN_ASSERT(x.dtype == y.dtype && x.rows == y.rows && x.cols == y.cols, "groupnorm_forward: y shape");
   if (x.rows == 0) return;
   const std::int64_t spatial = x.cols / channels, group_channels = channels / groups;
-  dispatch_spatial(x.dtype, "groupnorm_forward", [&]<class T>() {
+  dispatch_storage(x.dtype, "groupnorm_forward", [&]<class T>() {
     groupnorm_forward_kernel<<<static_cast<unsigned>(x.rows * groups), spatial_threads, 0, stream>>>(
         static_cast<const T*>(x.data), gamma, beta, eps, static_cast<T*>(y.data), mean, rstd, groups, group_channels,
         spatial);
@@ -333,7 +260,7 @@ void groupnorm_backward(cudaStream_t stream, std::int64_t channels, std::int64_t
   HPCTRAIN_ASSERT(x.dtype == dy.dtype && x.rows == dy.rows && x.cols == dy.cols && dx.data != dy.data,
                   "groupnorm_backward: shapes, or dx aliasing dy");
   const std::int64_t spatial = x.cols / channels, group_channels = channels / groups;
-  dispatch_spatial(x.dtype, "groupnorm_backward", [&]<class T>() {
+  dispatch_storage(x.dtype, "groupnorm_backward", [&]<class T>() {
     if (dgamma != nullptr || dbeta != nullptr) {
       groupnorm_parameter_kernel<<<static_cast<unsigned>(channels), spatial_threads, 0, stream>>>(
           static_cast<const T*>(x.data), static_cast<const T*>(dy.data), mean, rstd, dgamma, dbeta, accumulate, x.rows,
