@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/core/half.hpp"
@@ -94,6 +95,59 @@ HPCTRAIN_HD std::int64_t window_argmax(const Box& b, const T* in, std::int64_t o
     }
   });
   return best;
+}
+
+// Pooling of output element o of one plane, as the CPU loops compute it (max: the window's first maximum, -inf when
+// the window lies in the padding; average: the taps inside the input summed in kernel order, divided by the whole
+// kernel size). The CUDA forward kernel runs this per output element.
+template <class T>
+HPCTRAIN_HD T pooling_output(bool max_pooling, const Box& b, const T* in, std::int64_t o) {
+  using C = compute_t<T>;
+  const std::int64_t ow = o % b.out[2], oh = o / b.out[2] % b.out[1], od = o / (b.out[2] * b.out[1]);
+  if (max_pooling) {
+    const std::int64_t best = window_argmax(b, in, od, oh, ow);
+    return best >= 0 ? in[best] : store<T>(-std::numeric_limits<C>::infinity());
+  }
+  C sum = 0;
+  for_each_tap(b, od, oh, ow, [&](std::int64_t i, std::int64_t) { sum += load(in[i]); });
+  return store<T>(sum / static_cast<C>(b.kernel[0] * b.kernel[1] * b.kernel[2]));
+}
+
+// The gradient of input element i of one plane: the outputs whose windows contain it, visited in output (memory)
+// order, each adding its gradient (max: only where i is the window's first maximum; average: divided by the kernel
+// size), rounded once. The CPU loops scatter every output's gradient in output order, so this gather makes the same
+// additions in the same order; the CUDA backward kernel runs it per input element (no atomics).
+template <class T>
+HPCTRAIN_HD T pooling_input_gradient(bool max_pooling, const Box& b, const T* in, const T* gradient, std::int64_t i) {
+  using C = compute_t<T>;
+  const C divisor = static_cast<C>(b.kernel[0] * b.kernel[1] * b.kernel[2]);
+  const std::int64_t position[3] = {i / (b.in[2] * b.in[1]), i / b.in[2] % b.in[1], i % b.in[2]};
+  // Along an axis, output o reads tap k at o * stride - padding + k * dilation: for each tap k, descending so that o
+  // ascends, the output is (position + padding - k * dilation) / stride when that divides and is in range.
+  const auto output_of = [&](std::size_t axis, std::int64_t k) -> std::int64_t {
+    const std::int64_t t = position[axis] + b.padding[axis] - k * b.dilation[axis];
+    if (t < 0 || t % b.stride[axis] != 0 || t / b.stride[axis] >= b.out[axis]) return -1;
+    return t / b.stride[axis];
+  };
+  C sum = 0;
+  for (std::int64_t kd = b.kernel[0] - 1; kd >= 0; --kd) {
+    const std::int64_t od = output_of(0, kd);
+    if (od < 0) continue;
+    for (std::int64_t kh = b.kernel[1] - 1; kh >= 0; --kh) {
+      const std::int64_t oh = output_of(1, kh);
+      if (oh < 0) continue;
+      for (std::int64_t kw = b.kernel[2] - 1; kw >= 0; --kw) {
+        const std::int64_t ow = output_of(2, kw);
+        if (ow < 0) continue;
+        const C upstream = load(gradient[(od * b.out[1] + oh) * b.out[2] + ow]);
+        if (!max_pooling)
+          sum += upstream / divisor;
+        else if (window_argmax(b, in, od, oh, ow) == i)
+          sum += upstream;
+      }
+    }
+  }
+  return store<T>(sum);
 }
 
 // Mixes a geometry into a hash (boost::hash_combine's recipe): the convolution caches' keys on both backends.

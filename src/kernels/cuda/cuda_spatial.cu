@@ -1,11 +1,10 @@
 // Pooling and group normalisation of the CUDA backend: own kernels computing the formulas of the CPU backend
 // (src/kernels/cpu/cpu_spatial.cpp) in fp32 for f32/bf16/f16 storage.
 //
-// - Pooling forward: one thread per output element, the window's taps in the CPU's order (max: the first largest
-//   value, a NaN counting as largest; average: the sum of the taps inside the input divided by the whole kernel size).
-// - Pooling backward: one thread per input element (gather, no atomics): it visits the outputs whose windows contain
-//   it in the CPU's output order and adds their gradients in fp32 (max pooling: only where it is the window's first
-//   maximum, recomputed from x as on the CPU), then rounds once. Same additions in the same order as the CPU loop.
+// - Pooling: one thread per output element (forward) or per input element (backward, a gather: no atomics), each
+//   running the per-element functions of kernels/spatial_taps.hpp (spatial::pooling_output, pooling_input_gradient):
+//   the CPU's taps, tie rule and addition order, so the results equal the CPU's bit for bit. The CPU unit tests check
+//   those functions against the CPU loops on every machine (tests/unit/spatial_taps_test.cpp).
 // - Group normalisation: one block per (sample, group) for the statistics and the data gradient, one block per
 //   channel for the gamma/beta gradients; block reductions in a fixed order (deterministic, but a different summation
 //   order than the CPU's sequential loop, so results agree to rounding, not bit for bit).
@@ -33,67 +32,27 @@ unsigned blocks_for(std::int64_t items) {
 
 using spatial::Box;
 using spatial::box_of;
-using spatial::for_each_tap;
-using spatial::window_argmax;
 
 template <class T>
 __global__ void pooling_forward_kernel(bool max_pooling, Box b, const T* x, T* y, std::int64_t planes) {
   const std::int64_t in_size = b.in[0] * b.in[1] * b.in[2], out_size = b.out[0] * b.out[1] * b.out[2];
-  const float divisor = static_cast<float>(b.kernel[0] * b.kernel[1] * b.kernel[2]);
   const std::int64_t count = planes * out_size;
   for (std::int64_t index = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; index < count;
        index += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t plane = index / out_size, o = index - plane * out_size;
-    const std::int64_t ow = o % b.out[2], oh = o / b.out[2] % b.out[1], od = o / (b.out[2] * b.out[1]);
-    const T* in = x + plane * in_size;
-    if (max_pooling) {
-      const std::int64_t best = window_argmax(b, in, od, oh, ow);
-      y[index] = best >= 0 ? in[best] : store<T>(-INFINITY);
-    } else {
-      float sum = 0.0f;
-      for_each_tap(b, od, oh, ow, [&](std::int64_t i, std::int64_t) { sum += load(in[i]); });
-      y[index] = store<T>(sum / divisor);
-    }
+    const std::int64_t plane = index / out_size;
+    y[index] = spatial::pooling_output(max_pooling, b, x + plane * in_size, index - plane * out_size);
   }
 }
 
-// The outputs of one axis whose windows contain input position `position`, ascending: kernel taps descending.
 template <class T>
 __global__ void pooling_backward_kernel(bool max_pooling, Box b, const T* x, const T* dy, T* dx, std::int64_t planes) {
   const std::int64_t in_size = b.in[0] * b.in[1] * b.in[2], out_size = b.out[0] * b.out[1] * b.out[2];
-  const float divisor = static_cast<float>(b.kernel[0] * b.kernel[1] * b.kernel[2]);
   const std::int64_t count = planes * in_size;
   for (std::int64_t index = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; index < count;
        index += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t plane = index / in_size, i = index - plane * in_size;
-    const std::int64_t position[3] = {i / (b.in[2] * b.in[1]), i / b.in[2] % b.in[1], i % b.in[2]};
-    const T* in = x + plane * in_size;
-    const T* gradient = dy + plane * out_size;
-    float sum = 0.0f;
-    // Output o along an axis uses tap k at input o * stride - padding + k * dilation: for each tap k (descending,
-    // so o ascends) the output is (position + padding - k * dilation) / stride when that divides and is in range.
-    for (std::int64_t kd = b.kernel[0] - 1; kd >= 0; --kd) {
-      const std::int64_t td = position[0] + b.padding[0] - kd * b.dilation[0];
-      if (td < 0 || td % b.stride[0] != 0 || td / b.stride[0] >= b.out[0]) continue;
-      const std::int64_t od = td / b.stride[0];
-      for (std::int64_t kh = b.kernel[1] - 1; kh >= 0; --kh) {
-        const std::int64_t th = position[1] + b.padding[1] - kh * b.dilation[1];
-        if (th < 0 || th % b.stride[1] != 0 || th / b.stride[1] >= b.out[1]) continue;
-        const std::int64_t oh = th / b.stride[1];
-        for (std::int64_t kw = b.kernel[2] - 1; kw >= 0; --kw) {
-          const std::int64_t tw = position[2] + b.padding[2] - kw * b.dilation[2];
-          if (tw < 0 || tw % b.stride[2] != 0 || tw / b.stride[2] >= b.out[2]) continue;
-          const std::int64_t ow = tw / b.stride[2];
-          const float upstream = load(gradient[(od * b.out[1] + oh) * b.out[2] + ow]);
-          if (max_pooling) {
-            if (window_argmax(b, in, od, oh, ow) == i) sum += upstream;
-          } else {
-            sum += upstream / divisor;
-          }
-        }
-      }
-    }
-    dx[index] = store<T>(sum);
+    const std::int64_t plane = index / in_size;
+    dx[index] = spatial::pooling_input_gradient(max_pooling, b, x + plane * in_size, dy + plane * out_size,
+                                                index - plane * in_size);
   }
 }
 

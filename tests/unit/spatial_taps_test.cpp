@@ -1,0 +1,116 @@
+// The per-element pooling functions the CUDA kernels run (kernels/spatial_taps.hpp: one output, or the gathered
+// gradient of one input) against the CPU backend's loops, on the host: bit for bit, for 2-D and 3-D windows with
+// stride, padding and dilation, ties in every window, both dtypes the kernels see most (f32, bf16). So the GPU's
+// pooling arithmetic is checked on every machine, not only where a GPU is.
+#include "hpctrain/kernels/spatial_taps.hpp"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hpctrain/core/half.hpp"
+#include "hpctrain/kernels/backend.hpp"
+
+namespace hpctrain {
+namespace {
+
+SpatialGeometry window(int dimensions, std::array<std::int64_t, 3> input, std::int64_t kernel, std::int64_t stride,
+                       std::int64_t padding, std::int64_t dilation) {
+  SpatialGeometry g;
+  g.dimensions = dimensions;
+  g.in_channels = g.out_channels = 2;
+  g.input = input;
+  for (int axis = 0; axis < dimensions; ++axis) {
+    const auto a = static_cast<std::size_t>(axis);
+    g.kernel[a] = kernel;
+    g.stride[a] = stride;
+    g.padding[a] = padding;
+    g.dilation[a] = dilation;
+    g.output[a] = (input[a] + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1;
+  }
+  return g;
+}
+
+template <class T>
+std::vector<T> values(std::size_t count, std::uint32_t seed, bool quantised) {
+  std::vector<T> out(count);
+  std::uint32_t state = seed;
+  for (auto& value : out) {
+    state = state * 1664525u + 1013904223u;
+    float v = static_cast<float>(state >> 8) / 16777216.0f * 4.0f - 2.0f;
+    if (quantised) v = std::round(v * 4.0f) / 4.0f;  // ties in the windows
+    value = store<T>(v);
+  }
+  return out;
+}
+
+template <class T>
+std::vector<std::uint16_t> bits(const std::vector<T>& data) {  // compare storage exactly (NaN-safe)
+  std::vector<std::uint16_t> out;
+  const auto* raw = reinterpret_cast<const std::uint16_t*>(data.data());
+  out.assign(raw, raw + data.size() * sizeof(T) / 2);
+  return out;
+}
+
+template <class T>
+void check(Backend& cpu, const SpatialGeometry& g, PoolingKind kind, const std::string& where) {
+  const std::int64_t rows = 3, in_size = g.input_size(), out_size = g.output_size();
+  const std::int64_t planes = rows * g.in_channels;
+  const auto x = values<T>(static_cast<std::size_t>(planes * in_size), 7, true);
+  const auto dy = values<T>(static_cast<std::size_t>(planes * out_size), 11, false);
+  std::vector<T> y_cpu(dy.size()), dx_cpu(x.size()), y_element(dy.size()), dx_element(x.size());
+  const DType type = dtype_of<T>();
+  const TensorView xv{const_cast<T*>(x.data()), type, rows, g.in_channels * in_size};
+  const TensorView dyv{const_cast<T*>(dy.data()), type, rows, g.out_channels * out_size};
+  cpu.pooling_forward(kind, g, xv, {y_cpu.data(), type, rows, g.out_channels * out_size});
+  cpu.pooling_backward(kind, g, xv, dyv, {dx_cpu.data(), type, rows, g.in_channels * in_size});
+  const spatial::Box b = spatial::box_of(g);
+  const bool max_pooling = kind == PoolingKind::max;
+  for (std::int64_t plane = 0; plane < planes; ++plane) {
+    for (std::int64_t o = 0; o < out_size; ++o)
+      y_element[static_cast<std::size_t>(plane * out_size + o)] =
+          spatial::pooling_output(max_pooling, b, x.data() + plane * in_size, o);
+    for (std::int64_t i = 0; i < in_size; ++i)
+      dx_element[static_cast<std::size_t>(plane * in_size + i)] =
+          spatial::pooling_input_gradient(max_pooling, b, x.data() + plane * in_size, dy.data() + plane * out_size, i);
+  }
+  EXPECT_EQ(bits(y_element), bits(y_cpu)) << where;
+  EXPECT_EQ(bits(dx_element), bits(dx_cpu)) << where;
+}
+
+TEST(SpatialTaps, PoolingElementsEqualTheCpuLoopsBitForBit) {
+  const auto cpu = make_cpu_backend();
+  const SpatialGeometry geometries[] = {
+      window(2, {9, 8, 0}, 3, 2, 1, 1),  window(2, {7, 7, 0}, 2, 2, 0, 1), window(2, {8, 9, 0}, 3, 1, 1, 1),
+      window(2, {10, 9, 0}, 3, 2, 2, 2), window(2, {5, 6, 0}, 2, 3, 1, 1), window(3, {4, 4, 6}, 2, 2, 0, 1),
+      window(3, {5, 4, 5}, 3, 2, 1, 1),  window(3, {6, 5, 7}, 2, 1, 1, 2), window(2, {6, 5, 0}, 1, 1, 0, 1)};
+  for (const SpatialGeometry& g : geometries)
+    for (PoolingKind kind : {PoolingKind::max, PoolingKind::average}) {
+      const std::string where = std::to_string(g.dimensions) + "-D input " + std::to_string(g.input[0]) + " kernel " +
+                                std::to_string(g.kernel[0]) + " stride " + std::to_string(g.stride[0]) + " padding " +
+                                std::to_string(g.padding[0]) + " dilation " + std::to_string(g.dilation[0]) +
+                                (kind == PoolingKind::max ? " max" : " average");
+      check<float>(*cpu, g, kind, where + " f32");
+      check<bf16>(*cpu, g, kind, where + " bf16");
+    }
+}
+
+TEST(SpatialTaps, GlobalAveragePoolingAndWindowsInThePadding) {
+  const auto cpu = make_cpu_backend();
+  SpatialGeometry global = window(2, {6, 5, 0}, 1, 1, 0, 1);
+  global.kernel = {6, 5, 0};
+  global.output = {1, 1, 0};
+  check<float>(*cpu, global, PoolingKind::average, "global average");
+  // Padding as large as the kernel: the corner windows hold no input (max gives -inf, average 0).
+  const SpatialGeometry padded = window(2, {4, 4, 0}, 2, 2, 2, 1);
+  check<float>(*cpu, padded, PoolingKind::max, "padding = kernel, max");
+  check<float>(*cpu, padded, PoolingKind::average, "padding = kernel, average");
+}
+
+}  // namespace
+}  // namespace hpctrain
