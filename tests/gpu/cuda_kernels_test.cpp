@@ -475,33 +475,12 @@ TEST_F(CudaVsCpu, LossScalerTrajectoryIsIdentical) {
 // order differs from the CPU.
 double gradient_tolerance(DType dtype) { return dtype == DType::f32 ? 1e-5 : 1e-4; }
 
-SpatialGeometry convolution_2d() {  // grouped, strided, padded, dilated; output 5 x 7
-  SpatialGeometry g;
-  g.dimensions = 2;
-  g.in_channels = 6;
-  g.out_channels = 8;
-  g.groups = 2;
-  g.input = {9, 7, 0};
-  g.kernel = {3, 2, 0};
-  g.stride = {2, 1, 0};
-  g.padding = {1, 1, 0};
-  g.dilation = {1, 2, 0};
-  g.output = {5, 7, 0};
-  return g;
+// Grouped, strided, padded, dilated (output 5 x 7); and a same-size 3x3x3.
+SpatialGeometry convolution_2d() {
+  return make_geometry(2, 6, 8, 2, {9, 7, 0}, {3, 2, 0}, {2, 1, 0}, {1, 1, 0}, {1, 2, 0});
 }
-
-SpatialGeometry convolution_3d() {  // same-size 3x3x3
-  SpatialGeometry g;
-  g.dimensions = 3;
-  g.in_channels = 4;
-  g.out_channels = 5;
-  g.input = {5, 6, 4};
-  g.kernel = {3, 3, 3};
-  g.stride = {1, 1, 1};
-  g.padding = {1, 1, 1};
-  g.dilation = {1, 1, 1};
-  g.output = {5, 6, 4};
-  return g;
+SpatialGeometry convolution_3d() {
+  return make_geometry(3, 4, 5, 1, {5, 6, 4}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1});
 }
 
 // The convolutions need cuDNN; a build without it keeps them NotSupported and the model refuses CNN decks on CUDA.
@@ -585,19 +564,10 @@ TEST_F(CudaVsCpu, ConvolutionOnUnalignedWeights) {
 
 SpatialGeometry pooling(int dimensions, std::array<std::int64_t, 3> input, std::int64_t kernel, std::int64_t stride,
                         std::int64_t padding) {
-  SpatialGeometry g;
-  g.dimensions = dimensions;
-  g.in_channels = g.out_channels = 3;
-  g.input = input;
-  for (int axis = 0; axis < dimensions; ++axis) {
-    const auto a = static_cast<std::size_t>(axis);
-    g.kernel[a] = kernel;
-    g.stride[a] = stride;
-    g.padding[a] = padding;
-    g.dilation[a] = 1;
-    g.output[a] = (input[a] + 2 * padding - kernel) / stride + 1;
-  }
-  return g;
+  const auto same = [dimensions](std::int64_t value) {
+    return std::array<std::int64_t, 3>{value, value, dimensions == 3 ? value : 0};
+  };
+  return make_geometry(dimensions, 3, 3, 1, input, same(kernel), same(stride), same(padding), same(1));
 }
 
 TEST_F(CudaVsCpu, PoolingForwardAndBackward) {

@@ -20,24 +20,6 @@ namespace {
 
 using namespace test_support;
 
-// A geometry from its parts; output extents computed as PyTorch does.
-SpatialGeometry make_geometry(int dimensions, std::int64_t in_channels, std::int64_t out_channels, std::int64_t groups,
-                              std::array<std::int64_t, 3> input, std::array<std::int64_t, 3> kernel,
-                              std::array<std::int64_t, 3> stride, std::array<std::int64_t, 3> padding,
-                              std::array<std::int64_t, 3> dilation) {
-  SpatialGeometry g{dimensions, in_channels, out_channels, groups, input, {}, kernel, stride, padding, dilation};
-  for (std::size_t a = 0; a < static_cast<std::size_t>(dimensions); ++a)
-    g.output[a] = (input[a] + 2 * padding[a] - dilation[a] * (kernel[a] - 1) - 1) / stride[a] + 1;
-  return g;
-}
-
-std::string describe(const SpatialGeometry& g) {
-  std::string text = std::to_string(g.dimensions) + "-D " + std::to_string(g.in_channels) + "->" +
-                     std::to_string(g.out_channels) + " groups " + std::to_string(g.groups) + " input";
-  for (int a = 0; a < g.dimensions; ++a) text += " " + std::to_string(g.input[static_cast<std::size_t>(a)]);
-  return text;
-}
-
 std::vector<SpatialGeometry> geometries() {
   return {
       make_geometry(2, 3, 4, 1, {6, 7}, {3, 3}, {1, 1}, {1, 1}, {1, 1}),

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -217,6 +218,26 @@ inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
   double sum = 0.0;
   for (std::size_t i = 0; i < a.size(); ++i) sum += a[i] * b[i];
   return sum;
+}
+
+// A geometry from its parts; output extents computed as PyTorch does.
+inline SpatialGeometry make_geometry(int dimensions, std::int64_t in_channels, std::int64_t out_channels,
+                                     std::int64_t groups, std::array<std::int64_t, 3> input,
+                                     std::array<std::int64_t, 3> kernel, std::array<std::int64_t, 3> stride,
+                                     std::array<std::int64_t, 3> padding, std::array<std::int64_t, 3> dilation) {
+  SpatialGeometry g{dimensions, in_channels, out_channels, groups, input, {}, kernel, stride, padding, dilation};
+  for (std::size_t a = 0; a < static_cast<std::size_t>(dimensions); ++a)
+    g.output[a] = (input[a] + 2 * padding[a] - dilation[a] * (kernel[a] - 1) - 1) / stride[a] + 1;
+  return g;
+}
+
+inline std::string describe(const SpatialGeometry& g) {
+  std::string text = std::to_string(g.dimensions) + "-D " + std::to_string(g.in_channels) + "->" +
+                     std::to_string(g.out_channels) + " groups " + std::to_string(g.groups) + " input";
+  for (int a = 0; a < g.dimensions; ++a) text += " " + std::to_string(g.input[static_cast<std::size_t>(a)]);
+  text += " kernel " + std::to_string(g.kernel[0]) + " stride " + std::to_string(g.stride[0]) + " padding " +
+          std::to_string(g.padding[0]) + " dilation " + std::to_string(g.dilation[0]);
+  return text;
 }
 
 }  // namespace hpctrain::test_support

@@ -15,25 +15,19 @@
 
 #include "hpctrain/core/half.hpp"
 #include "hpctrain/kernels/backend.hpp"
+#include "kernel_test_support.hpp"
 
 namespace hpctrain {
 namespace {
 
+// A pooling window over 2 channels, the same extent on every axis.
 SpatialGeometry window(int dimensions, std::array<std::int64_t, 3> input, std::int64_t kernel, std::int64_t stride,
                        std::int64_t padding, std::int64_t dilation) {
-  SpatialGeometry g;
-  g.dimensions = dimensions;
-  g.in_channels = g.out_channels = 2;
-  g.input = input;
-  for (int axis = 0; axis < dimensions; ++axis) {
-    const auto a = static_cast<std::size_t>(axis);
-    g.kernel[a] = kernel;
-    g.stride[a] = stride;
-    g.padding[a] = padding;
-    g.dilation[a] = dilation;
-    g.output[a] = (input[a] + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1;
-  }
-  return g;
+  const auto same = [dimensions](std::int64_t value) {
+    return std::array<std::int64_t, 3>{value, value, dimensions == 3 ? value : 0};
+  };
+  return test_support::make_geometry(dimensions, 2, 2, 1, input, same(kernel), same(stride), same(padding),
+                                     same(dilation));
 }
 
 template <class T>
@@ -91,10 +85,7 @@ TEST(SpatialTaps, PoolingElementsEqualTheCpuLoopsBitForBit) {
       window(3, {5, 4, 5}, 3, 2, 1, 1),  window(3, {6, 5, 7}, 2, 1, 1, 2), window(2, {6, 5, 0}, 1, 1, 0, 1)};
   for (const SpatialGeometry& g : geometries)
     for (PoolingKind kind : {PoolingKind::max, PoolingKind::average}) {
-      const std::string where = std::to_string(g.dimensions) + "-D input " + std::to_string(g.input[0]) + " kernel " +
-                                std::to_string(g.kernel[0]) + " stride " + std::to_string(g.stride[0]) + " padding " +
-                                std::to_string(g.padding[0]) + " dilation " + std::to_string(g.dilation[0]) +
-                                (kind == PoolingKind::max ? " max" : " average");
+      const std::string where = test_support::describe(g) + (kind == PoolingKind::max ? " max" : " average");
       check<float>(*cpu, g, kind, where + " f32");
       check<bf16>(*cpu, g, kind, where + " bf16");
     }
