@@ -7,7 +7,9 @@
 #
 # Models: inputs/cnn2d.toml (1 x 16 x 16 images, batch 64) and inputs/cosmoflow-small.toml (2 x 16^3 volumes, batch 32),
 # trained on generated data on 1 rank x T threads (T = the cores), and bench/torch_twin.py --model cnn2d|cosmoflow-small
-# (the same layers, batch, AdamW and data; bf16 = autocast) with T threads. A hpctrain run's figure is the median of
+# (the same layers, batch, AdamW and data; bf16 = autocast) with T threads. hpctrain also runs with
+# HPCTRAIN_SPATIAL_LAYOUT=channels_first (the conv stack in the file layout, oneDNN reordering per call) to show what
+# the channels-last layout gains. A hpctrain run's figure is the median of
 # /train/samples_per_sec over the steps after the warm-up; a twin run's the median over its timed windows; the table
 # shows the median over the rounds, which alternate between all configurations so that load from elsewhere hits all.
 set -euo pipefail
@@ -49,15 +51,18 @@ median_of() { sort -g "$1" | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) 
 for ((round = 1; round <= RUNS; ++round)); do
   for model in cnn2d cosmoflow-small; do
     for precision in fp32 bf16; do
-      run=$WORK/$model-$precision-$round
-      "$HPCTRAIN" train "$ROOT/inputs/$model.toml" --output "$run" --set "data.train=${DATA[$model]}" \
-        --set 'data.validation=""' --set train.epochs=0 --set "train.steps=$STEPS" --set "train.log_every=$STEPS" \
-        --set "precision.mode=$precision" --set checkpoint.at_end=false >"$run.log" 2>&1 ||
-        { cat "$run.log" >&2; exit 1; }
-      "$PYTHON" - "$run/metrics.h5" "$WARMUP_STEPS" >>"$WORK/$model-$precision.hpctrain" <<'PY'
+      for layout in channels_last channels_first; do
+        run=$WORK/$model-$precision-$layout-$round
+        HPCTRAIN_SPATIAL_LAYOUT=$layout "$HPCTRAIN" train "$ROOT/inputs/$model.toml" --output "$run" \
+          --set "data.train=${DATA[$model]}" --set 'data.validation=""' --set train.epochs=0 \
+          --set "train.steps=$STEPS" --set "train.log_every=$STEPS" --set "precision.mode=$precision" \
+          --set checkpoint.at_end=false >"$run.log" 2>&1 || { cat "$run.log" >&2; exit 1; }
+        "$PYTHON" - "$run/metrics.h5" "$WARMUP_STEPS" >>"$WORK/$model-$precision.$layout" <<'PY'
 import h5py, statistics, sys
 print(statistics.median(h5py.File(sys.argv[1], "r")["train/samples_per_sec"][int(sys.argv[2]):]))
 PY
+      done
+      run=$WORK/$model-$precision-$round
       if ((HAVE_TORCH)); then
         "$PYTHON" "$ROOT/bench/torch_twin.py" --model "$model" --precision "$precision" --data "${DATA[$model]}" \
           --batch "${BATCH[$model]}" --threads "$THREADS" --warmup "$WARMUP_STEPS" --windows 5 \
@@ -72,16 +77,20 @@ echo "bench/cnn.sh: $(date -u '+%Y-%m-%d %H:%M UTC'), $(lscpu | sed -n 's/^Model
 echo "  load average $LOAD_AT_START at start, $(cut -d' ' -f1-3 /proc/loadavg) at end (other work on the machine skews the figures)"
 echo "  $RUNS round(s) of $STEPS steps (median after $WARMUP_STEPS warm-up steps); torch: $(
   ((HAVE_TORCH)) && "$PYTHON" -c 'import torch; print(torch.__version__)' || echo 'not installed (bench/install-torch.sh)')"
-printf '%-16s %-6s %6s %16s %16s %8s\n' model mode batch "hpctrain img/s" "torch img/s" ratio
+printf '%-16s %-6s %6s %16s %16s %8s %18s %8s\n' model mode batch "hpctrain img/s" "torch img/s" ratio \
+  "channels-first" gain
 for model in cnn2d cosmoflow-small; do
   for precision in fp32 bf16; do
-    mine=$(median_of "$WORK/$model-$precision.hpctrain")
+    mine=$(median_of "$WORK/$model-$precision.channels_last")
+    before=$(median_of "$WORK/$model-$precision.channels_first")
+    gain=$(awk -v a="$mine" -v b="$before" 'BEGIN {printf "%.2f", a / b}')
     if [[ -s $WORK/$model-$precision.torch ]]; then
       theirs=$(median_of "$WORK/$model-$precision.torch")
       ratio=$(awk -v a="$mine" -v b="$theirs" 'BEGIN {printf "%.2f", a / b}')
     else
       theirs="not measured" ratio="-"
     fi
-    printf '%-16s %-6s %6s %16.0f %16s %8s\n' "$model" "$precision" "${BATCH[$model]}" "$mine" "$theirs" "$ratio"
+    printf '%-16s %-6s %6s %16.0f %16s %8s %18.0f %8s\n' "$model" "$precision" "${BATCH[$model]}" "$mine" "$theirs" \
+      "$ratio" "$before" "$gain"
   done
 done

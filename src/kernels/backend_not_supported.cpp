@@ -30,13 +30,16 @@ void Backend::pooling_backward(PoolingKind, const SpatialGeometry&, const Tensor
                                const TensorView&) {
   not_supported(*this, "pooling (maxpool/avgpool/global_avgpool)");
 }
-void Backend::groupnorm_forward(std::int64_t, std::int64_t, const TensorView&, const void*, const void*, float,
-                                const TensorView&, void*, void*) {
+void Backend::groupnorm_forward(std::int64_t, std::int64_t, SpatialLayout, const TensorView&, const void*, const void*,
+                                float, const TensorView&, void*, void*) {
   not_supported(*this, "groupnorm");
 }
-void Backend::groupnorm_backward(std::int64_t, std::int64_t, const TensorView&, const TensorView&, const void*,
-                                 const void*, const void*, const TensorView&, void*, void*, bool) {
+void Backend::groupnorm_backward(std::int64_t, std::int64_t, SpatialLayout, const TensorView&, const TensorView&,
+                                 const void*, const void*, const void*, const TensorView&, void*, void*, bool) {
   not_supported(*this, "groupnorm");
+}
+void Backend::convert_spatial_layout(std::int64_t, SpatialLayout, const TensorView&, const TensorView&) {
+  not_supported(*this, "a channels-last activation layout");
 }
 
 }  // namespace hpctrain

@@ -1,6 +1,8 @@
 // The layers of convolutional networks: conv2d/conv3d, max/average pooling, global average pooling, flatten and group
-// normalisation. Samples stay activation rows (one sample per row, NCHW / NCDHW order), so these layers fit the flat
-// buffers like any other; their shapes come from the sample shape that flows in, checked here when the model is built.
+// normalisation. Samples stay activation rows (one sample per row, in the layout the model chose: NCHW / NCDHW, or
+// channels-last on a backend that prefers it), so these layers fit the flat buffers like any other; their shapes come
+// from the sample shape that flows in (always given channels-first), checked here when the model is built. Flatten
+// turns channels-last samples back into PyTorch's flattening order, so the layers after it never see the layout.
 //
 // Batch normalisation is left out on purpose: its statistics are per batch, so with the batch split over ranks they
 // would need an all-reduce inside every forward pass to keep results independent of the rank count. Group
@@ -24,7 +26,7 @@ std::int64_t at_axis(const std::vector<std::int64_t>& values, int axis) {
 // The geometry of a conv or pooling layer on `input` = (C, H, W) or (C, D, H, W), with InputErrors that say which
 // layer, what arrived and what to change.
 SpatialGeometry spatial_geometry(const LayerSpec& spec, const SampleShape& input, int dimensions,
-                                 std::int64_t out_channels, const std::string& where) {
+                                 std::int64_t out_channels, const std::string& where, SpatialLayout layout) {
   const std::string layer = where + ": layer '" + spec.name + "' (" + spec.type + ")";
   HPCTRAIN_VERIFY(input.size() == static_cast<std::size_t>(dimensions + 1), InputError,
                   layer << " needs samples of shape " << (dimensions == 2 ? "(C, H, W)" : "(C, D, H, W)") << ", but "
@@ -37,6 +39,7 @@ SpatialGeometry spatial_geometry(const LayerSpec& spec, const SampleShape& input
                             "d/pooling layers of the "
                             "data's dimensionality");
   SpatialGeometry g;
+  g.layout = layout;
   g.dimensions = dimensions;
   g.in_channels = input[0];
   g.out_channels = out_channels == 0 ? input[0] : out_channels;
@@ -85,6 +88,7 @@ class Convolution final : public Layer {
   [[nodiscard]] std::string type() const override { return type_; }
   [[nodiscard]] bool uses_spatial_operations() const override { return true; }
   [[nodiscard]] bool skips_input_gradient() const override { return true; }
+  [[nodiscard]] bool takes_any_layout() const override { return true; }
 
   [[nodiscard]] std::vector<ParameterSpec> parameters() const override {
     std::vector<std::int64_t> weight{geometry_.out_channels, geometry_.in_channels / geometry_.groups};
@@ -130,6 +134,7 @@ class Pooling final : public Layer {
       : Layer(std::move(name), input, std::move(output)), type_(std::move(type)), kind_(kind), geometry_(geometry) {}
   [[nodiscard]] std::string type() const override { return type_; }
   [[nodiscard]] bool uses_spatial_operations() const override { return true; }
+  [[nodiscard]] bool takes_any_layout() const override { return true; }
   void forward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView& y) override {
     context.backend->pooling_forward(kind_, geometry_, x, y);
   }
@@ -144,29 +149,44 @@ class Pooling final : public Layer {
   SpatialGeometry geometry_;
 };
 
-// (C, H, W) -> (C*H*W): the row is already the flattened sample, so only the shape changes (forward copies).
+// (C, H, W) -> (C*H*W) in PyTorch's order. A channels-first row already is the flattened sample, so only the shape
+// changes (forward copies); a channels-last row is transposed back (and its gradient forward again).
 class Flatten final : public Layer {
  public:
-  Flatten(std::string name, const SampleShape& input) : Layer(std::move(name), input, SampleShape{shape_size(input)}) {}
+  Flatten(std::string name, const SampleShape& input, SpatialLayout layout)
+      : Layer(std::move(name), input, SampleShape{shape_size(input)}),
+        transpose_(layout == SpatialLayout::channels_last && input.size() > 1) {}
   [[nodiscard]] std::string type() const override { return "flatten"; }
-  [[nodiscard]] bool in_place_backward() const override { return true; }
+  [[nodiscard]] bool in_place_backward() const override { return !transpose_; }
+  [[nodiscard]] bool takes_any_layout() const override { return true; }
   void forward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView& y) override {
-    context.backend->copy(y.data, x.data, x.bytes());
+    if (transpose_)
+      context.backend->convert_spatial_layout(input_shape()[0], SpatialLayout::channels_last, x, y);
+    else
+      context.backend->copy(y.data, x.data, x.bytes());
   }
   void backward(const StepContext& context, std::uint32_t, const TensorView&, const TensorView&, const TensorView& dy,
                 const TensorView& dx, bool) override {
-    if (dx.data != nullptr && dx.data != dy.data) context.backend->copy(dx.data, dy.data, dy.bytes());
+    if (dx.data == nullptr || dx.data == dy.data) return;
+    if (transpose_)
+      context.backend->convert_spatial_layout(input_shape()[0], SpatialLayout::channels_first, dy, dx);
+    else
+      context.backend->copy(dx.data, dy.data, dy.bytes());
   }
+
+ private:
+  bool transpose_;
 };
 
 // Normalises each (sample, group of channels) block in fp32, then scales and shifts per channel (PyTorch GroupNorm).
 // gamma and beta are read from the fp32 master parameters.
 class GroupNorm final : public Layer {
  public:
-  GroupNorm(std::string name, const SampleShape& input, std::int64_t groups, float eps)
-      : Layer(std::move(name), input, input), groups_(groups), eps_(eps) {}
+  GroupNorm(std::string name, const SampleShape& input, std::int64_t groups, float eps, SpatialLayout layout)
+      : Layer(std::move(name), input, input), groups_(groups), eps_(eps), layout_(layout) {}
   [[nodiscard]] std::string type() const override { return "groupnorm"; }
   [[nodiscard]] bool uses_spatial_operations() const override { return true; }
+  [[nodiscard]] bool takes_any_layout() const override { return true; }
   [[nodiscard]] std::vector<ParameterSpec> parameters() const override {
     return {{"weight", {channels()}}, {"bias", {channels()}}};
   }
@@ -180,11 +200,12 @@ class GroupNorm final : public Layer {
   [[nodiscard]] std::int64_t saved_per_row() const override { return 2 * groups_; }
 
   void forward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView& y) override {
-    context.backend->groupnorm_forward(channels(), groups_, x, master(0), master(1), eps_, y, saved(0), saved(groups_));
+    context.backend->groupnorm_forward(channels(), groups_, layout_, x, master(0), master(1), eps_, y, saved(0),
+                                       saved(groups_));
   }
   void backward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView&, const TensorView& dy,
                 const TensorView& dx, bool accumulate) override {
-    context.backend->groupnorm_backward(channels(), groups_, x, dy, master(0), saved(0), saved(groups_), dx,
+    context.backend->groupnorm_backward(channels(), groups_, layout_, x, dy, master(0), saved(0), saved(groups_), dx,
                                         gradient(0), gradient(1), accumulate);
   }
 
@@ -192,19 +213,21 @@ class GroupNorm final : public Layer {
   [[nodiscard]] std::int64_t channels() const { return input_shape()[0]; }
   std::int64_t groups_;
   float eps_;
+  SpatialLayout layout_;
 };
 
 }  // namespace
 
-std::unique_ptr<Layer> make_spatial_layer(const LayerSpec& spec, const SampleShape& input, const std::string& where) {
+std::unique_ptr<Layer> make_spatial_layer(const LayerSpec& spec, const SampleShape& input, const std::string& where,
+                                          SpatialLayout layout) {
   const std::string& type = spec.type;
   const int dimensions = type.size() > 2 && type.compare(type.size() - 2, 2, "3d") == 0 ? 3 : 2;
   if (type == "conv2d" || type == "conv3d") {
-    const SpatialGeometry geometry = spatial_geometry(spec, input, dimensions, spec.out, where);
+    const SpatialGeometry geometry = spatial_geometry(spec, input, dimensions, spec.out, where, layout);
     return std::make_unique<Convolution>(spec.name, type, input, geometry, spec.bias);
   }
   if (type == "maxpool2d" || type == "maxpool3d" || type == "avgpool2d" || type == "avgpool3d") {
-    const SpatialGeometry geometry = spatial_geometry(spec, input, dimensions, 0, where);
+    const SpatialGeometry geometry = spatial_geometry(spec, input, dimensions, 0, where, layout);
     const PoolingKind kind = type.rfind("max", 0) == 0 ? PoolingKind::max : PoolingKind::average;
     return std::make_unique<Pooling>(spec.name, type, kind, input, geometry, shape_after(geometry));
   }
@@ -218,17 +241,18 @@ std::unique_ptr<Layer> make_spatial_layer(const LayerSpec& spec, const SampleSha
     whole.kernel.assign(input.begin() + 1, input.end());
     whole.stride = {1};
     whole.padding = {0};
-    const SpatialGeometry geometry = spatial_geometry(whole, input, static_cast<int>(input.size()) - 1, 0, where);
+    const SpatialGeometry geometry =
+        spatial_geometry(whole, input, static_cast<int>(input.size()) - 1, 0, where, layout);
     return std::make_unique<Pooling>(spec.name, type, PoolingKind::average, input, geometry, SampleShape{input[0]});
   }
-  if (type == "flatten") return std::make_unique<Flatten>(spec.name, input);
+  if (type == "flatten") return std::make_unique<Flatten>(spec.name, input, layout);
   if (type == "groupnorm") {
     HPCTRAIN_VERIFY(input.size() >= 2 && input[0] % spec.groups == 0, InputError,
                     where << ": layer '" << spec.name << "' (groupnorm) with groups = " << spec.groups
                           << " needs samples of shape (C, ...) with C divisible by groups, but "
                           << batch_shape_text(input) << " arrives",
                     "use it after a conv layer and choose groups dividing its channel count");
-    return std::make_unique<GroupNorm>(spec.name, input, spec.groups, static_cast<float>(spec.eps));
+    return std::make_unique<GroupNorm>(spec.name, input, spec.groups, static_cast<float>(spec.eps), layout);
   }
   return nullptr;
 }

@@ -18,6 +18,6 @@ void fill_uniform(float* host_master, const std::vector<ParameterSpec>& paramete
 
 // conv2d/3d, max/avg pooling 2d/3d, global_avgpool, flatten, groupnorm; null for other types.
 std::unique_ptr<Layer> make_spatial_layer(const LayerSpec& spec, const SampleShape& input_shape,
-                                          const std::string& deck_location);
+                                          const std::string& deck_location, SpatialLayout layout);
 
 }  // namespace hpctrain::nn_detail

@@ -63,6 +63,7 @@ class ActivationLayer final : public Layer {
       : Layer(std::move(name), shape, shape), kind_(kind), alpha_(alpha), type_(std::move(type)) {}
   [[nodiscard]] std::string type() const override { return type_; }
   [[nodiscard]] bool in_place_backward() const override { return true; }
+  [[nodiscard]] bool takes_any_layout() const override { return true; }
   void forward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView& y) override {
     context.backend->activation_forward(kind_, alpha_, x, y);
   }
@@ -77,6 +78,8 @@ class ActivationLayer final : public Layer {
   std::string type_;
 };
 
+// Not layout-agnostic on purpose: its mask is keyed by the channels-first position, so the same deck drops the same
+// elements on every backend (a model with dropout inside its conv stack stays channels-first).
 class Dropout final : public Layer {
  public:
   Dropout(std::string name, const SampleShape& shape, float p) : Layer(std::move(name), shape, shape), p_(p) {}
@@ -163,7 +166,7 @@ void fill_uniform(float* host_master, const std::vector<ParameterSpec>& paramete
 }  // namespace nn_detail
 
 std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const SampleShape& input_shape,
-                                  const std::string& deck_location) {
+                                  const std::string& deck_location, SpatialLayout layout) {
   const std::int64_t input_width = shape_size(input_shape);
   if (spec.type == "linear") {
     HPCTRAIN_VERIFY(spec.in == 0 || spec.in == input_width, InputError,
@@ -185,7 +188,7 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const SampleShape& inpu
   if (spec.type == "dropout") return std::make_unique<Dropout>(spec.name, input_shape, static_cast<float>(spec.p));
   if (spec.type == "layernorm")
     return std::make_unique<LayerNorm>(spec.name, input_shape, static_cast<float>(spec.eps));
-  if (auto layer = nn_detail::make_spatial_layer(spec, input_shape, deck_location)) return layer;
+  if (auto layer = nn_detail::make_spatial_layer(spec, input_shape, deck_location, layout)) return layer;
   throw InputError(deck_location + ": unknown layer type '" + spec.type + "'",
                    "use one of: linear, relu, gelu, tanh, leaky_relu, layernorm, dropout, conv2d, conv3d, maxpool2d, "
                    "maxpool3d, avgpool2d, avgpool3d, global_avgpool, flatten, groupnorm");

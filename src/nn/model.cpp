@@ -14,35 +14,25 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
     : backend_(backend), buffers_(buffers), input_shape_(input_shape), input_width_(shape_size(input_shape)) {
   HPCTRAIN_ASSERT(!spec.layers.empty(), "a model needs layers");
   HPCTRAIN_ASSERT(buffers_.max_rows > 0, "max_rows must be positive");
-  // Build the layers and lay out their parameters, in forward order.
-  SampleShape shape = input_shape_;
-  std::int64_t width = input_width_;
-  std::int64_t widest = width;
+  build_layers(spec, deck_path, SpatialLayout::channels_first);
+  if (channels_last_pays_off()) {
+    layout_ = SpatialLayout::channels_last;
+    build_layers(spec, deck_path, layout_);
+  }
+
+  // Lay out the parameters, in forward order.
+  std::int64_t widest = input_width_;
   std::int64_t saved_rows_blocks = 0;
-  for (std::size_t i = 0; i < spec.layers.size(); ++i) {
-    const LayerSpec& layer_spec = spec.layers[i];
-    // A layer list given by --set has no position in the deck file.
-    const std::string location = layer_spec.position.line > 0
-                                     ? deck_path + ":" + std::to_string(layer_spec.position.line) + ":" +
-                                           std::to_string(layer_spec.position.column)
-                                     : deck_path + ": model.layers[" + std::to_string(i) + "]";
-    layers_.push_back(make_layer(layer_spec, shape, location));
-    Layer& layer = *layers_.back();
-    if (layer.uses_spatial_operations() && !backend_.has_spatial_operations())
-      throw NotSupported(location + ": layer '" + layer.name() + "' (" + layer.type() + ") on the " + backend_.name() +
-                         " backend, which has no convolution, pooling and groupnorm operations (a CUDA build without "
-                         "cuDNN: rebuild with cuDNN, CUDNN_ROOT); run this model with run.device = \"cpu\"");
+  for (const auto& layer : layers_) {
     parameter_begin_.push_back(parameter_count_);
-    for (const ParameterSpec& parameter : layer.parameters()) {
+    for (const ParameterSpec& parameter : layer->parameters()) {
       std::int64_t count = 1;
       for (auto extent : parameter.shape) count *= extent;
-      entries_.push_back({layer.name(), layer.type(), parameter.name, parameter.shape, parameter_count_, count});
+      entries_.push_back({layer->name(), layer->type(), parameter.name, parameter.shape, parameter_count_, count});
       parameter_count_ += count;
     }
-    saved_rows_blocks += layer.saved_per_row();
-    shape = layer.output_shape();
-    width = layer.output_width();
-    widest = std::max(widest, width);
+    saved_rows_blocks += layer->saved_per_row();
+    widest = std::max(widest, layer->output_width());
   }
   parameter_begin_.push_back(parameter_count_);
 
@@ -65,6 +55,11 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
     activations_.push_back(backend_.allocate(bytes));
     activation_bytes_ += bytes;
     if (i < layers_.size()) layer_width = layers_[i]->output_width();
+  }
+  if (layout_ == SpatialLayout::channels_last) {  // the input batch, converted once per step
+    const std::size_t bytes = static_cast<std::size_t>(buffers_.max_rows * input_width_) * activation_size;
+    converted_input_ = backend_.allocate(bytes);
+    activation_bytes_ += bytes;
   }
   const std::size_t scratch_bytes = static_cast<std::size_t>(buffers_.max_rows * widest) * activation_size;
   if (buffers_.training)
@@ -99,8 +94,47 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
   }
 }
 
+void Model::build_layers(const ModelSection& spec, const std::string& deck_path, SpatialLayout layout) {
+  layers_.clear();
+  SampleShape shape = input_shape_;
+  for (std::size_t i = 0; i < spec.layers.size(); ++i) {
+    const LayerSpec& layer_spec = spec.layers[i];
+    // A layer list given by --set has no position in the deck file.
+    const std::string location = layer_spec.position.line > 0
+                                     ? deck_path + ":" + std::to_string(layer_spec.position.line) + ":" +
+                                           std::to_string(layer_spec.position.column)
+                                     : deck_path + ": model.layers[" + std::to_string(i) + "]";
+    layers_.push_back(make_layer(layer_spec, shape, location, layout));
+    const Layer& layer = *layers_.back();
+    if (layer.uses_spatial_operations() && !backend_.has_spatial_operations())
+      throw NotSupported(location + ": layer '" + layer.name() + "' (" + layer.type() + ") on the " + backend_.name() +
+                         " backend, which has no convolution, pooling and groupnorm operations (a CUDA build without "
+                         "cuDNN: rebuild with cuDNN, CUDNN_ROOT); run this model with run.device = \"cpu\"");
+    shape = layer.output_shape();
+  }
+}
+
+// Channels-last when the backend prefers it, the model has a conv stack on image/volume input, every layer that sees a
+// spatial sample can take that layout, and the output is flat (so losses, targets and predictions never see it).
+bool Model::channels_last_pays_off() const {
+  if (backend_.preferred_spatial_layout() != SpatialLayout::channels_last || input_shape_.size() < 3 ||
+      layers_.back()->output_shape().size() != 1)
+    return false;
+  bool spatial_operations = false;
+  for (const auto& layer : layers_) {
+    if (layer->input_shape().size() > 1 && !layer->takes_any_layout()) return false;
+    spatial_operations = spatial_operations || layer->uses_spatial_operations();
+  }
+  return spatial_operations;
+}
+
+TensorView Model::layer_input(std::size_t index, std::int64_t rows) const {
+  void* data = index == 0 && converted_input_ != nullptr ? converted_input_ : activations_[index];
+  return {data, buffers_.activation_dtype, rows, index == 0 ? input_width_ : layers_[index - 1]->output_width()};
+}
+
 Model::~Model() {
-  for (void* pointer : {master_, gradients_, working_, saved_, scratch_[0], scratch_[1]})
+  for (void* pointer : {master_, gradients_, working_, saved_, converted_input_, scratch_[0], scratch_[1]})
     if (pointer != nullptr) backend_.deallocate(pointer);
   for (void* pointer : activations_) backend_.deallocate(pointer);
 }
@@ -134,14 +168,14 @@ TensorView Model::input(std::int64_t rows) const {
 
 TensorView Model::forward(const StepContext& context) {
   const DType dtype = buffers_.activation_dtype;
-  std::int64_t width = input_width_;
+  if (converted_input_ != nullptr)
+    backend_.convert_spatial_layout(input_shape_[0], SpatialLayout::channels_first, input(context.rows),
+                                    layer_input(0, context.rows));
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    const TensorView x{activations_[i], dtype, context.rows, width};
-    width = layers_[i]->output_width();
-    const TensorView y{activations_[i + 1], dtype, context.rows, width};
-    layers_[i]->forward(context, static_cast<std::uint32_t>(i), x, y);
+    const TensorView y{activations_[i + 1], dtype, context.rows, layers_[i]->output_width()};
+    layers_[i]->forward(context, static_cast<std::uint32_t>(i), layer_input(i, context.rows), y);
   }
-  return {activations_.back(), dtype, context.rows, width};
+  return {activations_.back(), dtype, context.rows, output_width()};
 }
 
 void Model::backward(const StepContext& context, bool accumulate,
@@ -151,7 +185,7 @@ void Model::backward(const StepContext& context, bool accumulate,
   TensorView dy{activations_.back(), dtype, context.rows, output_width()};
   for (std::size_t i = layers_.size(); i-- > 0;) {
     Layer& layer = *layers_[i];
-    const TensorView x{activations_[i], dtype, context.rows, layer.input_width()};
+    const TensorView x = layer_input(i, context.rows);
     const TensorView y{activations_[i + 1], dtype, context.rows, layer.output_width()};
     TensorView dx{nullptr, dtype, context.rows, layer.input_width()};
     if (layer.in_place_backward()) {
@@ -177,6 +211,9 @@ std::string Model::summary() const {
        << batch_shape_text(layer.output_shape()) << (parameter_begin_[i + 1] - parameter_begin_[i]) << "\n";
   }
   os << "  total parameters: " << parameter_count_;
+  if (layout_ == SpatialLayout::channels_last)
+    os << "\n  conv layers run channels-last (the " << backend_.name()
+       << " backend's fastest layout): each batch is converted on the way in and at flatten";
   return os.str();
 }
 

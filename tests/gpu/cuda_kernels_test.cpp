@@ -627,17 +627,17 @@ TEST_F(CudaVsCpu, GroupnormForwardAndBackward) {
         auto dgamma = array(accumulate ? random_floats(c, 105) : std::vector<float>(c, nan_float));
         auto dbeta = array(accumulate ? random_floats(c, 106) : std::vector<float>(c, nan_float));
         const std::string where = std::string(dtype_name(dtype)) + " groups " + std::to_string(groups);
-        cpu->groupnorm_forward(channels, groups, x.cpu(), gamma.cpu(), beta.cpu(), 1e-5f, y.cpu(), mean.cpu(),
-                               rstd.cpu());
-        gpu->groupnorm_forward(channels, groups, x.gpu(), gamma.gpu(), beta.gpu(), 1e-5f, y.gpu(), mean.gpu(),
-                               rstd.gpu());
+        cpu->groupnorm_forward(channels, groups, SpatialLayout::channels_first, x.cpu(), gamma.cpu(), beta.cpu(), 1e-5f,
+                               y.cpu(), mean.cpu(), rstd.cpu());
+        gpu->groupnorm_forward(channels, groups, SpatialLayout::channels_first, x.gpu(), gamma.gpu(), beta.gpu(), 1e-5f,
+                               y.gpu(), mean.gpu(), rstd.gpu());
         EXPECT_LE(y.difference(), tolerance(dtype)) << where;
         EXPECT_LE(mean.difference(), 1e-5) << where;
         EXPECT_LE(rstd.difference(), 1e-5) << where;
-        cpu->groupnorm_backward(channels, groups, x.cpu(), dy.cpu(), gamma.cpu(), mean.cpu(), rstd.cpu(), dx.cpu(),
-                                dgamma.cpu(), dbeta.cpu(), accumulate);
-        gpu->groupnorm_backward(channels, groups, x.gpu(), dy.gpu(), gamma.gpu(), mean.gpu(), rstd.gpu(), dx.gpu(),
-                                dgamma.gpu(), dbeta.gpu(), accumulate);
+        cpu->groupnorm_backward(channels, groups, SpatialLayout::channels_first, x.cpu(), dy.cpu(), gamma.cpu(),
+                                mean.cpu(), rstd.cpu(), dx.cpu(), dgamma.cpu(), dbeta.cpu(), accumulate);
+        gpu->groupnorm_backward(channels, groups, SpatialLayout::channels_first, x.gpu(), dy.gpu(), gamma.gpu(),
+                                mean.gpu(), rstd.gpu(), dx.gpu(), dgamma.gpu(), dbeta.gpu(), accumulate);
         EXPECT_LE(dx.difference(), tolerance(dtype)) << where;
         EXPECT_LE(dgamma.difference(), 1e-5) << where;
         EXPECT_LE(dbeta.difference(), 1e-5) << where;
@@ -648,7 +648,8 @@ TEST_F(CudaVsCpu, Fp64IsRefusedClearly) {
   if (self_check()) GTEST_SKIP() << "the CPU backend supports fp64";
   TestTensor x(*gpu, DType::f64, 2, 2), y(*gpu, DType::f64, 2, 2);
   EXPECT_THROW(gpu->activation_forward(Activation::relu, 0.0f, x.view(), y.view()), NotSupported);
-  EXPECT_THROW(gpu->groupnorm_forward(1, 1, x.view(), nullptr, nullptr, 1e-5f, y.view(), nullptr, nullptr),
+  EXPECT_THROW(gpu->groupnorm_forward(1, 1, SpatialLayout::channels_first, x.view(), nullptr, nullptr, 1e-5f, y.view(),
+                                      nullptr, nullptr),
                NotSupported);
 }
 

@@ -269,14 +269,15 @@ TEST(CpuGroupNorm, EveryDtypeMatchesDoubleAndNormalisesEachGroup) {
     TestArray<double> mean64(*backend, rows * groups), rstd64(*backend, rows * groups), dgamma64(*backend, channels),
         dbeta64(*backend, channels);
     y.poison(), dx.poison();
-    backend->groupnorm_forward(channels, groups, x.view(), gamma.data(), beta.data(), 1e-5f, y.view(), mean.data(),
-                               rstd.data());
-    backend->groupnorm_forward(channels, groups, x64.view(), gamma64.data(), beta64.data(), 1e-5f, y64.view(),
-                               mean64.data(), rstd64.data());
-    backend->groupnorm_backward(channels, groups, x.view(), dy.view(), gamma.data(), mean.data(), rstd.data(),
-                                dx.view(), dgamma.data(), dbeta.data(), false);
-    backend->groupnorm_backward(channels, groups, x64.view(), dy64.view(), gamma64.data(), mean64.data(), rstd64.data(),
-                                dx64.view(), dgamma64.data(), dbeta64.data(), false);
+    backend->groupnorm_forward(channels, groups, SpatialLayout::channels_first, x.view(), gamma.data(), beta.data(),
+                               1e-5f, y.view(), mean.data(), rstd.data());
+    backend->groupnorm_forward(channels, groups, SpatialLayout::channels_first, x64.view(), gamma64.data(),
+                               beta64.data(), 1e-5f, y64.view(), mean64.data(), rstd64.data());
+    backend->groupnorm_backward(channels, groups, SpatialLayout::channels_first, x.view(), dy.view(), gamma.data(),
+                                mean.data(), rstd.data(), dx.view(), dgamma.data(), dbeta.data(), false);
+    backend->groupnorm_backward(channels, groups, SpatialLayout::channels_first, x64.view(), dy64.view(),
+                                gamma64.data(), mean64.data(), rstd64.data(), dx64.view(), dgamma64.data(),
+                                dbeta64.data(), false);
     EXPECT_LE(relative_error(y.get(), y64.get()), tolerance(dtype)) << dtype_name(dtype);
     EXPECT_LE(relative_error(dx.get(), dx64.get()), 2 * tolerance(dtype)) << dtype_name(dtype);
     const auto widen = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
@@ -287,8 +288,8 @@ TEST(CpuGroupNorm, EveryDtypeMatchesDoubleAndNormalisesEachGroup) {
   TestArray<double> ones(*backend, std::vector<double>(channels, 1.0)), zeros(*backend, std::vector<double>(channels));
   TestTensor y64(*backend, DType::f64, rows, cols);
   TestArray<double> mean64(*backend, rows * groups), rstd64(*backend, rows * groups);
-  backend->groupnorm_forward(channels, groups, x64.view(), ones.data(), zeros.data(), 0.0f, y64.view(), mean64.data(),
-                             rstd64.data());
+  backend->groupnorm_forward(channels, groups, SpatialLayout::channels_first, x64.view(), ones.data(), zeros.data(),
+                             0.0f, y64.view(), mean64.data(), rstd64.data());
   const auto y = y64.get();
   const std::int64_t block = cols / groups;
   for (std::int64_t b = 0; b < rows * groups; ++b) {
@@ -343,7 +344,9 @@ TEST(CpuConvolution, NotSupportedByDefault) {
     EXPECT_NE(std::string(error.what()).find("on the minimal backend"), std::string::npos) << error.what();
   }
   EXPECT_THROW(minimal.pooling_forward(PoolingKind::max, {}, {}, {}), NotSupported);
-  EXPECT_THROW(minimal.groupnorm_forward(1, 1, {}, nullptr, nullptr, 0.0f, {}, nullptr, nullptr), NotSupported);
+  EXPECT_THROW(
+      minimal.groupnorm_forward(1, 1, SpatialLayout::channels_first, {}, nullptr, nullptr, 0.0f, {}, nullptr, nullptr),
+      NotSupported);
 }
 
 TEST(CpuConvolution, ModelRefusesSpatialLayersTheBackendLacks) {

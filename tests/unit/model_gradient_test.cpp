@@ -53,6 +53,8 @@ struct Case {
 
 class ModelGradient : public testing::TestWithParam<Case> {};
 
+void check_gradients(const Case& test, SpatialLayout layout);
+
 // loss(parameters) over a fixed batch: mean over rows of the per-sample loss.
 double evaluate(Backend& backend, Model& model, const StepContext& context, const std::vector<double>& input,
                 const std::string& loss, const std::int32_t* labels, const double* targets, float* grad_scale,
@@ -71,8 +73,15 @@ double evaluate(Backend& backend, Model& model, const StepContext& context, cons
 }
 
 TEST_P(ModelGradient, MatchesCentralDifferences) {
-  const Case& test = GetParam();
-  auto backend = make_cpu_backend();
+  // Both activation layouts a conv stack can run in (models with only flat layers ignore the preference).
+  for (SpatialLayout layout : {SpatialLayout::channels_last, SpatialLayout::channels_first}) {
+    SCOPED_TRACE(layout == SpatialLayout::channels_last ? "channels-last backend" : "channels-first backend");
+    check_gradients(GetParam(), layout);
+  }
+}
+
+void check_gradients(const Case& test, SpatialLayout layout) {
+  auto backend = make_cpu_backend(layout);
   const std::int64_t rows = test.input.size() > 1 ? 3 : 6;
   const std::int64_t features = shape_size(test.input);
   ModelSection spec;
@@ -119,7 +128,7 @@ TEST_P(ModelGradient, MatchesCentralDifferences) {
     EXPECT_LT(error, 1e-5) << test.name << ": parameter " << i << " analytic " << expected[static_cast<std::size_t>(i)]
                            << " numeric " << numeric;
   }
-  RecordProperty("worst_relative_error", std::to_string(worst));
+  testing::Test::RecordProperty("worst_relative_error", std::to_string(worst));
 }
 
 INSTANTIATE_TEST_SUITE_P(

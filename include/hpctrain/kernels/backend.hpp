@@ -63,13 +63,20 @@ struct LossSums {
   double correct = 0.0;   // classification: rows whose argmax equals the label
 };
 
-// The geometry of one convolution or pooling layer for a batch of samples stored as rows (each row one sample in NCHW /
-// NCDHW order). Spatial extents are (H, W) or (D, H, W) in the first `dimensions` entries of each array.
+// How one sample of a convolutional layer is laid out in its activation row. Files and checkpoints are channels-first
+// (NCHW / NCDHW, PyTorch's default); a backend may prefer channels-last (NHWC / NDHWC: the layout oneDNN's fastest
+// convolutions read directly), and the model then converts each sample once on its way into the conv stack and once on
+// its way out (at flatten), never between layers.
+enum class SpatialLayout : std::uint8_t { channels_first, channels_last };
+
+// The geometry of one convolution or pooling layer for a batch of samples stored as rows (each row one sample in the
+// `layout` order). Spatial extents are (H, W) or (D, H, W) in the first `dimensions` entries of each array.
 struct SpatialGeometry {
   int dimensions = 2;  // 2 or 3 spatial axes
   std::int64_t in_channels = 0, out_channels = 0;
   std::int64_t groups = 1;  // convolution: channel groups (weights (out, in/groups, k...))
   std::array<std::int64_t, 3> input{}, output{}, kernel{}, stride{}, padding{}, dilation{};
+  SpatialLayout layout = SpatialLayout::channels_first;  // of x, y and their gradients; weights are always PyTorch's
 
   [[nodiscard]] std::int64_t input_size() const { return product(input); }  // spatial elements per channel
   [[nodiscard]] std::int64_t output_size() const { return product(output); }
@@ -155,14 +162,22 @@ class Backend {
   // dx overwritten; max pooling sends the gradient to the first maximum of each window (recomputed from x).
   virtual void pooling_backward(PoolingKind kind, const SpatialGeometry& geometry, const TensorView& x,
                                 const TensorView& dy, const TensorView& dx);
-  // Group normalisation of rows holding `channels` channels of cols / channels elements each: statistics per (row,
-  // group) in fp32 (fp64 for f64); gamma, beta per channel (master dtype); mean, rstd: (rows, groups) master dtype.
-  virtual void groupnorm_forward(std::int64_t channels, std::int64_t groups, const TensorView& x, const void* gamma,
-                                 const void* beta, float eps, const TensorView& y, void* mean, void* rstd);
+  // Group normalisation of rows holding `channels` channels of cols / channels elements each, in `layout` order:
+  // statistics per (row, group) in fp32 (fp64 for f64); gamma, beta per channel (master dtype); mean, rstd: (rows,
+  // groups) master dtype.
+  virtual void groupnorm_forward(std::int64_t channels, std::int64_t groups, SpatialLayout layout, const TensorView& x,
+                                 const void* gamma, const void* beta, float eps, const TensorView& y, void* mean,
+                                 void* rstd);
   // dx must not alias dy; dgamma, dbeta written or added.
-  virtual void groupnorm_backward(std::int64_t channels, std::int64_t groups, const TensorView& x, const TensorView& dy,
-                                  const void* gamma, const void* mean, const void* rstd, const TensorView& dx,
-                                  void* dgamma, void* dbeta, bool accumulate);
+  virtual void groupnorm_backward(std::int64_t channels, std::int64_t groups, SpatialLayout layout, const TensorView& x,
+                                  const TensorView& dy, const void* gamma, const void* mean, const void* rstd,
+                                  const TensorView& dx, void* dgamma, void* dbeta, bool accumulate);
+  // The layout this backend's spatial operations run fastest on (the model converts to it when it builds a conv stack).
+  [[nodiscard]] virtual SpatialLayout preferred_spatial_layout() const { return SpatialLayout::channels_first; }
+  // Rows of `channels` channels of x.cols / channels elements each, from layout `from` into the other layout: a
+  // transpose of each row between (C, S) and (S, C). y must not alias x.
+  virtual void convert_spatial_layout(std::int64_t channels, SpatialLayout from, const TensorView& x,
+                                      const TensorView& y);
 
   // ---- losses (fp32 math; fp64 for f64) ----
   // Softmax cross-entropy on integer labels (backend memory, one per row, in [0, cols)).
@@ -204,12 +219,15 @@ class Backend {
   virtual void replay_capture() { throw NotSupported("graph replay on the " + name() + " backend"); }
 };
 
-// The CPU backend (always built).
+// The CPU backend (always built). Its spatial operations prefer channels-last activations; $HPCTRAIN_SPATIAL_LAYOUT =
+// channels_first makes models keep the file layout instead (for comparisons; InputError for other values).
 std::unique_ptr<Backend> make_cpu_backend();
+std::unique_ptr<Backend> make_cpu_backend(SpatialLayout preferred);
 
 // The CUDA backend on `device` (an index among the visible devices): one stream, cuBLASLt for matrix products, cuDNN
-// for convolutions (when the build found it), own kernels for the rest. Storage dtypes f32/bf16/f16 (f64, used only by gradient checks, is NotSupported). Always
-// declared and linkable: a CPU-only build throws NotSupported saying how to rebuild.
+// for convolutions (when the build found it), own kernels for the rest. Storage dtypes f32/bf16/f16 (f64, used only by
+// gradient checks, is NotSupported). Always declared and linkable: a CPU-only build throws NotSupported saying how to
+// rebuild.
 std::unique_ptr<Backend> make_cuda_backend(int device);
 
 // Visible CUDA devices; 0 without a driver, without a GPU, or in a CPU-only build (never throws).

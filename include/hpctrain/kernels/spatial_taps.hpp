@@ -159,6 +159,7 @@ inline void hash_geometry(std::size_t& hash, const SpatialGeometry& g) {
   mix(g.in_channels);
   mix(g.out_channels);
   mix(g.groups);
+  mix(static_cast<std::int64_t>(g.layout));
   for (const auto* extents : {&g.input, &g.output, &g.kernel, &g.stride, &g.padding, &g.dilation})
     for (auto value : *extents) mix(value);
 }

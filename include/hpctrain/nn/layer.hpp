@@ -40,7 +40,8 @@ struct ParameterBinding {
 };
 
 // One sample's shape without the batch axis: (F) for feature vectors, (C, H, W) for images, (C, D, H, W) for volumes.
-// A sample is one activation row, stored in this shape's row-major (NCHW / NCDHW) order.
+// A sample is one activation row, stored in this shape's row-major (NCHW / NCDHW) order, or channels-last inside the
+// conv stack of a model on a backend that prefers it (see Model).
 using SampleShape = std::vector<std::int64_t>;
 [[nodiscard]] std::int64_t shape_size(const SampleShape& shape);       // elements of one sample
 [[nodiscard]] std::string batch_shape_text(const SampleShape& shape);  // "(N, 8, 14, 14)"
@@ -89,6 +90,10 @@ class Layer {
   [[nodiscard]] virtual bool uses_spatial_operations() const { return false; }
   // Element-wise layers may write dx over dy, saving a buffer swap.
   [[nodiscard]] virtual bool in_place_backward() const { return false; }
+  // Whether the layer computes the same thing on channels-last samples: the spatial layers and flatten, built for a
+  // layout, and element-wise layers without parameters. (Linear or layernorm on an image would not: their parameters
+  // are per channels-first position.)
+  [[nodiscard]] virtual bool takes_any_layout() const { return false; }
 
  protected:
   [[nodiscard]] void* master(std::size_t index) const { return offset(binding_.master, binding_.master_dtype, index); }
@@ -117,9 +122,11 @@ class Layer {
   std::int64_t saved_max_rows_ = 0;
 };
 
-// Build a layer from its deck entry; input_shape is what flows into it (one sample). Throws InputError for impossible
-// shapes, naming deck_location ("deck.toml:12:1"), the layer and what to change.
+// Build a layer from its deck entry; input_shape is what flows into it (one sample), in `layout` order (spatial layers
+// and flatten only; the model decides). Throws InputError for impossible shapes, naming deck_location
+// ("deck.toml:12:1"), the layer and what to change.
 std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const SampleShape& input_shape,
-                                  const std::string& deck_location);
+                                  const std::string& deck_location,
+                                  SpatialLayout layout = SpatialLayout::channels_first);
 
 }  // namespace hpctrain

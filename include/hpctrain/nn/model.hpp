@@ -2,6 +2,9 @@
 // working copy, the activations of every layer and the backward scratch, all made at set-up for the largest batch.
 // Parameters are laid out layer after layer in forward order, so the backward pass completes a suffix of the gradient
 // buffer after each layer: that is what lets gradient buckets be all-reduced while backward goes on.
+// Convolutional models on a backend that prefers channels-last activations (the CPU backend) run their conv stack in
+// that layout: the input batch is converted once per step into its own buffer, flatten converts back, and nothing in
+// between is reordered. Checkpoints, data files and outputs keep PyTorch's channels-first layout.
 #pragma once
 
 #include <functional>
@@ -79,8 +82,15 @@ class Model {
   // A printed summary: layer, type, output shape, parameters.
   [[nodiscard]] std::string summary() const;
   [[nodiscard]] std::size_t activation_bytes() const { return activation_bytes_; }
+  // How the conv layers hold their samples: channels-last when the backend prefers it and the model allows it.
+  [[nodiscard]] SpatialLayout spatial_layout() const { return layout_; }
 
  private:
+  void build_layers(const ModelSection& spec, const std::string& deck_path, SpatialLayout layout);
+  [[nodiscard]] bool channels_last_pays_off() const;
+  // What layer `index` reads: the previous layer's output, or for layer 0 the input (converted, if channels-last).
+  [[nodiscard]] TensorView layer_input(std::size_t index, std::int64_t rows) const;
+
   Backend& backend_;
   ModelBuffers buffers_;
   SampleShape input_shape_;
@@ -92,7 +102,9 @@ class Model {
   void* master_ = nullptr;
   void* gradients_ = nullptr;
   void* working_ = nullptr;
+  SpatialLayout layout_ = SpatialLayout::channels_first;
   std::vector<void*> activations_;         // activations_[i]: input of layer i; activations_[L]: the output
+  void* converted_input_ = nullptr;        // channels-last: the input batch in that layout (layer 0 reads it)
   void* saved_ = nullptr;                  // per-row statistics of layers that keep them
   void* scratch_[2] = {nullptr, nullptr};  // backward ping-pong buffers (max_rows, widest layer)
   std::size_t activation_bytes_ = 0;

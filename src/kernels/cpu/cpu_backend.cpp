@@ -9,14 +9,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <type_traits>
 
 #include "cpu_common.hpp"
 #include "cpu_convolution.hpp"
 #include "cpu_gemm.hpp"
 #include "cpu_spatial.hpp"
+#include "hpctrain/core/error.hpp"
 #include "hpctrain/kernels/backend.hpp"
 #include "hpctrain/kernels/math.hpp"
 
@@ -155,6 +158,7 @@ void apply_dropout(float p, std::uint64_t seed, std::uint32_t step, std::uint32_
 
 class CpuBackend final : public Backend {
  public:
+  explicit CpuBackend(SpatialLayout preferred) : preferred_layout_(preferred) {}
   [[nodiscard]] std::string name() const override { return "cpu"; }
   [[nodiscard]] bool has_spatial_operations() const override { return true; }
 
@@ -315,14 +319,22 @@ class CpuBackend final : public Backend {
                         const TensorView& dx) override {
     cpu::pooling_backward(kind, geometry, x, dy, dx);
   }
-  void groupnorm_forward(std::int64_t channels, std::int64_t groups, const TensorView& x, const void* gamma,
-                         const void* beta, float eps, const TensorView& y, void* mean, void* rstd) override {
-    cpu::groupnorm_forward(channels, groups, x, gamma, beta, eps, y, mean, rstd);
+  void groupnorm_forward(std::int64_t channels, std::int64_t groups, SpatialLayout layout, const TensorView& x,
+                         const void* gamma, const void* beta, float eps, const TensorView& y, void* mean,
+                         void* rstd) override {
+    cpu::groupnorm_forward(channels, groups, layout, x, gamma, beta, eps, y, mean, rstd);
   }
-  void groupnorm_backward(std::int64_t channels, std::int64_t groups, const TensorView& x, const TensorView& dy,
-                          const void* gamma, const void* mean, const void* rstd, const TensorView& dx, void* dgamma,
-                          void* dbeta, bool accumulate) override {
-    cpu::groupnorm_backward(channels, groups, x, dy, gamma, mean, rstd, dx, dgamma, dbeta, accumulate);
+  void groupnorm_backward(std::int64_t channels, std::int64_t groups, SpatialLayout layout, const TensorView& x,
+                          const TensorView& dy, const void* gamma, const void* mean, const void* rstd,
+                          const TensorView& dx, void* dgamma, void* dbeta, bool accumulate) override {
+    cpu::groupnorm_backward(channels, groups, layout, x, dy, gamma, mean, rstd, dx, dgamma, dbeta, accumulate);
+  }
+  // oneDNN's convolutions read channels-last activations directly at their best speed (and channels-first ones only
+  // through a reorder per call, or its slower gemm-based kernels).
+  [[nodiscard]] SpatialLayout preferred_spatial_layout() const override { return preferred_layout_; }
+  void convert_spatial_layout(std::int64_t channels, SpatialLayout from, const TensorView& x,
+                              const TensorView& y) override {
+    cpu::convert_layout(channels, from, x, y);
   }
 
   // ---- losses ----
@@ -489,6 +501,7 @@ class CpuBackend final : public Backend {
 
   cpu::CpuGemm gemm_;
   cpu::CpuConvolution convolution_;
+  SpatialLayout preferred_layout_;
   cpu::ScratchBuffer row_results_;    // (rows, 2) per-row loss and correct flag
   cpu::ScratchBuffer partial_sums_;   // (chunks) gradient statistics
   cpu::ScratchBuffer partial_flags_;  // (chunks)
@@ -496,7 +509,7 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() {
+std::unique_ptr<Backend> make_cpu_backend(SpatialLayout preferred) {
   // Flush subnormal floats to zero (FTZ) and read them as zero (DAZ) on every OpenMP thread: once a loss gets close
   // to zero the gradients turn subnormal, and x86 cores then run ~10x slower (measured with bench/run.sh). GPUs
   // flush in most kernels too; values this small do not change an update. The 16-bit conversions are bit
@@ -504,7 +517,16 @@ std::unique_ptr<Backend> make_cpu_backend() {
 #pragma omp parallel
   _mm_setcsr(_mm_getcsr() | 0x8040u);  // bit 15: FTZ, bit 6: DAZ
   _mm_setcsr(_mm_getcsr() | 0x8040u);
-  return std::make_unique<CpuBackend>();
+  return std::make_unique<CpuBackend>(preferred);
+}
+
+std::unique_ptr<Backend> make_cpu_backend() {
+  const char* value = std::getenv("HPCTRAIN_SPATIAL_LAYOUT");
+  const std::string layout = value != nullptr ? value : "channels_last";
+  HPCTRAIN_VERIFY(layout == "channels_last" || layout == "channels_first", InputError,
+                  "HPCTRAIN_SPATIAL_LAYOUT=" << layout << " is not a layout",
+                  "set it to channels_last (the default) or channels_first, or unset it");
+  return make_cpu_backend(layout == "channels_last" ? SpatialLayout::channels_last : SpatialLayout::channels_first);
 }
 
 }  // namespace hpctrain

@@ -2,21 +2,25 @@
 //
 // Which path a convolution takes:
 // - f32 and bf16 storage: oneDNN 2.6 convolution primitives (the 2.x API: op descriptor, then primitive descriptor).
-//   Activations stay plain NCHW / NCDHW rows and weights PyTorch-shaped (out, in/groups, k...) in the model's buffers;
-//   The primitives run on the layouts oneDNN prefers (format `any`: channel-blocked jit kernels on AVX-512), and the
-//   operands whose preferred layout differs from the plain one are reordered into shared scratch on the way in and
-//   out. On the plain layouts oneDNN picks its gemm-based kernels, 2-10x slower per convolution here even with the
-//   reorders counted. (Timing both variants per shape and keeping the faster was tried: it made the kernel choice,
-//   and so the last bits of the results, depend on the machine's load, which breaks bitwise-exact resume.) oneDNN
-//   accumulates in fp32. Weight and bias gradients are fp32 whatever the input dtype.
+//   Weights stay PyTorch-shaped (out, in/groups, k...) in the model's buffers and activations in the geometry's layout.
+//   Channels-last activations (what models on this backend use) are read and written in place: oneDNN's brgemm and
+//   jit kernels take NHWC / NDHWC directly at their best speed. Channels-first activations have no fast kernel of
+//   their own (on the plain layout oneDNN picks gemm-based kernels, 2-10x slower), so for them the primitives run on
+//   the layouts oneDNN prefers (format `any`: channel-blocked) and the activations are reordered into shared scratch
+//   on the way in and out of every call. Weights are reordered into oneDNN's blocked layout per call in both cases
+//   (they change every step; they are small next to the activations). (Timing variants per shape and keeping the
+//   faster was tried: it made the kernel choice, and so the last bits of the results, depend on the machine's load,
+//   which breaks bitwise-exact resume.) oneDNN accumulates in fp32. Weight and bias gradients are fp32 whatever the
+//   input dtype.
 // - f16 storage: inputs widened to fp32 scratch, the f32 primitive, the result rounded once into the f16 output.
-// - f64 storage: the loops below, in double. They are the reference: gradient checks run through them, and the tests
-//   compare the oneDNN paths with them.
+// - f64 storage: the loops below, in double, on channels-first rows (channels-last ones are transposed around them).
+//   They are the reference: gradient checks run through them, and the tests compare the oneDNN paths with them.
 // Gradient accumulation (accumulate = true) writes oneDNN's weight gradient into fp32 scratch and adds it.
 #include "cpu_convolution.hpp"
 
 #include <algorithm>
 #include <array>
+#include <deque>
 #include <dnnl.hpp>
 #include <mutex>
 #include <sstream>
@@ -124,6 +128,48 @@ void backward_weights_loops(const SpatialGeometry& g, std::int64_t rows, const T
   }
 }
 
+// The loops work on channels-first rows: channels-last operands are transposed into copies around them (the reference
+// path, so the copies cost nothing that matters).
+class ChannelsFirstOperands {
+ public:
+  explicit ChannelsFirstOperands(SpatialLayout layout) : transpose_(layout == SpatialLayout::channels_last) {}
+  ChannelsFirstOperands(const ChannelsFirstOperands&) = delete;
+  ChannelsFirstOperands& operator=(const ChannelsFirstOperands&) = delete;
+  ~ChannelsFirstOperands() = default;
+
+  const double* read(const TensorView& operand, std::int64_t channels) {
+    if (!transpose_) return operand.as<double>();
+    std::vector<double>& copy = copies_.emplace_back(static_cast<std::size_t>(operand.size()));
+    convert_layout(channels, SpatialLayout::channels_last, operand,
+                   {copy.data(), DType::f64, operand.rows, operand.cols});
+    return copy.data();
+  }
+  // The loops write the returned buffer; finish() moves it into `operand`.
+  double* write(const TensorView& operand, std::int64_t channels) {
+    if (!transpose_) return operand.as<double>();
+    std::vector<double>& copy = copies_.emplace_back(static_cast<std::size_t>(operand.size()));
+    outputs_.push_back({operand, channels, copies_.size() - 1});
+    return copy.data();
+  }
+  void finish() {
+    for (const Output& output : outputs_) {
+      std::vector<double>& copy = copies_[output.copy];
+      convert_layout(output.channels, SpatialLayout::channels_first,
+                     {copy.data(), DType::f64, output.operand.rows, output.operand.cols}, output.operand);
+    }
+  }
+
+ private:
+  struct Output {
+    TensorView operand;
+    std::int64_t channels;
+    std::size_t copy;
+  };
+  bool transpose_;
+  std::deque<std::vector<double>> copies_;  // a deque: growing it keeps the earlier copies where they are
+  std::vector<Output> outputs_;
+};
+
 // ---------------------------------------------------------------------------------------------------------------------
 // oneDNN primitives (f32, bf16)
 // ---------------------------------------------------------------------------------------------------------------------
@@ -186,9 +232,11 @@ dnnl::memory::dims extents(const std::array<std::int64_t, 3>& values, int dimens
 }
 
 dnnl::memory::desc activation_descriptor(std::int64_t rows, std::int64_t channels,
-                                         const std::array<std::int64_t, 3>& spatial, int dimensions, DnnlType type) {
+                                         const std::array<std::int64_t, 3>& spatial, int dimensions, DnnlType type,
+                                         SpatialLayout layout) {
   dnnl::memory::dims dims{rows, channels};
   for (auto extent : extents(spatial, dimensions)) dims.push_back(extent);
+  if (layout == SpatialLayout::channels_last) return {dims, type, dimensions == 2 ? Tag::nhwc : Tag::ndhwc};
   return {dims, type, dimensions == 2 ? Tag::nchw : Tag::ncdhw};
 }
 
@@ -280,8 +328,8 @@ Convolution CpuConvolution::Impl::create(const ConvolutionKey& key, bool preferr
   const SpatialGeometry& g = key.geometry;
   try {
     const DnnlType type = dnnl_type(key.input);
-    const auto source = activation_descriptor(key.rows, g.in_channels, g.input, g.dimensions, type);
-    const auto destination = activation_descriptor(key.rows, g.out_channels, g.output, g.dimensions, type);
+    const auto source = activation_descriptor(key.rows, g.in_channels, g.input, g.dimensions, type, g.layout);
+    const auto destination = activation_descriptor(key.rows, g.out_channels, g.output, g.dimensions, type, g.layout);
     const auto weights = weight_descriptor(g, type);
     const auto weights_f32 = weight_descriptor(g, DnnlType::f32);
     const dnnl::memory::desc bias({g.out_channels}, DnnlType::f32, Tag::x);
@@ -293,16 +341,22 @@ Convolution CpuConvolution::Impl::create(const ConvolutionKey& key, bool preferr
     const auto algorithm = dnnl::algorithm::convolution_direct;
 
     // Layouts left to oneDNN (format `any`): it picks its fastest kernel's layout (channel-blocked on AVX-512), and
-    // the operands whose layout differs from the plain one are reordered on the way in and out.
-    const auto any = [preferred_layouts](const dnnl::memory::desc& plain) {
+    // the operands whose layout differs from the caller's are reordered on the way in and out. Channels-last
+    // activations are kept as they are (the kernels read them directly); weights are always left to oneDNN.
+    const auto any_weights = [preferred_layouts](const dnnl::memory::desc& plain) {
       return preferred_layouts ? dnnl::memory::desc(plain.dims(), plain.data_type(), Tag::any) : plain;
+    };
+    const auto any = [&](const dnnl::memory::desc& plain) {
+      return g.layout == SpatialLayout::channels_last ? plain : any_weights(plain);
     };
     const dnnl::convolution_forward::desc forward_op =
         key.bias && key.pass == Pass::forward
-            ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, any(source), any(weights),
-                                              bias, any(destination), strides, dilations, padding, padding)
-            : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, any(source), any(weights),
-                                              any(destination), strides, dilations, padding, padding);
+            ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, any(source),
+                                              any_weights(weights), bias, any(destination), strides, dilations, padding,
+                                              padding)
+            : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, any(source),
+                                              any_weights(weights), any(destination), strides, dilations, padding,
+                                              padding);
     const dnnl::convolution_forward::primitive_desc forward(forward_op, attributes, engine);
 
     Convolution created;
@@ -317,8 +371,8 @@ Convolution CpuConvolution::Impl::create(const ConvolutionKey& key, bool preferr
         scratchpad_desc = forward.scratchpad_desc();
         break;
       case Pass::backward_data: {
-        const dnnl::convolution_backward_data::desc op(algorithm, any(source), any(weights), any(destination), strides,
-                                                       dilations, padding, padding);
+        const dnnl::convolution_backward_data::desc op(algorithm, any(source), any_weights(weights), any(destination),
+                                                       strides, dilations, padding, padding);
         const dnnl::convolution_backward_data::primitive_desc descriptor(op, attributes, engine, forward);
         created.primitive = dnnl::convolution_backward_data(descriptor);
         add_operand(created, DNNL_ARG_DIFF_DST, destination, descriptor.diff_dst_desc(), false);
@@ -329,9 +383,9 @@ Convolution CpuConvolution::Impl::create(const ConvolutionKey& key, bool preferr
       }
       case Pass::backward_weights: {
         const auto op =
-            key.bias ? dnnl::convolution_backward_weights::desc(algorithm, any(source), any(weights_f32), bias,
+            key.bias ? dnnl::convolution_backward_weights::desc(algorithm, any(source), any_weights(weights_f32), bias,
                                                                 any(destination), strides, dilations, padding, padding)
-                     : dnnl::convolution_backward_weights::desc(algorithm, any(source), any(weights_f32),
+                     : dnnl::convolution_backward_weights::desc(algorithm, any(source), any_weights(weights_f32),
                                                                 any(destination), strides, dilations, padding, padding);
         const dnnl::convolution_backward_weights::primitive_desc descriptor(op, attributes, engine, forward);
         created.primitive = dnnl::convolution_backward_weights(descriptor);
@@ -432,7 +486,11 @@ void CpuConvolution::forward(const SpatialGeometry& g, const TensorView& x, cons
   HPCTRAIN_ASSERT(weight.dtype == x.dtype, "convolution_forward: weights of another dtype");
   if (x.rows == 0) return;
   if (x.dtype == DType::f64) {
-    forward_loops(g, x.rows, x.as<double>(), weight.as<double>(), static_cast<const double*>(bias), y.as<double>());
+    ChannelsFirstOperands operands(g.layout);
+    const double* input = operands.read(x, g.in_channels);
+    forward_loops(g, x.rows, input, weight.as<double>(), static_cast<const double*>(bias),
+                  operands.write(y, g.out_channels));
+    operands.finish();
     return;
   }
   const std::lock_guard lock(impl_->mutex);
@@ -445,7 +503,10 @@ void CpuConvolution::backward_data(const SpatialGeometry& g, const TensorView& d
   HPCTRAIN_ASSERT(weight.dtype == dy.dtype, "convolution_backward_data: weights of another dtype");
   if (dy.rows == 0) return;
   if (dy.dtype == DType::f64) {
-    backward_data_loops(g, dy.rows, dy.as<double>(), weight.as<double>(), dx.as<double>());
+    ChannelsFirstOperands operands(g.layout);
+    const double* gradient = operands.read(dy, g.out_channels);
+    backward_data_loops(g, dy.rows, gradient, weight.as<double>(), operands.write(dx, g.in_channels));
+    operands.finish();
     return;
   }
   const std::lock_guard lock(impl_->mutex);
@@ -456,8 +517,10 @@ void CpuConvolution::backward_weights(const SpatialGeometry& g, const TensorView
                                       const TensorView& dweight, void* dbias, bool accumulate) {
   spatial::check_convolution(g, x, dy, dweight, "convolution_backward_weights");
   if (x.dtype == DType::f64) {
-    backward_weights_loops(g, x.rows, x.as<double>(), dy.as<double>(), dweight.as<double>(),
-                           static_cast<double*>(dbias), accumulate);
+    ChannelsFirstOperands operands(g.layout);
+    const double* input = operands.read(x, g.in_channels);
+    const double* gradient = operands.read(dy, g.out_channels);
+    backward_weights_loops(g, x.rows, input, gradient, dweight.as<double>(), static_cast<double*>(dbias), accumulate);
     return;
   }
   HPCTRAIN_ASSERT(dweight.dtype == DType::f32, "convolution_backward_weights: gradients are f32");

@@ -1,11 +1,20 @@
-// Pooling and group normalisation of the CPU backend: OpenMP loops for every storage dtype, arithmetic in fp32 (fp64
-// for f64). Each thread owns whole (sample, channel) planes or (sample, group) blocks, so results do not depend on the
-// thread count. Pooling is memory-bound and a loop over the plain NCHW layout is as fast as a primitive that would
-// need its own layout; max pooling recomputes each window's argmax in the backward pass instead of storing indices.
+// Pooling, group normalisation and layout conversion of the CPU backend: OpenMP loops for every storage dtype,
+// arithmetic in fp32 (fp64 for f64). Each thread owns whole (sample, channel) planes, output positions or (sample,
+// group) blocks, so results do not depend on the thread count.
+//
+// Both activation layouts are supported and give bit-identical results: the taps of a window, the outputs of a
+// backward scatter and the elements of a group are visited in the same order in either layout. Channels-first loops
+// walk one (sample, channel) plane at a time; channels-last loops walk one output position at a time with the channels
+// innermost (contiguous, so they vectorise). Pooling is memory-bound and needs no oneDNN primitive: a primitive's max
+// pooling backward needs a workspace of indices kept from the forward, which the Backend contract does not carry (the
+// backward recomputes each window's argmax instead).
 #include "cpu_spatial.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "cpu_common.hpp"
@@ -20,10 +29,144 @@ void check_pooling(const SpatialGeometry& g, const TensorView& x, const TensorVi
                   what << ": shapes/dtypes do not match the geometry");
 }
 
+// Output position o of a box as (od, oh, ow).
+struct Position {
+  std::int64_t d, h, w;
+};
+Position position_of(const Box& b, std::int64_t o) {
+  return {o / (b.out[2] * b.out[1]), o / b.out[2] % b.out[1], o % b.out[2]};
+}
+
+// The channels-last windows run the per-channel rule of spatial::window_argmax as selects over a vector of channels
+// (no branches, so the channel loops vectorise): a value replaces the best so far when the best is not NaN and the
+// value is larger or NaN (a NaN counts as largest and sticks; the first maximum wins a tie).
+template <class C>
+bool replaces_best(C best, C value) {
+  return best == best && (value > best || value != value);
+}
+
+// Channels-last pooling of output position o of one sample (in: the sample) into C compute-type values: the max (-inf
+// for a window wholly in the padding, as the channels-first loops) or the sum of the taps.
+template <class T, class C>
+void pool_position_channels_last(PoolingKind kind, const Box& b, std::int64_t channels, const T* in, std::int64_t o,
+                                 C* result) {
+  const Position p = position_of(b, o);
+  const bool max_pooling = kind == PoolingKind::max;
+  std::fill_n(result, channels, max_pooling ? -std::numeric_limits<C>::infinity() : C(0));
+  for_each_tap(b, p.d, p.h, p.w, [&](std::int64_t i, std::int64_t) {
+    const T* values = in + i * channels;
+    if (max_pooling) {
+      for (std::int64_t c = 0; c < channels; ++c) {
+        const C value = load(values[c]);
+        result[c] = replaces_best(result[c], value) ? value : result[c];
+      }
+    } else {
+      for (std::int64_t c = 0; c < channels; ++c) result[c] += load(values[c]);
+    }
+  });
+}
+
+// Each channel's first maximum of the window at output position o, as a position within the sample (-1: none).
+template <class T, class C>
+void window_argmax_channels_last(const Box& b, std::int64_t channels, const T* in, std::int64_t o,
+                                 std::int32_t* best_index, C* best_value) {
+  const Position p = position_of(b, o);
+  std::fill_n(best_index, channels, -1);
+  std::fill_n(best_value, channels, C(0));
+  for_each_tap(b, p.d, p.h, p.w, [&](std::int64_t i, std::int64_t) {
+    const T* values = in + i * channels;
+    const auto tap = static_cast<std::int32_t>(i);
+    for (std::int64_t c = 0; c < channels; ++c) {
+      const C value = load(values[c]);
+      const bool take = best_index[c] < 0 || replaces_best(best_value[c], value);
+      best_index[c] = take ? tap : best_index[c];
+      best_value[c] = take ? value : best_value[c];
+    }
+  });
+}
+
+void pooling_forward_channels_last(PoolingKind kind, const SpatialGeometry& g, const TensorView& x,
+                                   const TensorView& y) {
+  const Box b = box_of(g);
+  const std::int64_t channels = g.in_channels, in_size = g.input_size(), out_size = g.output_size();
+  dispatch_dtype(x.dtype, [&]<class T>() {
+    using C = compute_t<T>;
+    const C divisor = static_cast<C>(g.kernel_size());
+#pragma omp parallel
+    {
+      std::vector<C> result(static_cast<std::size_t>(channels));
+#pragma omp for schedule(static)
+      for (std::int64_t index = 0; index < x.rows * out_size; ++index) {
+        const std::int64_t n = index / out_size, o = index % out_size;
+        pool_position_channels_last(kind, b, channels, x.as<T>() + n * channels * in_size, o, result.data());
+        T* out = y.as<T>() + index * channels;
+        for (std::int64_t c = 0; c < channels; ++c) {
+          const C value = result[static_cast<std::size_t>(c)];
+          out[c] = store_from_double<T>(static_cast<double>(kind == PoolingKind::max ? value : value / divisor));
+        }
+      }
+    }
+  });
+}
+
+// One thread per sample scatters every output's gradient in output order (the order of the channels-first loops), into
+// dx itself when the storage is the compute type, else into a compute-type copy rounded once at the end.
+void pooling_backward_channels_last(PoolingKind kind, const SpatialGeometry& g, const TensorView& x,
+                                    const TensorView& dy, const TensorView& dx) {
+  const Box b = box_of(g);
+  const std::int64_t channels = g.in_channels, in_size = g.input_size(), out_size = g.output_size();
+  dispatch_dtype(x.dtype, [&]<class T>() {
+    using C = compute_t<T>;
+    constexpr bool in_place = std::is_same_v<T, C>;
+    const C divisor = static_cast<C>(g.kernel_size());
+    HPCTRAIN_ASSERT(in_size < std::numeric_limits<std::int32_t>::max(),
+                    "pooling_backward: " << in_size << " positions");
+#pragma omp parallel
+    {
+      std::vector<std::int32_t> best_index(static_cast<std::size_t>(channels));
+      std::vector<C> best_value(static_cast<std::size_t>(channels));
+      std::vector<C> copy(in_place ? 0 : static_cast<std::size_t>(channels * in_size));
+#pragma omp for schedule(static)
+      for (std::int64_t n = 0; n < x.rows; ++n) {
+        const T* in = x.as<T>() + n * channels * in_size;
+        C* sums = nullptr;
+        if constexpr (in_place)
+          sums = dx.as<T>() + n * channels * in_size;
+        else
+          sums = copy.data();
+        std::fill_n(sums, channels * in_size, C(0));
+        for (std::int64_t o = 0; o < out_size; ++o) {
+          const T* upstream = dy.as<T>() + (n * out_size + o) * channels;
+          if (kind == PoolingKind::max) {
+            window_argmax_channels_last(b, channels, in, o, best_index.data(), best_value.data());
+            for (std::int64_t c = 0; c < channels; ++c)
+              if (best_index[static_cast<std::size_t>(c)] >= 0)
+                sums[best_index[static_cast<std::size_t>(c)] * channels + c] += load(upstream[c]);
+          } else {
+            const Position p = position_of(b, o);
+            for_each_tap(b, p.d, p.h, p.w, [&](std::int64_t i, std::int64_t) {
+              for (std::int64_t c = 0; c < channels; ++c) sums[i * channels + c] += load(upstream[c]) / divisor;
+            });
+          }
+        }
+        if constexpr (!in_place) {
+          T* out = dx.as<T>() + n * channels * in_size;
+          for (std::int64_t i = 0; i < channels * in_size; ++i)
+            out[i] = store_from_double<T>(static_cast<double>(sums[i]));
+        }
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void pooling_forward(PoolingKind kind, const SpatialGeometry& g, const TensorView& x, const TensorView& y) {
   check_pooling(g, x, y, "pooling_forward");
+  if (g.layout == SpatialLayout::channels_last) {
+    pooling_forward_channels_last(kind, g, x, y);
+    return;
+  }
   const Box b = box_of(g);
   const std::int64_t planes = x.rows * g.in_channels, in_size = g.input_size(), out_size = g.output_size();
   dispatch_dtype(x.dtype, [&]<class T>() {
@@ -51,6 +194,10 @@ void pooling_backward(PoolingKind kind, const SpatialGeometry& g, const TensorVi
                       const TensorView& dx) {
   check_pooling(g, x, dy, "pooling_backward");
   HPCTRAIN_ASSERT(dx.dtype == x.dtype && dx.rows == x.rows && dx.cols == x.cols, "pooling_backward: dx shape");
+  if (g.layout == SpatialLayout::channels_last) {
+    pooling_backward_channels_last(kind, g, x, dy, dx);
+    return;
+  }
   const Box b = box_of(g);
   const std::int64_t planes = x.rows * g.in_channels, in_size = g.input_size(), out_size = g.output_size();
   dispatch_dtype(x.dtype, [&]<class T>() {
@@ -83,13 +230,28 @@ void pooling_backward(PoolingKind kind, const SpatialGeometry& g, const TensorVi
   });
 }
 
-void groupnorm_forward(std::int64_t channels, std::int64_t groups, const TensorView& x, const void* gamma,
-                       const void* beta, float eps, const TensorView& y, void* mean, void* rstd) {
+namespace {
+
+// Where element (channel, s) of a row lives in either layout; groupnorm visits a group's elements channel by channel,
+// then position by position, in both layouts (so both give the same bits).
+struct ChannelIndex {
+  std::int64_t channels, spatial;
+  bool channels_last;
+  [[nodiscard]] std::int64_t operator()(std::int64_t channel, std::int64_t s) const {
+    return channels_last ? s * channels + channel : channel * spatial + s;
+  }
+};
+
+}  // namespace
+
+void groupnorm_forward(std::int64_t channels, std::int64_t groups, SpatialLayout layout, const TensorView& x,
+                       const void* gamma, const void* beta, float eps, const TensorView& y, void* mean, void* rstd) {
   HPCTRAIN_ASSERT(channels > 0 && groups > 0 && channels % groups == 0 && x.cols % channels == 0 &&
                       x.dtype == y.dtype && x.rows == y.rows && x.cols == y.cols,
                   "groupnorm_forward: " << channels << " channels in " << groups << " groups, rows of " << x.cols);
   const std::int64_t spatial = x.cols / channels, group_channels = channels / groups;
-  const std::int64_t block = group_channels * spatial;  // the channels of a group are contiguous in NCHW
+  const std::int64_t block = group_channels * spatial;
+  const ChannelIndex at{channels, spatial, layout == SpatialLayout::channels_last};
   dispatch_dtype(x.dtype, [&]<class T>() {
     using C = compute_t<T>;
     const C* scale = static_cast<const C*>(gamma);  // (channels)
@@ -98,40 +260,41 @@ void groupnorm_forward(std::int64_t channels, std::int64_t groups, const TensorV
     C* block_rstd = static_cast<C*>(rstd);          // (rows, groups)
 #pragma omp parallel for schedule(static) if (x.size() > 16384)
     for (std::int64_t index = 0; index < x.rows * groups; ++index) {
-      const T* in = x.as<T>() + index * block;
-      T* out = y.as<T>() + index * block;
+      const T* in = x.as<T>() + index / groups * x.cols;
+      T* out = y.as<T>() + index / groups * x.cols;
+      const std::int64_t first_channel = index % groups * group_channels;
       C sum = 0;
-      for (std::int64_t i = 0; i < block; ++i) sum += load(in[i]);
+      for (std::int64_t c = first_channel; c < first_channel + group_channels; ++c)
+        for (std::int64_t s = 0; s < spatial; ++s) sum += load(in[at(c, s)]);
       const C average = sum / static_cast<C>(block);
       C squares = 0;
-      for (std::int64_t i = 0; i < block; ++i) {
-        const C centred = load(in[i]) - average;
-        squares += centred * centred;
-      }
+      for (std::int64_t c = first_channel; c < first_channel + group_channels; ++c)
+        for (std::int64_t s = 0; s < spatial; ++s) {
+          const C centred = load(in[at(c, s)]) - average;
+          squares += centred * centred;
+        }
       const C inverse = C(1) / std::sqrt(squares / static_cast<C>(block) + static_cast<C>(eps));
       block_mean[index] = average;
       block_rstd[index] = inverse;
-      const std::int64_t first_channel = index % groups * group_channels;
-      for (std::int64_t c = 0; c < group_channels; ++c) {
-        const C a = scale[first_channel + c] * inverse;
-        const C b = shift[first_channel + c] - average * a;
-        for (std::int64_t s = 0; s < spatial; ++s) {
-          const std::int64_t i = c * spatial + s;
-          out[i] = store_from_double<T>(static_cast<double>(load(in[i]) * a + b));
-        }
+      for (std::int64_t c = first_channel; c < first_channel + group_channels; ++c) {
+        const C a = scale[c] * inverse;
+        const C b = shift[c] - average * a;
+        for (std::int64_t s = 0; s < spatial; ++s)
+          out[at(c, s)] = store_from_double<T>(static_cast<double>(load(in[at(c, s)]) * a + b));
       }
     }
   });
 }
 
-void groupnorm_backward(std::int64_t channels, std::int64_t groups, const TensorView& x, const TensorView& dy,
-                        const void* gamma, const void* mean, const void* rstd, const TensorView& dx, void* dgamma,
-                        void* dbeta, bool accumulate) {
+void groupnorm_backward(std::int64_t channels, std::int64_t groups, SpatialLayout layout, const TensorView& x,
+                        const TensorView& dy, const void* gamma, const void* mean, const void* rstd,
+                        const TensorView& dx, void* dgamma, void* dbeta, bool accumulate) {
   HPCTRAIN_ASSERT(channels > 0 && groups > 0 && channels % groups == 0 && x.cols % channels == 0 &&
                       x.dtype == dy.dtype && x.rows == dy.rows && x.cols == dy.cols && dx.data != dy.data,
                   "groupnorm_backward: shapes, or dx aliasing dy");
   const std::int64_t spatial = x.cols / channels, group_channels = channels / groups;
   const std::int64_t block = group_channels * spatial;
+  const ChannelIndex at{channels, spatial, layout == SpatialLayout::channels_last};
   dispatch_dtype(x.dtype, [&]<class T>() {
     using C = compute_t<T>;
     const T* in = x.as<T>();
@@ -145,10 +308,11 @@ void groupnorm_backward(std::int64_t channels, std::int64_t groups, const Tensor
       C gamma_sum = 0, beta_sum = 0;
       for (std::int64_t row = 0; row < x.rows; ++row) {
         const std::int64_t index = row * groups + c / group_channels;
-        const std::int64_t offset = row * x.cols + c * spatial;
+        const T* row_in = in + row * x.cols;
+        const T* row_gradient = gradient + row * x.cols;
         for (std::int64_t s = 0; s < spatial; ++s) {
-          const C upstream = load(gradient[offset + s]);
-          gamma_sum += upstream * (load(in[offset + s]) - block_mean[index]) * block_rstd[index];
+          const C upstream = load(row_gradient[at(c, s)]);
+          gamma_sum += upstream * (load(row_in[at(c, s)]) - block_mean[index]) * block_rstd[index];
           beta_sum += upstream;
         }
       }
@@ -165,25 +329,70 @@ void groupnorm_backward(std::int64_t channels, std::int64_t groups, const Tensor
       // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma, per (row, group) block.
 #pragma omp parallel for schedule(static) if (x.size() > 16384)
     for (std::int64_t index = 0; index < x.rows * groups; ++index) {
-      const T* block_in = in + index * block;
-      const T* block_gradient = gradient + index * block;
-      T* out = dx.as<T>() + index * block;
+      const T* row_in = in + index / groups * x.cols;
+      const T* row_gradient = gradient + index / groups * x.cols;
+      T* out = dx.as<T>() + index / groups * x.cols;
       const std::int64_t first_channel = index % groups * group_channels;
       const C average = block_mean[index], inverse = block_rstd[index];
       C sum = 0, weighted = 0;
-      for (std::int64_t i = 0; i < block; ++i) {
-        const C g = load(block_gradient[i]) * scale[first_channel + i / spatial];
-        sum += g;
-        weighted += g * (load(block_in[i]) - average) * inverse;
-      }
+      for (std::int64_t c = first_channel; c < first_channel + group_channels; ++c)
+        for (std::int64_t s = 0; s < spatial; ++s) {
+          const C g = load(row_gradient[at(c, s)]) * scale[c];
+          sum += g;
+          weighted += g * (load(row_in[at(c, s)]) - average) * inverse;
+        }
       const C mean_g = sum / static_cast<C>(block), mean_gx = weighted / static_cast<C>(block);
-      for (std::int64_t i = 0; i < block; ++i) {
-        const C g = load(block_gradient[i]) * scale[first_channel + i / spatial];
-        const C normalised = (load(block_in[i]) - average) * inverse;
-        out[i] = store_from_double<T>(static_cast<double>(inverse * (g - mean_g - normalised * mean_gx)));
-      }
+      for (std::int64_t c = first_channel; c < first_channel + group_channels; ++c)
+        for (std::int64_t s = 0; s < spatial; ++s) {
+          const C g = load(row_gradient[at(c, s)]) * scale[c];
+          const C normalised = (load(row_in[at(c, s)]) - average) * inverse;
+          out[at(c, s)] = store_from_double<T>(static_cast<double>(inverse * (g - mean_g - normalised * mean_gx)));
+        }
     }
   });
+}
+
+// A transpose of every row between (C, S) and (S, C): pure data movement, so by element size. Rows and blocks of
+// positions are spread over the threads; a block's C source lines stay in cache while its positions are written.
+void convert_layout(std::int64_t channels, SpatialLayout from, const TensorView& x, const TensorView& y) {
+  HPCTRAIN_ASSERT(channels > 0 && x.cols % channels == 0 && x.dtype == y.dtype && x.rows == y.rows &&
+                      x.cols == y.cols && x.data != y.data,
+                  "convert_spatial_layout: " << channels << " channels, rows of " << x.cols << " and " << y.cols);
+  const std::int64_t spatial = x.cols / channels;
+  const bool to_last = from == SpatialLayout::channels_first;
+  constexpr std::int64_t positions_per_block = 64;
+  const std::int64_t blocks = (spatial + positions_per_block - 1) / positions_per_block;
+  const auto transpose = [&]<class E>() {
+    const E* source = static_cast<const E*>(x.data);
+    E* target = static_cast<E*>(y.data);
+#pragma omp parallel for collapse(2) schedule(static) if (x.size() > 16384)
+    for (std::int64_t row = 0; row < x.rows; ++row)
+      for (std::int64_t block = 0; block < blocks; ++block) {
+        const E* in = source + row * x.cols;
+        E* out = target + row * x.cols;
+        const std::int64_t end = std::min(spatial, (block + 1) * positions_per_block);
+        for (std::int64_t s = block * positions_per_block; s < end; ++s)
+          for (std::int64_t c = 0; c < channels; ++c) {
+            if (to_last)
+              out[s * channels + c] = in[c * spatial + s];
+            else
+              out[c * spatial + s] = in[s * channels + c];
+          }
+      }
+  };
+  switch (dtype_size(x.dtype)) {
+    case 2:
+      transpose.operator()<std::uint16_t>();
+      break;
+    case 4:
+      transpose.operator()<std::uint32_t>();
+      break;
+    case 8:
+      transpose.operator()<std::uint64_t>();
+      break;
+    default:
+      HPCTRAIN_ASSERT(false, "convert_spatial_layout: element size " << dtype_size(x.dtype));
+  }
 }
 
 }  // namespace hpctrain::cpu

@@ -752,40 +752,52 @@ class CudaBackend final : public Backend {
 
   // ---- losses ----
   // ---- convolutional networks (cuda_convolution.cu: cuDNN; cuda_spatial.cu: own kernels) ----
+  // Channels-first only: preferred_spatial_layout() keeps the default, so models never hand this backend another one.
 #if defined(HPCTRAIN_HAVE_CUDNN)
   void convolution_forward(const SpatialGeometry& geometry, const TensorView& x, const TensorView& weight,
                            const void* bias, const TensorView& y) override {
+    require_channels_first(geometry.layout);
     convolution_->forward(geometry, x, weight, bias, y);
   }
   void convolution_backward_data(const SpatialGeometry& geometry, const TensorView& dy, const TensorView& weight,
                                  const TensorView& dx) override {
+    require_channels_first(geometry.layout);
     convolution_->backward_data(geometry, dy, weight, dx);
   }
   void convolution_backward_weights(const SpatialGeometry& geometry, const TensorView& x, const TensorView& dy,
                                     const TensorView& dweight, void* dbias, bool accumulate) override {
+    require_channels_first(geometry.layout);
     convolution_->backward_weights(geometry, x, dy, dweight, dbias, accumulate);
   }
 #endif
   void pooling_forward(PoolingKind kind, const SpatialGeometry& geometry, const TensorView& x,
                        const TensorView& y) override {
+    require_channels_first(geometry.layout);
     cuda::pooling_forward(stream_, kind, geometry, x, y);
   }
   void pooling_backward(PoolingKind kind, const SpatialGeometry& geometry, const TensorView& x, const TensorView& dy,
                         const TensorView& dx) override {
+    require_channels_first(geometry.layout);
     cuda::pooling_backward(stream_, kind, geometry, x, dy, dx);
   }
-  void groupnorm_forward(std::int64_t channels, std::int64_t groups, const TensorView& x, const void* gamma,
-                         const void* beta, float eps, const TensorView& y, void* mean, void* rstd) override {
+  void groupnorm_forward(std::int64_t channels, std::int64_t groups, SpatialLayout layout, const TensorView& x,
+                         const void* gamma, const void* beta, float eps, const TensorView& y, void* mean,
+                         void* rstd) override {
+    require_channels_first(layout);
     cuda::groupnorm_forward(stream_, channels, groups, x, static_cast<const float*>(gamma),
                             static_cast<const float*>(beta), eps, y, static_cast<float*>(mean),
                             static_cast<float*>(rstd));
   }
-  void groupnorm_backward(std::int64_t channels, std::int64_t groups, const TensorView& x, const TensorView& dy,
-                          const void* gamma, const void* mean, const void* rstd, const TensorView& dx, void* dgamma,
-                          void* dbeta, bool accumulate) override {
+  void groupnorm_backward(std::int64_t channels, std::int64_t groups, SpatialLayout layout, const TensorView& x,
+                          const TensorView& dy, const void* gamma, const void* mean, const void* rstd,
+                          const TensorView& dx, void* dgamma, void* dbeta, bool accumulate) override {
+    require_channels_first(layout);
     cuda::groupnorm_backward(stream_, channels, groups, x, dy, static_cast<const float*>(gamma),
                              static_cast<const float*>(mean), static_cast<const float*>(rstd), dx,
                              static_cast<float*>(dgamma), static_cast<float*>(dbeta), accumulate);
+  }
+  static void require_channels_first(SpatialLayout layout) {
+    HPCTRAIN_ASSERT(layout == SpatialLayout::channels_first, "the CUDA backend's spatial kernels are channels-first");
   }
   // Convolutions need cuDNN (a build without it keeps the NotSupported defaults and refuses spatial decks).
   [[nodiscard]] bool has_spatial_operations() const override { return cuda::have_convolutions(); }
