@@ -109,11 +109,62 @@ void pooling_forward_channels_last(PoolingKind kind, const SpatialGeometry& g, c
   });
 }
 
+// Windows that tile the input without overlap (stride = kernel, no padding: the usual 2x2(x2) pooling): every input
+// position gets the gradient of at most one output, so each window writes its own part of dx directly and no scatter
+// or accumulation buffer is needed. 0 + the gradient, as the accumulating loops compute it (so -0 becomes +0 in both).
+bool windows_tile_the_input(const Box& b) {
+  for (std::size_t a = 0; a < 3; ++a)
+    if (b.stride[a] != b.kernel[a] || b.padding[a] != 0 || b.dilation[a] != 1) return false;
+  return true;
+}
+
+void pooling_backward_disjoint_windows(PoolingKind kind, const SpatialGeometry& g, const TensorView& x,
+                                       const TensorView& dy, const TensorView& dx) {
+  const Box b = box_of(g);
+  const std::int64_t channels = g.in_channels, in_size = g.input_size(), out_size = g.output_size();
+  bool covered = true;  // input positions past the last whole window get no gradient: zero them first
+  for (std::size_t a = 0; a < 3; ++a) covered = covered && b.out[a] * b.stride[a] == b.in[a];
+  if (!covered) std::memset(dx.data, 0, dx.bytes());
+  dispatch_dtype(x.dtype, [&]<class T>() {
+    using C = compute_t<T>;
+    const C divisor = static_cast<C>(g.kernel_size());
+#pragma omp parallel
+    {
+      std::vector<std::int32_t> best_index(static_cast<std::size_t>(channels));
+      std::vector<C> best_value(static_cast<std::size_t>(channels));
+#pragma omp for schedule(static)
+      for (std::int64_t index = 0; index < x.rows * out_size; ++index) {
+        const std::int64_t n = index / out_size, o = index % out_size;
+        const T* in = x.as<T>() + n * channels * in_size;
+        T* out = dx.as<T>() + n * channels * in_size;
+        const T* upstream = dy.as<T>() + index * channels;
+        if (kind == PoolingKind::max)
+          window_argmax_channels_last(b, channels, in, o, best_index.data(), best_value.data());
+        const Position p = position_of(b, o);
+        for_each_tap(b, p.d, p.h, p.w, [&](std::int64_t i, std::int64_t) {
+          T* target = out + i * channels;
+          const auto tap = static_cast<std::int32_t>(i);
+          for (std::int64_t c = 0; c < channels; ++c) {
+            const C gradient = kind == PoolingKind::max
+                                   ? (best_index[static_cast<std::size_t>(c)] == tap ? load(upstream[c]) : C(0))
+                                   : load(upstream[c]) / divisor;
+            target[c] = store_from_double<T>(static_cast<double>(C(0) + gradient));
+          }
+        });
+      }
+    }
+  });
+}
+
 // One thread per sample scatters every output's gradient in output order (the order of the channels-first loops), into
 // dx itself when the storage is the compute type, else into a compute-type copy rounded once at the end.
 void pooling_backward_channels_last(PoolingKind kind, const SpatialGeometry& g, const TensorView& x,
                                     const TensorView& dy, const TensorView& dx) {
   const Box b = box_of(g);
+  if (windows_tile_the_input(b)) {
+    pooling_backward_disjoint_windows(kind, g, x, dy, dx);
+    return;
+  }
   const std::int64_t channels = g.in_channels, in_size = g.input_size(), out_size = g.output_size();
   dispatch_dtype(x.dtype, [&]<class T>() {
     using C = compute_t<T>;
