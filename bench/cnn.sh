@@ -5,13 +5,16 @@
 #   bench/cnn.sh --build-dir DIR      use DIR/bin/hpctrain
 #   bench/cnn.sh --quick              1 round of 20 steps: checks the harness, measures nothing
 #
+# Then DIR/bin/spatial_kernels (when built) times the 3-D model's convolutions and poolings through hpctrain's backend
+# against oneDNN's primitives called directly.
+#
 # Models: inputs/cnn2d.toml (1 x 16 x 16 images, batch 64) and inputs/cosmoflow-small.toml (2 x 16^3 volumes, batch 32),
 # trained on generated data on 1 rank x T threads (T = the cores), and bench/torch_twin.py --model cnn2d|cosmoflow-small
 # (the same layers, batch, AdamW and data; bf16 = autocast) with T threads. hpctrain also runs with
 # HPCTRAIN_SPATIAL_LAYOUT=channels_first (the conv stack in the file layout, oneDNN reordering per call) to show what
-# the channels-last layout gains. A hpctrain run's figure is the median of
-# /train/samples_per_sec over the steps after the warm-up; a twin run's the median over its timed windows; the table
-# shows the median over the rounds, which alternate between all configurations so that load from elsewhere hits all.
+# the channels-last layout gains. A hpctrain run's figure is the median of /train/samples_per_sec over the steps after
+# the warm-up; a twin run's the median over its timed windows; the table shows the median over the rounds, which
+# alternate between all configurations so that load from elsewhere hits all.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -21,14 +24,15 @@ RUNS=3
 STEPS=60
 WARMUP_STEPS=10
 THREADS=$(nproc)
+QUICK=
 while (($#)); do
   case $1 in
     --build-dir) BUILD_DIR=$(cd "$2" && pwd); shift 2 ;;
     --runs) RUNS=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
-    --quick) RUNS=1; STEPS=20; WARMUP_STEPS=5; shift ;;
-    -h | --help) sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --quick) RUNS=1; STEPS=20; WARMUP_STEPS=5; QUICK=--quick; shift ;;
+    -h | --help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench/cnn.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -94,3 +98,9 @@ for model in cnn2d cosmoflow-small; do
       "$ratio" "$before" "$gain"
   done
 done
+if [[ -x $BUILD_DIR/bin/spatial_kernels ]]; then
+  echo
+  "$BUILD_DIR/bin/spatial_kernels" $QUICK
+else
+  echo "not run: spatial_kernels (not built: HPCTRAIN_BENCHMARKS=OFF)"
+fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The benchmark harnesses that docs/performance.md and docs/data.md quote still run and print their tables: each in
 # its smallest mode (a check of the scripts, not a measurement; their figures here mean nothing).
-#   bench/data_pipeline.sh --quick, bench/checkpoint_bandwidth.sh 1 (REPEATS=1), bench/run.sh --quick
+#   bench/data_pipeline.sh --quick, bench/checkpoint_bandwidth.sh 1 (REPEATS=1), bench/run.sh --quick,
+#   bench/cnn.sh --quick (with bench/spatial_kernels --quick)
 # bench/run.sh's PyTorch rows run only where torch is installed (bench/install-torch.sh); otherwise the table must say
 # the twin was not run.
 source "$(dirname "$0")/lib/common.bash"
@@ -30,7 +31,12 @@ if [[ -x $build/bin/gemm_ceiling ]]; then
     grep -qi "torch.*not installed\|no torch" run.txt && pass "no torch here: the table says so" ||
       fail "torch missing and the table does not say so"
   fi
+  "$bench/cnn.sh" --build-dir "$build" --quick >cnn.txt 2>&1 || { cat cnn.txt >&2; fail "cnn.sh --quick"; }
+  grep -qE "^cosmoflow-small +fp32 +32 +[0-9]+ .* [0-9.]+x?$|^cosmoflow-small +fp32 +32 +[0-9]+ .* [0-9.]+$" cnn.txt &&
+    grep -qE "^cosmoflow-small conv2 +[0-9.]+ +[0-9.]+ +[0-9]+%" cnn.txt &&
+    grep -qE "^cosmoflow-small pool1( +[0-9.]+){4}$" cnn.txt && pass "cnn.sh --quick prints both tables" ||
+    { cat cnn.txt >&2; fail "cnn.sh tables"; }
 else
-  echo "not run: bench/run.sh (this build has HPCTRAIN_BENCHMARKS=OFF: no gemm_ceiling)"
+  echo "not run: bench/run.sh, bench/cnn.sh (this build has HPCTRAIN_BENCHMARKS=OFF: no gemm_ceiling, spatial_kernels)"
 fi
 finish
