@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Convolutional networks end to end: the 2-D example deck (inputs/cnn2d.toml as it is: 8000 images, 4 epochs, ~10 s)
 # reaches >= 95% validation accuracy on 2 ranks, and evaluate/predict reproduce it; 1 and 2 ranks give the same
-# losses; a resumed bf16 run is bit-identical to an uninterrupted one; the small CosmoFlow deck's loss falls; PyTorch
+# losses; the channels-last and channels-first conv stacks give the same losses; a resumed bf16 run is bit-identical to an uninterrupted one; the small CosmoFlow deck's loss falls; PyTorch
 # loads both checkpoints and reproduces their validation figures (when torch is installed); the full-size CosmoFlow
 # deck shape-checks; impossible shapes and conv keys fail with one clear message.
 source "$(dirname "$0")/lib/common.bash"
@@ -54,6 +54,23 @@ one, two = (h5py.File(f"run-ranks{r}/metrics.h5", "r")["/train/loss"][:] for r i
 rel = np.max(np.abs(one - two) / np.abs(one))
 print(f"1 vs 2 ranks, 30 steps: largest relative loss difference {rel:.2e}")
 assert len(one) == len(two) == 30 and rel < 1e-4, rel
+PY
+
+# 2a. the conv stack runs channels-last on the CPU, and the file layout (HPCTRAIN_SPATIAL_LAYOUT=channels_first) gives
+# the same losses to rounding (oneDNN runs other kernels for each layout)
+for layout in channels_last channels_first; do
+  HPCTRAIN_SPATIAL_LAYOUT=$layout run_ranks 2 train cnn2d.toml --output run-$layout --set train.epochs=0 \
+    --set train.steps=30 --set train.log_every=30 --set 'data.validation=""' >$layout.log 2>&1 ||
+    { cat $layout.log >&2; fail "cnn2d with $layout"; }
+done
+grep -q "conv layers run channels-last" channels_last.log && ! grep -q "channels-last" channels_first.log &&
+  pass "the summary says which layout the conv layers run in" || fail "summary: layout line"
+$PYTHON - <<'PY' || fail "losses differ between the layouts"
+import h5py, numpy as np
+last, first = (h5py.File(f"run-channels_{l}/metrics.h5", "r")["/train/loss"][:] for l in ("last", "first"))
+rel = np.max(np.abs(last - first) / np.abs(first))
+print(f"channels-last vs channels-first, 30 steps: largest relative loss difference {rel:.2e}")
+assert len(last) == len(first) == 30 and np.all(np.isfinite(last)) and rel < 1e-3, rel
 PY
 
 # 2b. exact resume of a conv model (bf16, 2 ranks): interrupted at step 20 and resumed, it ends at step 40 with the
