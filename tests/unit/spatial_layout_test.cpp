@@ -1,7 +1,7 @@
 // Channels-last activations on the CPU backend: the layout conversion against an explicit index formula; every spatial
-// operation on channels-last samples against the same operation on channels-first samples (convolutions within the
-// dtype's tolerance, as oneDNN runs other kernels for them; pooling and groupnorm bit for bit, as their loops visit
-// the same elements in the same order); and the model's choice of layout, with the same outputs and gradients either
+// operation on channels-last samples against the same operation on channels-first samples (convolutions and groupnorm
+// within the dtype's tolerance, as they sum in another order; pooling bit for bit, as its loops visit the same
+// elements in the same order); and the model's choice of layout, with the same outputs and gradients either
 // way. Outputs are poisoned with NaN first.
 #include <gtest/gtest.h>
 
@@ -147,9 +147,9 @@ TEST(SpatialLayout, PoolingIsBitIdenticalAcrossLayouts) {
       }
 }
 
-TEST(SpatialLayout, GroupNormIsBitIdenticalAcrossLayouts) {
+TEST(SpatialLayout, GroupNormAgreesAcrossLayouts) {
   auto backend = make_cpu_backend();
-  const std::int64_t rows = 3, channels = 6, groups = 3, spatial = 10, cols = channels * spatial;
+  const std::int64_t rows = 3, channels = 6, groups = 3, spatial = 37, cols = channels * spatial;
   for (DType dtype : all_dtypes) {
     const DType master = master_of(dtype);
     TestTensor gamma(*backend, master, 1, channels), beta(*backend, master, 1, channels);
@@ -176,12 +176,21 @@ TEST(SpatialLayout, GroupNormIsBitIdenticalAcrossLayouts) {
     backend->groupnorm_backward(channels, groups, last, x_last.view(), dy_last.view(), gamma.data(), mean_last.data(),
                                 rstd_last.data(), dx_last.view(), dgamma_last.data(), dbeta_last.data(), false);
     const std::string what = dtype_name(dtype);
+    // 16-bit outputs differ by at most one rounding where the fp32 sums differ in their last bits.
+    const double bound = dtype == DType::f64 ? 1e-13 : (dtype == DType::f32 ? 1e-6 : tolerance(dtype));
     EXPECT_FALSE(has_nan(y.get()) || has_nan(dx.get()) || has_nan(dgamma.get())) << what;
-    EXPECT_EQ(rearrange(y_last.get(), rows, channels, false), y.get()) << what;
-    EXPECT_EQ(rearrange(dx_last.get(), rows, channels, false), dx.get()) << what;
-    EXPECT_EQ(mean_last.get(), mean.get()) << what;
-    EXPECT_EQ(dgamma_last.get(), dgamma.get()) << what;
-    EXPECT_EQ(dbeta_last.get(), dbeta.get()) << what;
+    EXPECT_LE(relative_error(rearrange(y_last.get(), rows, channels, false), y.get()), bound) << what;
+    EXPECT_LE(relative_error(rearrange(dx_last.get(), rows, channels, false), dx.get()), bound) << what;
+    EXPECT_LE(relative_error(mean_last.get(), mean.get()), bound) << what;
+    EXPECT_LE(relative_error(rstd_last.get(), rstd.get()), bound) << what;
+    EXPECT_LE(relative_error(dgamma_last.get(), dgamma.get()), bound) << what;
+    EXPECT_LE(relative_error(dbeta_last.get(), dbeta.get()), bound) << what;
+    // Accumulation adds to the parameter gradients.
+    backend->groupnorm_backward(channels, groups, last, x_last.view(), dy_last.view(), gamma.data(), mean_last.data(),
+                                rstd_last.data(), dx_last.view(), dgamma_last.data(), dbeta_last.data(), true);
+    auto twice = dbeta.get();
+    for (auto& value : twice) value *= 2;
+    EXPECT_LE(relative_error(dbeta_last.get(), twice), bound) << what;
   }
 }
 

@@ -2,8 +2,9 @@
 // arithmetic in fp32 (fp64 for f64). Each thread owns whole (sample, channel) planes, output positions or (sample,
 // group) blocks, so results do not depend on the thread count.
 //
-// Both activation layouts are supported and give bit-identical results: the taps of a window, the outputs of a
-// backward scatter and the elements of a group are visited in the same order in either layout. Channels-first loops
+// Both activation layouts are supported. Pooling gives bit-identical results in both: the taps of a window and the
+// outputs of a backward scatter are visited in the same order in either layout; group normalisation sums in the order
+// each layout reads fastest, so its layouts agree to rounding. Channels-first loops
 // walk one (sample, channel) plane at a time; channels-last loops walk one output position at a time with the channels
 // innermost (contiguous, so they vectorise). Pooling is memory-bound and needs no oneDNN primitive: a primitive's max
 // pooling backward needs a workspace of indices kept from the forward, which the Backend contract does not carry (the
@@ -283,15 +284,130 @@ void pooling_backward(PoolingKind kind, const SpatialGeometry& g, const TensorVi
 
 namespace {
 
-// Where element (channel, s) of a row lives in either layout; groupnorm visits a group's elements channel by channel,
-// then position by position, in both layouts (so both give the same bits).
-struct ChannelIndex {
-  std::int64_t channels, spatial;
-  bool channels_last;
-  [[nodiscard]] std::int64_t operator()(std::int64_t channel, std::int64_t s) const {
-    return channels_last ? s * channels + channel : channel * spatial + s;
+// Channels-last group normalisation: one thread per sample (row), the channels innermost (contiguous, so the loops
+// vectorise). Statistics are summed per channel over the positions first, then per group over its channels; parameter
+// gradients are summed per (row, channel) into scratch and then over the rows in order, so no result depends on the
+// thread count. (The channels-first loops sum in another order: the layouts agree to rounding, not bit for bit.)
+template <class T, class C>
+void groupnorm_forward_channels_last(std::int64_t channels, std::int64_t groups, const TensorView& x, const C* scale,
+                                     const C* shift, float eps, const TensorView& y, C* block_mean, C* block_rstd) {
+  const std::int64_t spatial = x.cols / channels, group_channels = channels / groups;
+  const auto count = static_cast<C>(group_channels * spatial);
+#pragma omp parallel
+  {
+    std::vector<C> per_channel(static_cast<std::size_t>(channels)), a(per_channel.size()), b(per_channel.size());
+#pragma omp for schedule(static)
+    for (std::int64_t row = 0; row < x.rows; ++row) {
+      const T* in = x.as<T>() + row * x.cols;
+      T* out = y.as<T>() + row * x.cols;
+      C* mean = block_mean + row * groups;
+      C* rstd = block_rstd + row * groups;
+      std::fill(per_channel.begin(), per_channel.end(), C(0));
+      for (std::int64_t s = 0; s < spatial; ++s)
+        for (std::int64_t c = 0; c < channels; ++c)
+          per_channel[static_cast<std::size_t>(c)] += load(in[s * channels + c]);
+      for (std::int64_t group = 0; group < groups; ++group) {
+        C sum = 0;
+        for (std::int64_t c = group * group_channels; c < (group + 1) * group_channels; ++c)
+          sum += per_channel[static_cast<std::size_t>(c)];
+        mean[group] = sum / count;
+      }
+      for (std::int64_t c = 0; c < channels; ++c) a[static_cast<std::size_t>(c)] = mean[c / group_channels];  // means
+      std::fill(per_channel.begin(), per_channel.end(), C(0));
+      for (std::int64_t s = 0; s < spatial; ++s)
+        for (std::int64_t c = 0; c < channels; ++c) {
+          const C centred = load(in[s * channels + c]) - a[static_cast<std::size_t>(c)];
+          per_channel[static_cast<std::size_t>(c)] += centred * centred;
+        }
+      for (std::int64_t group = 0; group < groups; ++group) {
+        C squares = 0;
+        for (std::int64_t c = group * group_channels; c < (group + 1) * group_channels; ++c)
+          squares += per_channel[static_cast<std::size_t>(c)];
+        rstd[group] = C(1) / std::sqrt(squares / count + static_cast<C>(eps));
+      }
+      for (std::int64_t c = 0; c < channels; ++c) {  // y = x * a + b per channel
+        const auto i = static_cast<std::size_t>(c);
+        const C scaled = scale[c] * rstd[c / group_channels];
+        b[i] = shift[c] - mean[c / group_channels] * scaled;
+        a[i] = scaled;
+      }
+      for (std::int64_t s = 0; s < spatial; ++s)
+        for (std::int64_t c = 0; c < channels; ++c)
+          out[s * channels + c] = store_from_double<T>(static_cast<double>(
+              load(in[s * channels + c]) * a[static_cast<std::size_t>(c)] + b[static_cast<std::size_t>(c)]));
+    }
   }
-};
+}
+
+template <class T, class C>
+void groupnorm_backward_channels_last(std::int64_t channels, std::int64_t groups, const TensorView& x,
+                                      const TensorView& dy, const C* scale, const C* block_mean, const C* block_rstd,
+                                      const TensorView& dx, C* dgamma, C* dbeta, bool accumulate) {
+  const std::int64_t spatial = x.cols / channels, group_channels = channels / groups;
+  const auto count = static_cast<C>(group_channels * spatial);
+  // Per (row, channel): sum of dy * xhat (dgamma's) and of dy (dbeta's), summed over the rows afterwards.
+  std::vector<C> row_dgamma(static_cast<std::size_t>(x.rows * channels)), row_dbeta(row_dgamma.size());
+#pragma omp parallel
+  {
+    std::vector<C> mean(static_cast<std::size_t>(channels)), rstd(mean.size()), mean_g(mean.size()),
+        mean_gx(mean.size());
+#pragma omp for schedule(static)
+    for (std::int64_t row = 0; row < x.rows; ++row) {
+      const T* in = x.as<T>() + row * x.cols;
+      const T* gradient = dy.as<T>() + row * x.cols;
+      C* gamma_sums = row_dgamma.data() + row * channels;
+      C* beta_sums = row_dbeta.data() + row * channels;
+      for (std::int64_t c = 0; c < channels; ++c) {
+        mean[static_cast<std::size_t>(c)] = block_mean[row * groups + c / group_channels];
+        rstd[static_cast<std::size_t>(c)] = block_rstd[row * groups + c / group_channels];
+        gamma_sums[c] = beta_sums[c] = C(0);
+      }
+      // With g = dy * gamma: per channel, sum of g and of g * xhat (mean_g, mean_gx hold them first).
+      std::fill(mean_g.begin(), mean_g.end(), C(0));
+      std::fill(mean_gx.begin(), mean_gx.end(), C(0));
+      for (std::int64_t s = 0; s < spatial; ++s)
+        for (std::int64_t c = 0; c < channels; ++c) {
+          const auto i = static_cast<std::size_t>(c);
+          const C upstream = load(gradient[s * channels + c]);
+          const C normalised = (load(in[s * channels + c]) - mean[i]) * rstd[i];
+          gamma_sums[c] += upstream * normalised;
+          beta_sums[c] += upstream;
+          mean_g[i] += upstream * scale[c];
+          mean_gx[i] += upstream * scale[c] * normalised;
+        }
+      if (dx.data == nullptr) continue;
+      for (std::int64_t group = 0; group < groups; ++group) {  // per group, then spread back over its channels
+        C sum = 0, weighted = 0;
+        for (std::int64_t c = group * group_channels; c < (group + 1) * group_channels; ++c) {
+          sum += mean_g[static_cast<std::size_t>(c)];
+          weighted += mean_gx[static_cast<std::size_t>(c)];
+        }
+        for (std::int64_t c = group * group_channels; c < (group + 1) * group_channels; ++c) {
+          mean_g[static_cast<std::size_t>(c)] = sum / count;
+          mean_gx[static_cast<std::size_t>(c)] = weighted / count;
+        }
+      }
+      T* out = dx.as<T>() + row * x.cols;
+      for (std::int64_t s = 0; s < spatial; ++s)
+        for (std::int64_t c = 0; c < channels; ++c) {
+          const auto i = static_cast<std::size_t>(c);
+          const C g = load(gradient[s * channels + c]) * scale[c];
+          const C normalised = (load(in[s * channels + c]) - mean[i]) * rstd[i];
+          out[s * channels + c] =
+              store_from_double<T>(static_cast<double>(rstd[i] * (g - mean_g[i] - normalised * mean_gx[i])));
+        }
+    }
+  }
+  for (std::int64_t c = 0; c < channels; ++c) {
+    C gamma_sum = 0, beta_sum = 0;
+    for (std::int64_t row = 0; row < x.rows; ++row) {
+      gamma_sum += row_dgamma[static_cast<std::size_t>(row * channels + c)];
+      beta_sum += row_dbeta[static_cast<std::size_t>(row * channels + c)];
+    }
+    if (dgamma != nullptr) dgamma[c] = gamma_sum + (accumulate ? dgamma[c] : C(0));
+    if (dbeta != nullptr) dbeta[c] = beta_sum + (accumulate ? dbeta[c] : C(0));
+  }
+}
 
 }  // namespace
 
@@ -302,13 +418,17 @@ void groupnorm_forward(std::int64_t channels, std::int64_t groups, SpatialLayout
                   "groupnorm_forward: " << channels << " channels in " << groups << " groups, rows of " << x.cols);
   const std::int64_t spatial = x.cols / channels, group_channels = channels / groups;
   const std::int64_t block = group_channels * spatial;
-  const ChannelIndex at{channels, spatial, layout == SpatialLayout::channels_last};
+  const auto at = [spatial](std::int64_t channel, std::int64_t s) { return channel * spatial + s; };
   dispatch_dtype(x.dtype, [&]<class T>() {
     using C = compute_t<T>;
     const C* scale = static_cast<const C*>(gamma);  // (channels)
     const C* shift = static_cast<const C*>(beta);   // (channels)
     C* block_mean = static_cast<C*>(mean);          // (rows, groups)
     C* block_rstd = static_cast<C*>(rstd);          // (rows, groups)
+    if (layout == SpatialLayout::channels_last) {
+      groupnorm_forward_channels_last<T>(channels, groups, x, scale, shift, eps, y, block_mean, block_rstd);
+      return;
+    }
 #pragma omp parallel for schedule(static) if (x.size() > 16384)
     for (std::int64_t index = 0; index < x.rows * groups; ++index) {
       const T* in = x.as<T>() + index / groups * x.cols;
@@ -345,7 +465,7 @@ void groupnorm_backward(std::int64_t channels, std::int64_t groups, SpatialLayou
                   "groupnorm_backward: shapes, or dx aliasing dy");
   const std::int64_t spatial = x.cols / channels, group_channels = channels / groups;
   const std::int64_t block = group_channels * spatial;
-  const ChannelIndex at{channels, spatial, layout == SpatialLayout::channels_last};
+  const auto at = [spatial](std::int64_t channel, std::int64_t s) { return channel * spatial + s; };
   dispatch_dtype(x.dtype, [&]<class T>() {
     using C = compute_t<T>;
     const T* in = x.as<T>();
@@ -353,6 +473,11 @@ void groupnorm_backward(std::int64_t channels, std::int64_t groups, SpatialLayou
     const C* scale = static_cast<const C*>(gamma);
     const C* block_mean = static_cast<const C*>(mean);
     const C* block_rstd = static_cast<const C*>(rstd);
+    if (layout == SpatialLayout::channels_last) {
+      groupnorm_backward_channels_last<T>(channels, groups, x, dy, scale, block_mean, block_rstd, dx,
+                                          static_cast<C*>(dgamma), static_cast<C*>(dbeta), accumulate);
+      return;
+    }
     // Parameter gradients: one thread per channel, rows added in order (deterministic).
 #pragma omp parallel for schedule(static)
     for (std::int64_t c = 0; c < channels; ++c) {
