@@ -8,9 +8,10 @@
 # Then DIR/bin/spatial_kernels (when built) times the 3-D model's convolutions and poolings through hpctrain's backend
 # against oneDNN's primitives called directly.
 #
-# Models: inputs/cnn2d.toml (1 x 16 x 16 images, batch 64) and inputs/cosmoflow-small.toml (2 x 16^3 volumes, batch 32),
-# trained on generated data on 1 rank x T threads (T = the cores), and bench/torch_twin.py --model cnn2d|cosmoflow-small
-# (the same layers, batch, AdamW and data; bf16 = autocast) with T threads. hpctrain also runs with
+# Models: inputs/cnn2d.toml (1 x 16 x 16 images, batch 64), inputs/cosmoflow-small.toml (2 x 16^3 volumes, batch 32) and
+# cosmoflow-small-gn (the same with groupnorm after each convolution), trained on generated data on 1 rank x T threads
+# (T = the cores), and bench/torch_twin.py --model cnn2d|cosmoflow-small|cosmoflow-small-gn (the same layers, batch,
+# AdamW and data; bf16 = autocast) with T threads. hpctrain also runs with
 # HPCTRAIN_SPATIAL_LAYOUT=channels_first (the conv stack in the file layout, oneDNN reordering per call) to show what
 # the channels-last layout gains. A hpctrain run's figure is the median of /train/samples_per_sec over the steps after
 # the warm-up; a twin run's the median over its timed windows; the table shows the median over the rounds, which
@@ -44,8 +45,16 @@ export OMP_NUM_THREADS=$THREADS
 
 "$HPCTRAIN" data generate images --samples 8000 --seed 1 --output "$WORK/images.h5" >/dev/null
 "$HPCTRAIN" data generate volumes --samples 1024 --size 16 --channels 2 --seed 1 --output "$WORK/volumes.h5" >/dev/null
-declare -A DATA=([cnn2d]=$WORK/images.h5 [cosmoflow-small]=$WORK/volumes.h5)
-declare -A BATCH=([cnn2d]=64 [cosmoflow-small]=32)
+MODELS=(cnn2d cosmoflow-small cosmoflow-small-gn)
+declare -A DATA=([cnn2d]=$WORK/images.h5 [cosmoflow-small]=$WORK/volumes.h5 [cosmoflow-small-gn]=$WORK/volumes.h5)
+declare -A BATCH=([cnn2d]=64 [cosmoflow-small]=32 [cosmoflow-small-gn]=32)
+# cosmoflow-small-gn: inputs/cosmoflow-small.toml with a groupnorm (4 groups) after each convolution.
+block() { echo "{type=\"conv3d\", out=$1, kernel=3, padding=1}, {type=\"groupnorm\", groups=4},
+  {type=\"leaky_relu\", negative_slope=0.3}, {type=\"maxpool3d\", kernel=2}"; }
+GN_LAYERS="[$(block 8), $(block 16), $(block 16), {type=\"flatten\"}, {type=\"linear\", out=64},
+  {type=\"leaky_relu\", negative_slope=0.3}, {type=\"linear\", out=3}]"
+declare -A DECK=([cnn2d]=cnn2d [cosmoflow-small]=cosmoflow-small [cosmoflow-small-gn]=cosmoflow-small)
+declare -A LAYERS=([cosmoflow-small-gn]=$GN_LAYERS)
 LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
 HAVE_TORCH=1
 "$PYTHON" -c 'import torch' 2>/dev/null || HAVE_TORCH=0
@@ -53,12 +62,14 @@ HAVE_TORCH=1
 median_of() { sort -g "$1" | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
 for ((round = 1; round <= RUNS; ++round)); do
-  for model in cnn2d cosmoflow-small; do
+  for model in "${MODELS[@]}"; do
+    layers=()
+    [[ -n ${LAYERS[$model]:-} ]] && layers=(--set "model.layers=${LAYERS[$model]}")
     for precision in fp32 bf16; do
       for layout in channels_last channels_first; do
         run=$WORK/$model-$precision-$layout-$round
-        HPCTRAIN_SPATIAL_LAYOUT=$layout "$HPCTRAIN" train "$ROOT/inputs/$model.toml" --output "$run" \
-          --set "data.train=${DATA[$model]}" --set 'data.validation=""' --set train.epochs=0 \
+        HPCTRAIN_SPATIAL_LAYOUT=$layout "$HPCTRAIN" train "$ROOT/inputs/${DECK[$model]}.toml" --output "$run" \
+          "${layers[@]}" --set "data.train=${DATA[$model]}" --set 'data.validation=""' --set train.epochs=0 \
           --set "train.steps=$STEPS" --set "train.log_every=$STEPS" --set "precision.mode=$precision" \
           --set checkpoint.at_end=false >"$run.log" 2>&1 || { cat "$run.log" >&2; exit 1; }
         "$PYTHON" - "$run/metrics.h5" "$WARMUP_STEPS" >>"$WORK/$model-$precision.$layout" <<'PY'
@@ -81,9 +92,9 @@ echo "bench/cnn.sh: $(date -u '+%Y-%m-%d %H:%M UTC'), $(lscpu | sed -n 's/^Model
 echo "  load average $LOAD_AT_START at start, $(cut -d' ' -f1-3 /proc/loadavg) at end (other work on the machine skews the figures)"
 echo "  $RUNS round(s) of $STEPS steps (median after $WARMUP_STEPS warm-up steps); torch: $(
   ((HAVE_TORCH)) && "$PYTHON" -c 'import torch; print(torch.__version__)' || echo 'not installed (bench/install-torch.sh)')"
-printf '%-16s %-6s %6s %16s %16s %8s %18s %8s\n' model mode batch "hpctrain img/s" "torch img/s" ratio \
+printf '%-19s %-6s %6s %16s %16s %8s %18s %8s\n' model mode batch "hpctrain img/s" "torch img/s" ratio \
   "channels-first" gain
-for model in cnn2d cosmoflow-small; do
+for model in "${MODELS[@]}"; do
   for precision in fp32 bf16; do
     mine=$(median_of "$WORK/$model-$precision.channels_last")
     before=$(median_of "$WORK/$model-$precision.channels_first")
@@ -94,7 +105,7 @@ for model in cnn2d cosmoflow-small; do
     else
       theirs="not measured" ratio="-"
     fi
-    printf '%-16s %-6s %6s %16.0f %16s %8s %18.0f %8s\n' "$model" "$precision" "${BATCH[$model]}" "$mine" "$theirs" \
+    printf '%-19s %-6s %6s %16.0f %16s %8s %18.0f %8s\n' "$model" "$precision" "${BATCH[$model]}" "$mine" "$theirs" \
       "$ratio" "$before" "$gain"
   done
 done

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch twin of hpctrain's benchmark models: the anchor that bench/run.sh (the MLP) and bench/cnn.sh (--model cnn2d,
---model cosmoflow-small: the CNNs of inputs/cnn2d.toml and inputs/cosmoflow-small.toml) measure hpctrain's samples/s
-against.
+--model cosmoflow-small[-gn]: the CNNs of inputs/cnn2d.toml and inputs/cosmoflow-small.toml, -gn with GroupNorm(4)
+after each convolution) measure hpctrain's samples/s against.
 
 The same model (Linear 1024->2048, ReLU, Linear 2048->2048, ReLU, Linear 2048->10, cross-entropy), the same global
 batch, AdamW with the same hyper-parameters (biases without weight decay, as hpctrain's default optimizer.no_decay),
@@ -31,7 +31,7 @@ import time
 def parse_arguments():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    parser.add_argument("--model", choices=["mlp", "cnn2d", "cosmoflow-small"], default="mlp",
+    parser.add_argument("--model", choices=["mlp", "cnn2d", "cosmoflow-small", "cosmoflow-small-gn"], default="mlp",
                         help="mlp: --widths; cnn2d, cosmoflow-small: the layers of inputs/<model>.toml (needs --data)")
     parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads; 0 keeps torch's default")
     parser.add_argument("--batch", type=int, default=256, help="global batch (one process: all of it)")
@@ -117,14 +117,24 @@ def main():
             nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
             nn.Flatten(), nn.Linear(16 * (features.shape[2] // 4) * (features.shape[3] // 4), classes))
         description = "cnn2d (inputs/cnn2d.toml)"
-    elif arguments.model == "cosmoflow-small":  # inputs/cosmoflow-small.toml
+    elif arguments.model.startswith("cosmoflow-small"):  # inputs/cosmoflow-small.toml (-gn: groupnorm after each conv)
         channels, size = features.shape[1], features.shape[2]
+        norm = arguments.model.endswith("-gn")
+
+        class Float32GroupNorm(nn.GroupNorm):
+            # Norms in fp32, as hpctrain's policy and CUDA autocast have it (torch 1.13's CPU autocast has no rule
+            # for group_norm and fails on bf16 input with fp32 parameters).
+            def forward(self, x):
+                return super().forward(x.float())
+
+        def block(inputs, outputs):
+            return [nn.Conv3d(inputs, outputs, 3, padding=1)] + ([Float32GroupNorm(4, outputs)] if norm else []) + [
+                nn.LeakyReLU(0.3), nn.MaxPool3d(2)]
+
         model = nn.Sequential(
-            nn.Conv3d(channels, 8, 3, padding=1), nn.LeakyReLU(0.3), nn.MaxPool3d(2),
-            nn.Conv3d(8, 16, 3, padding=1), nn.LeakyReLU(0.3), nn.MaxPool3d(2),
-            nn.Conv3d(16, 16, 3, padding=1), nn.LeakyReLU(0.3), nn.MaxPool3d(2),
+            *block(channels, 8), *block(8, 16), *block(16, 16),
             nn.Flatten(), nn.Linear(16 * (size // 8) ** 3, 64), nn.LeakyReLU(0.3), nn.Linear(64, labels.shape[1]))
-        description = "cosmoflow-small (inputs/cosmoflow-small.toml)"
+        description = f"{arguments.model} (inputs/cosmoflow-small.toml{' + groupnorm' if norm else ''})"
     # hpctrain's default optimizer.no_decay = ["bias", "norm"]: biases get no weight decay, so none here either.
     decayed = [parameter for name, parameter in model.named_parameters() if not name.endswith("bias")]
     not_decayed = [parameter for name, parameter in model.named_parameters() if name.endswith("bias")]
@@ -140,7 +150,7 @@ def main():
             return 0
         model.to(device)
         features, labels = features.to(device), labels.to(device)
-    loss_function = functional.mse_loss if arguments.model == "cosmoflow-small" else functional.cross_entropy
+    loss_function = functional.mse_loss if arguments.model.startswith("cosmoflow-small") else functional.cross_entropy
 
     def make_step(forward):
         def train_step(x, y):
