@@ -3,7 +3,7 @@
 #
 #   bench/cnn.sh                      run with build/release (build it first: cmake --build --preset release)
 #   bench/cnn.sh --build-dir DIR      use DIR/bin/hpctrain
-#   bench/cnn.sh --quick              1 round of 20 steps: checks the harness, measures nothing
+#   bench/cnn.sh --quick              1 round of 10 steps, fp32 only: checks the harness, measures nothing
 #
 # Then DIR/bin/spatial_kernels (when built) times the 3-D model's convolutions and poolings through hpctrain's backend
 # against oneDNN's primitives called directly.
@@ -26,13 +26,14 @@ STEPS=60
 WARMUP_STEPS=10
 THREADS=$(nproc)
 QUICK=
+PRECISIONS=(fp32 bf16)
 while (($#)); do
   case $1 in
     --build-dir) BUILD_DIR=$(cd "$2" && pwd); shift 2 ;;
     --runs) RUNS=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
-    --quick) RUNS=1; STEPS=20; WARMUP_STEPS=5; QUICK=--quick; shift ;;
+    --quick) RUNS=1; STEPS=10; WARMUP_STEPS=2; PRECISIONS=(fp32); QUICK=--quick; shift ;;
     -h | --help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench/cnn.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -65,7 +66,7 @@ for ((round = 1; round <= RUNS; ++round)); do
   for model in "${MODELS[@]}"; do
     layers=()
     [[ -n ${LAYERS[$model]:-} ]] && layers=(--set "model.layers=${LAYERS[$model]}")
-    for precision in fp32 bf16; do
+    for precision in "${PRECISIONS[@]}"; do
       for layout in channels_last channels_first; do
         run=$WORK/$model-$precision-$layout-$round
         HPCTRAIN_SPATIAL_LAYOUT=$layout "$HPCTRAIN" train "$ROOT/inputs/${DECK[$model]}.toml" --output "$run" \
@@ -95,7 +96,7 @@ echo "  $RUNS round(s) of $STEPS steps (median after $WARMUP_STEPS warm-up steps
 printf '%-19s %-6s %6s %16s %16s %8s %18s %8s\n' model mode batch "hpctrain img/s" "torch img/s" ratio \
   "channels-first" gain
 for model in "${MODELS[@]}"; do
-  for precision in fp32 bf16; do
+  for precision in "${PRECISIONS[@]}"; do
     mine=$(median_of "$WORK/$model-$precision.channels_last")
     before=$(median_of "$WORK/$model-$precision.channels_first")
     gain=$(awk -v a="$mine" -v b="$before" 'BEGIN {printf "%.2f", a / b}')
