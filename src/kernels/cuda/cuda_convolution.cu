@@ -388,7 +388,7 @@ void CudaConvolution::forward(const SpatialGeometry& g, const TensorView& x, con
                               const TensorView& y) {
   spatial::check_convolution(g, x, y, weight, "convolution_forward");
   HPCTRAIN_ASSERT(weight.dtype == x.dtype, "convolution_forward: weights of another dtype");
-  dispatch_storage(x.dtype, "convolution_forward", []<class>() {});  // refuses fp64 before any work
+  require_device_storage(x.dtype, "convolution_forward");
   if (x.rows == 0) return;
   Impl& s = *impl_;
   const std::lock_guard lock(s.mutex);
@@ -430,7 +430,7 @@ void CudaConvolution::backward_data(const SpatialGeometry& g, const TensorView& 
                                     const TensorView& dx) {
   spatial::check_convolution(g, dx, dy, weight, "convolution_backward_data");
   HPCTRAIN_ASSERT(weight.dtype == dy.dtype, "convolution_backward_data: weights of another dtype");
-  dispatch_storage(dy.dtype, "convolution_backward_data", []<class>() {});  // refuses fp64 before any work
+  require_device_storage(dy.dtype, "convolution_backward_data");
   if (dy.rows == 0) return;
   Impl& s = *impl_;
   const std::lock_guard lock(s.mutex);
@@ -465,7 +465,7 @@ void CudaConvolution::backward_data(const SpatialGeometry& g, const TensorView& 
 void CudaConvolution::backward_weights(const SpatialGeometry& g, const TensorView& x, const TensorView& dy,
                                        const TensorView& dweight, void* dbias, bool accumulate) {
   spatial::check_convolution(g, x, dy, dweight, "convolution_backward_weights");
-  dispatch_storage(x.dtype, "convolution_backward_weights", []<class>() {});  // refuses fp64 before any work
+  require_device_storage(x.dtype, "convolution_backward_weights");
   HPCTRAIN_ASSERT(dweight.dtype == DType::f32, "convolution_backward_weights: gradients are f32");
   Impl& s = *impl_;
   if (x.rows == 0) {

@@ -9,6 +9,15 @@
 
 namespace hpctrain::cuda {
 
+[[noreturn]] inline void refuse_fp64(const char* what) {
+  throw NotSupported(std::string(what) + " with fp64 storage on the CUDA backend (fp64 is for CPU gradient checks)");
+}
+
+// Refuses what dispatch_storage cannot dispatch, before any work is done.
+inline void require_device_storage(DType type, const char* what) {
+  if (type == DType::f64) refuse_fp64(what);
+}
+
 // Calls f.template operator()<T>() with T the storage type; f64 is not built for the GPU.
 template <class F>
 void dispatch_storage(DType type, const char* what, F&& f) {
@@ -22,7 +31,7 @@ void dispatch_storage(DType type, const char* what, F&& f) {
     case DType::f64:
       break;
   }
-  throw NotSupported(std::string(what) + " with fp64 storage on the CUDA backend (fp64 is for CPU gradient checks)");
+  refuse_fp64(what);
 }
 
 }  // namespace hpctrain::cuda
