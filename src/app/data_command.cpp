@@ -18,6 +18,7 @@
 #include "hpctrain/app/commands.hpp"
 #include "hpctrain/config/run_config.hpp"
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/core/suggestions.hpp"
 #include "hpctrain/data/batch_loader.hpp"
 #include "hpctrain/data/channel_statistics.hpp"
 #include "hpctrain/data/convert.hpp"
@@ -183,18 +184,6 @@ struct ParsedArguments {
   [[nodiscard]] bool has(const std::string& option) const { return values.contains(option); }
 };
 
-std::size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> previous(b.size() + 1), current(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) previous[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    current[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j)
-      current[j] = std::min({previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-    std::swap(previous, current);
-  }
-  return previous[b.size()];
-}
-
 ParsedArguments parse_arguments(const Arguments& args, const std::vector<OptionSpec>& options,
                                 const std::string& command) {
   const std::string help_hint = "see '" + command + " --help'";
@@ -213,14 +202,11 @@ ParsedArguments parse_arguments(const Arguments& args, const std::vector<OptionS
     const std::string name = arg.substr(0, equals);
     const auto spec = std::find_if(options.begin(), options.end(), [&](const OptionSpec& o) { return o.name == name; });
     if (spec == options.end()) {
-      std::string hint = help_hint;
-      for (const OptionSpec& candidate : options) {
-        if (edit_distance(name, candidate.name) <= 2) {
-          hint = "did you mean '" + candidate.name + "'? " + help_hint;
-          break;
-        }
-      }
-      throw InputError(command + ": unknown option '" + name + "'", hint);
+      std::vector<Suggestion> candidates;
+      for (const OptionSpec& candidate : options) candidates.push_back({candidate.name, candidate.name});
+      const auto suggestion = closest_name(name, candidates);
+      throw InputError(command + ": unknown option '" + name + "'",
+                       suggestion ? "did you mean '" + *suggestion + "'? " + help_hint : help_hint);
     }
     if (spec->repeatable) {
       if (equals != std::string::npos) {

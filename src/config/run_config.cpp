@@ -31,6 +31,7 @@
 #include <variant>
 
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/core/suggestions.hpp"
 
 namespace hpctrain {
 namespace {
@@ -281,86 +282,6 @@ std::vector<std::string_view> all_layer_type_names() {
   std::vector<std::string_view> names;
   for (const auto& spec : layer_types()) names.push_back(spec.type);
   return names;
-}
-
-// ---------------------------------------------------------------------------------------------------------------------
-// "Did you mean": the closest valid name to a misspelt one
-// ---------------------------------------------------------------------------------------------------------------------
-
-// Edit distance counting insertions, deletions, substitutions and swaps of neighbours ("lamdba" -> "lambda" is 1).
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
-  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t substitution = a[i - 1] == b[j - 1] ? 0 : 1;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + substitution});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-    }
-  }
-  return d[a.size()][b.size()];
-}
-
-std::string lowercase(std::string_view text) {
-  std::string lower(text);
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return lower;
-}
-
-// "learning_rate" -> "lr": lets the common long spellings find our short keys (and "wd" find "weight_decay").
-std::string initials(std::string_view text) {
-  if (text.find('_') == std::string_view::npos) return {};
-  std::string letters;
-  bool at_word_start = true;
-  for (char c : text) {
-    if (c == '_') {
-      at_word_start = true;
-    } else if (at_word_start) {
-      letters += c;
-      at_word_start = false;
-    }
-  }
-  return letters;
-}
-
-// How far a typed name is from a valid one (lower is closer); nullopt when too far to be worth suggesting.
-std::optional<double> match_cost(std::string_view typed_text, std::string_view valid_text) {
-  const std::string typed = lowercase(typed_text), valid = lowercase(valid_text);
-  if (typed == valid) return 0.0;
-  if (initials(typed) == valid || initials(valid) == typed) return 0.5;
-  double cost = static_cast<double>(edit_distance(typed, valid));
-  // "batch" for "batch_size", "grad_clip_norm" for "grad_clip": one word more or less.
-  if (!typed.empty() && (valid.find(typed) != std::string::npos || typed.find(valid) != std::string::npos))
-    cost = std::min(cost, 1.5);
-  const double tolerance = std::max(2.0, static_cast<double>(typed.size()) / 3.0);
-  if (cost > tolerance) return std::nullopt;
-  return cost;
-}
-
-// Candidates are (name shown to the user, name compared against, extra cost); the first of equally close ones wins.
-struct Suggestion {
-  std::string shown;
-  std::string compared;
-  double extra_cost = 0.0;
-};
-
-std::optional<std::string> closest(std::string_view typed, const std::vector<Suggestion>& candidates) {
-  std::optional<std::string> best;
-  double best_cost = 1e9;
-  for (const auto& candidate : candidates) {
-    const auto cost = match_cost(typed, candidate.compared);
-    if (cost && *cost + candidate.extra_cost < best_cost) {
-      best_cost = *cost + candidate.extra_cost;
-      best = candidate.shown;
-    }
-  }
-  return best;
-}
-
-std::string did_you_mean(const std::optional<std::string>& suggestion) {
-  return suggestion ? "; did you mean '" + *suggestion + "'?" : std::string{};
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
@@ -654,7 +575,7 @@ class DeckReader {
       if (other.name != section.name && find_field(other, key))
         candidates.push_back({std::string(other.name) + "." + std::string(key), std::string(key), 1.0});
     const std::string dotted = std::string(section.name) + "." + std::string(key);
-    fail(where, "unknown key '" + dotted + "'" + did_you_mean(closest(key, candidates)),
+    fail(where, "unknown key '" + dotted + "'" + did_you_mean(closest_name(key, candidates)),
          "valid keys in [" + std::string(section.name) + "]: " + join(section_keys(section)) +
              " (docs/input-reference.md describes each)");
   }
@@ -674,14 +595,14 @@ class DeckReader {
       for (const auto& section : schema())
         for (const auto& field : section.fields)
           keys.push_back({std::string(section.name) + "." + std::string(field.key), std::string(field.key)});
-      const auto suggestion = closest(name, keys);
+      const auto suggestion = closest_name(name, keys);
       fail(where, "key '" + std::string(name) + "' is not inside any section" + did_you_mean(suggestion),
            suggestion ? "move it below the [" + suggestion->substr(0, suggestion->find('.')) + "] header"
                       : "every key belongs to a section: " + join(section_names));
     }
     candidates.push_back({"[[model.layers]]", "layers"});
     const std::string shown = is_array_of_tables ? "[[" + std::string(name) + "]]" : "[" + std::string(name) + "]";
-    fail(where, "unknown section '" + shown + "'" + did_you_mean(closest(name, candidates)),
+    fail(where, "unknown section '" + shown + "'" + did_you_mean(closest_name(name, candidates)),
          "valid sections: " + join(section_names) + " and [[model.layers]] for each layer");
   }
 
@@ -689,7 +610,7 @@ class DeckReader {
     std::vector<Suggestion> candidates;
     for (const auto& field : layer_fields())
       candidates.push_back({layer_key(index, field.key), std::string(field.key)});
-    fail(where, "unknown key '" + layer_key(index, key) + "'" + did_you_mean(closest(key, candidates)),
+    fail(where, "unknown key '" + layer_key(index, key) + "'" + did_you_mean(closest_name(key, candidates)),
          "valid layer keys: " + join(all_layer_keys()) + " (which ones a layer takes depends on its type)");
   }
 
@@ -1005,7 +926,7 @@ class DeckReader {
         candidates.insert(candidates.begin(), {std::string(word), std::string(value)});
     fail(location(dotted_key),
          dotted_key + " must be one of " + join(allowed) + " (got " + toml_string(value) + ")" +
-             did_you_mean(closest(value, candidates)),
+             did_you_mean(closest_name(value, candidates)),
          "set " + dotted_key + " to one of: " + join(allowed));
   }
 
@@ -1134,7 +1055,7 @@ class DeckReader {
         fail(location("precision.loss_scale"),
              "precision.loss_scale must be auto, dynamic, none or a positive number up to 3.4028235e+38 (got " +
                  toml_string(precision.loss_scale) + ")" +
-                 (number ? "" : did_you_mean(closest(precision.loss_scale, candidates))),
+                 (number ? "" : did_you_mean(closest_name(precision.loss_scale, candidates))),
              "auto means dynamic for fp16 and none otherwise; a number is a fixed scale, e.g. loss_scale = 1024");
       }
       config_.precision.loss_scale = shortest_number_text(*number);  // one spelling per value: "1e3" -> "1000"

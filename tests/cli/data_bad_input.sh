@@ -88,4 +88,9 @@ expect_error csv_ragged_row "'ragged.csv' line 3 has 2 columns, but line 1 has 3
 expect_error csv_not_a_number "'words.csv' line 3, column 2 \('y'\): 'four' is not a number" 1 \
   data convert --csv words.csv --header --label-column label --output out.h5
 [[ ! -e out.h5 && ! -e out.h5.partial ]] && pass "no output file after failed conversions" || fail "output left behind"
+# a misspelt option of a data command gets the deck reader's suggestions (swapped letters, one letter off)
+status=0
+"$HPCTRAIN" data generate images --smaples 10 --output typo.h5 >typo.log 2>&1 || status=$?
+((status == 2)) && grep -q "unknown option '--smaples'" typo.log && grep -q "did you mean '--samples'?" typo.log &&
+  [[ ! -e typo.h5 ]] && pass "data generate --smaples: did you mean '--samples'" || { cat typo.log >&2; fail "option typo"; }
 finish
