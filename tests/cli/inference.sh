@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # predict and evaluate: predictions of a trained checkpoint reproduce the final /eval metrics of its training run, are
-# identical on 1, 2 and 4 ranks and in sample order; evaluate prints and writes the same metrics; regression runs get
-# MAE/MSE/R^2 and 10-class runs top-5 accuracy; a dataset of the wrong shape is refused.
+# the same on 1, 2 and 4 ranks (to fp32 rounding) and in sample order; evaluate prints and writes the same metrics;
+# regression runs get MAE/MSE/R^2 and 10-class runs top-5 accuracy; a dataset of the wrong shape is refused.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 make_spirals train.h5 3000 1
@@ -32,9 +32,17 @@ $PYTHON - <<'PY' && pass "predictions reproduce the run's final evaluation, same
 import h5py, numpy as np
 labels = h5py.File("validation.h5", "r")["/labels"][()]
 runs = [h5py.File(f"predictions-{r}.h5", "r") for r in (1, 2, 4)]
+# Each rank count puts a sample at another row of its forward call; oneDNN's AVX2 kernels round the last rows of a call
+# (a tail of their row block) in another order, so outputs agree to fp32 rounding there and bit for bit elsewhere.
 for other in runs[1:]:
-    for name in ("predictions", "probabilities", "classes", "indices"):
-        assert np.array_equal(runs[0][name][()], other[name][()]), name
+    assert np.array_equal(runs[0]["indices"][()], other["indices"][()])
+    for name in ("predictions", "probabilities"):
+        a, b = runs[0][name][()].astype(np.float64), other[name][()].astype(np.float64)
+        assert np.all(np.isfinite(a)) and np.all(np.isfinite(b)), name
+        assert np.linalg.norm(a - b) <= 1e-6 * np.linalg.norm(a), (name, np.linalg.norm(a - b) / np.linalg.norm(a))
+    top2 = np.sort(runs[0]["predictions"][()], axis=1)[:, -2:]
+    decided = top2[:, 1] - top2[:, 0] > 1e-4  # no near-tie between the two largest logits
+    assert np.array_equal(runs[0]["classes"][()][decided], other["classes"][()][decided]), "classes"
 p = runs[0]
 assert np.array_equal(p["indices"][()], np.arange(len(labels)))
 assert p["predictions"].shape == (len(labels), 3)

@@ -67,6 +67,33 @@ inline To convert_value(From value) {
   }
 }
 
+// Storage of type T widened to fp32 (the 16-bit inputs of products oneDNN does not run natively), and back.
+template <class T>
+void widen_to_float(const T* source, float* destination, std::int64_t count) {
+#pragma omp parallel for schedule(static) if (count > 32768)
+  for (std::int64_t i = 0; i < count; ++i) destination[i] = load(source[i]);
+}
+
+template <class T>
+void narrow_from_float(const float* source, T* destination, std::int64_t count) {
+#pragma omp parallel for schedule(static) if (count > 32768)
+  for (std::int64_t i = 0; i < count; ++i) destination[i] = store<T>(source[i]);
+}
+
+// A 16-bit operand (fp16 or bf16 storage) widened to fp32.
+inline void widen_16bit_to_float(const void* source, bool is_bf16, float* destination, std::int64_t count) {
+  if (is_bf16)
+    widen_to_float(static_cast<const bf16*>(source), destination, count);
+  else
+    widen_to_float(static_cast<const fp16*>(source), destination, count);
+}
+
+// Whether oneDNN runs bf16 products natively on this CPU. oneDNN 2.6 has bf16 matmul and convolution kernels only
+// from AVX-512 on (AVX512-BF16/AMX natively, AVX512 by emulation); on an AVX2-only CPU primitive creation fails, so
+// the backend widens bf16 operands to fp32 (exact) and rounds the result once, as it does for fp16.
+// HPCTRAIN_ONEDNN_BF16=0 forces that path (to test it, or to compare speeds). Probed once per process.
+bool onednn_runs_bf16();
+
 // A value computed in double stored as To.
 template <class To>
 inline To store_from_double(double value) {

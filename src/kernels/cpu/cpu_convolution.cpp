@@ -12,7 +12,8 @@
 //   faster was tried: it made the kernel choice, and so the last bits of the results, depend on the machine's load,
 //   which breaks bitwise-exact resume.) oneDNN accumulates in fp32. Weight and bias gradients are fp32 whatever the
 //   input dtype.
-// - f16 storage: inputs widened to fp32 scratch, the f32 primitive, the result rounded once into the f16 output.
+// - f16 storage, and bf16 where oneDNN has no bf16 kernel (CPUs before AVX-512, see onednn_runs_bf16): inputs widened
+//   to fp32 scratch, the f32 primitive, the result rounded once into the 16-bit output.
 // - f64 storage: the loops below, in double, on channels-first rows (channels-last ones are transposed around them).
 //   They are the reference: gradient checks run through them, and the tests compare the oneDNN paths with them.
 // Gradient accumulation (accumulate = true) writes oneDNN's weight gradient into fp32 scratch and adds it.
@@ -252,17 +253,8 @@ dnnl::memory::desc weight_descriptor(const SpatialGeometry& g, DnnlType type) {
   return {dims, type, tag};
 }
 
-template <class T>
-void widen_to_float(const T* source, float* destination, std::int64_t count) {
-#pragma omp parallel for schedule(static) if (count > 32768)
-  for (std::int64_t i = 0; i < count; ++i) destination[i] = load(source[i]);
-}
-
-template <class T>
-void narrow_from_float(const float* source, T* destination, std::int64_t count) {
-#pragma omp parallel for schedule(static) if (count > 32768)
-  for (std::int64_t i = 0; i < count; ++i) destination[i] = store<T>(source[i]);
-}
+// 16-bit storage oneDNN does not run natively here: fp16 always, bf16 before AVX-512 (see onednn_runs_bf16).
+bool widens(DType type) { return type == DType::f16 || (type == DType::bf16 && !onednn_runs_bf16()); }
 
 void add_into(const float* source, float* destination, std::int64_t count) {
 #pragma omp parallel for schedule(static) if (count > 32768)
@@ -423,12 +415,12 @@ void CpuConvolution::Impl::execute_product(ConvolutionKey key, const TensorView&
   const void* b_data = b.data;
   void* out_data = out.data;
   float* result = nullptr;
-  if (a.dtype == DType::f16) {  // widened to fp32, the f32 primitive, rounded once into the output
+  if (widens(a.dtype)) {  // widened to fp32, the f32 primitive, rounded once into the output
     key.input = DType::f32;
     float* wide_a = widened_source.reserve_elements<float>(static_cast<std::size_t>(a.size()));
     float* wide_b = widened_other.reserve_elements<float>(static_cast<std::size_t>(b.size()));
-    widen_to_float(a.as<fp16>(), wide_a, a.size());
-    widen_to_float(b.as<fp16>(), wide_b, b.size());
+    widen_16bit_to_float(a.data, a.dtype == DType::bf16, wide_a, a.size());
+    widen_16bit_to_float(b.data, b.dtype == DType::bf16, wide_b, b.size());
     a_data = wide_a;
     b_data = wide_b;
     out_data = result = float_result.reserve_elements<float>(static_cast<std::size_t>(out.size()));
@@ -437,7 +429,12 @@ void CpuConvolution::Impl::execute_product(ConvolutionKey key, const TensorView&
     execute(key, {a_data, b_data, bias, out_data});
   else
     execute(key, {a_data, b_data, out_data});
-  if (result != nullptr) narrow_from_float(result, out.as<fp16>(), out.size());
+  if (result != nullptr) {
+    if (out.dtype == DType::bf16)
+      narrow_from_float(result, out.as<bf16>(), out.size());
+    else
+      narrow_from_float(result, out.as<fp16>(), out.size());
+  }
 }
 
 void CpuConvolution::Impl::run(Convolution& entry, std::initializer_list<const void*> pointers) {
@@ -535,12 +532,12 @@ void CpuConvolution::backward_weights(const SpatialGeometry& g, const TensorView
   ConvolutionKey key{g, x.rows, x.dtype, Pass::backward_weights, dbias != nullptr};
   const void* source = x.data;
   const void* gradient = dy.data;
-  if (x.dtype == DType::f16) {
+  if (widens(x.dtype)) {
     key.input = DType::f32;
     float* wide_x = impl_->widened_source.reserve_elements<float>(static_cast<std::size_t>(x.size()));
     float* wide_dy = impl_->widened_other.reserve_elements<float>(static_cast<std::size_t>(dy.size()));
-    widen_to_float(x.as<fp16>(), wide_x, x.size());
-    widen_to_float(dy.as<fp16>(), wide_dy, dy.size());
+    widen_16bit_to_float(x.data, x.dtype == DType::bf16, wide_x, x.size());
+    widen_16bit_to_float(dy.data, dy.dtype == DType::bf16, wide_dy, dy.size());
     source = wide_x;
     gradient = wide_dy;
   }

@@ -4,7 +4,8 @@
 // Which path a product takes:
 // - f32 x f32 -> f32 and bf16 x bf16 -> f32 or bf16: one oneDNN primitive writes c directly (bias and accumulation
 //   included: bias as the primitive's bias, accumulation as a sum post-op). bf16 runs oneDNN's AVX512-BF16/AMX kernels.
-// - f16 inputs: widened to fp32 scratch first, then the f32 path (fp16 products are formed in fp32).
+// - f16 inputs, and bf16 inputs on CPUs where oneDNN 2.6 has no bf16 kernel (before AVX-512): widened to fp32
+//   scratch first (exact), then the f32 path; the result is rounded once into c.
 // - any other output dtype: the primitive writes fp32 scratch, and one pass converts it into c (adding c's old value
 //   when accumulating), so rounding happens once, after the accumulation.
 // - f64: plain loops in double; only finite-difference gradient checks use it, on small matrices.
@@ -12,6 +13,7 @@
 #include "cpu_gemm.hpp"
 
 #include <array>
+#include <cstdlib>
 #include <dnnl.hpp>
 #include <mutex>
 #include <sstream>
@@ -78,12 +80,6 @@ dnnl::memory::desc matrix_descriptor(std::int64_t rows, std::int64_t cols, bool 
   return dnnl::memory::desc({rows, cols}, type, strides);
 }
 
-template <class T>
-void widen_to_float(const T* source, float* destination, std::int64_t count) {
-#pragma omp parallel for schedule(static) if (count > 32768)
-  for (std::int64_t i = 0; i < count; ++i) destination[i] = load(source[i]);
-}
-
 // c = converted(result) [+ c]: the last step of the paths whose output dtype oneDNN does not write.
 template <class T>
 void store_result(const float* result, T* c, std::int64_t count, bool accumulate) {
@@ -129,11 +125,27 @@ void bias_only(TC* c, const TB* bias, bool accumulate, std::int64_t m, std::int6
 
 }  // namespace
 
+bool onednn_runs_bf16() {
+  static const bool runs = [] {
+    if (const char* setting = std::getenv("HPCTRAIN_ONEDNN_BF16"); setting != nullptr && std::string(setting) == "0")
+      return false;
+    try {  // the smallest bf16 product: creation fails where the CPU has no bf16 kernel
+      const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+      const auto desc = matrix_descriptor(2, 2, false, DnnlType::bf16);
+      const dnnl::matmul::primitive_desc probe(dnnl::matmul::desc(desc, desc, desc), engine);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return runs;
+}
+
 struct CpuGemm::Impl {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::unordered_map<MatmulKey, Matmul, MatmulKeyHash> primitives;
-  ScratchBuffer widened_a, widened_b;  // f16 inputs as fp32: (m, k), (k, n) in their stored layout
+  ScratchBuffer widened_a, widened_b;  // 16-bit inputs as fp32: (m, k), (k, n) in their stored layout
   ScratchBuffer float_result;          // (m, n) fp32 result for output dtypes oneDNN does not write
   ScratchBuffer scratchpad;            // oneDNN's own scratch (user-managed, so oneDNN allocates none per call)
   std::mutex mutex;                    // the cache and the scratch buffers are shared by all calls
@@ -244,15 +256,15 @@ void CpuGemm::run(const TensorView& a, bool transpose_a, const TensorView& b, bo
     return;
   }
 
-  // Inputs as oneDNN sees them: f32 or bf16 as they are, f16 widened to fp32.
+  // Inputs as oneDNN sees them: f32 as they are, bf16 too where oneDNN runs it, else widened to fp32.
   const void* a_data = a.data;
   const void* b_data = b.data;
   DType input = a.dtype;
-  if (a.dtype == DType::f16) {
+  if (a.dtype == DType::f16 || (a.dtype == DType::bf16 && !onednn_runs_bf16())) {
     float* wide_a = impl_->widened_a.reserve_elements<float>(static_cast<std::size_t>(a.size()));
     float* wide_b = impl_->widened_b.reserve_elements<float>(static_cast<std::size_t>(b.size()));
-    widen_to_float(static_cast<const fp16*>(a.data), wide_a, a.size());
-    widen_to_float(static_cast<const fp16*>(b.data), wide_b, b.size());
+    widen_16bit_to_float(a.data, a.dtype == DType::bf16, wide_a, a.size());
+    widen_16bit_to_float(b.data, b.dtype == DType::bf16, wide_b, b.size());
     a_data = wide_a;
     b_data = wide_b;
     input = DType::f32;
