@@ -16,10 +16,16 @@ import h5py
 import numpy as np
 
 
+def input_error(message):
+    """Bad input (a missing run, a file that is not metrics.h5): exit status 2, as for hpctrain's own input errors."""
+    print(f"hpctrain report: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def load(run_dir):
     path = os.path.join(run_dir, "metrics.h5")
     if not os.path.exists(path):
-        sys.exit(f"hpctrain_report: {path} does not exist (is {run_dir} a run directory?)")
+        input_error(f"{path} does not exist (is {run_dir} a run directory?)")
     with h5py.File(path, "r") as f:
         return {group: {name: f[group][name][()] for name in f[group]} for group in ("train", "eval") if group in f}
 

@@ -1,7 +1,6 @@
 // `hpctrain checkpoint verify FILE|RUN_DIR`: check a checkpoint's layout and every dataset's CRC-32 (rank 0 only).
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 #include "hpctrain/app/commands.hpp"
 #include "hpctrain/core/error.hpp"
@@ -15,7 +14,7 @@ const char* const checkpoint_usage =
     "usage: hpctrain checkpoint verify FILE.h5|RUN_DIR\n"
     "\n"
     "Check a checkpoint: its format and the CRC-32 of every dataset. With a run directory, check the checkpoint that\n"
-    "RUN_DIR/checkpoints/latest names. Exit status 0 when sound, 1 when damaged.\n";
+    "RUN_DIR/checkpoints/latest names. Exit status 0 when sound, 1 when damaged, 2 when there is no such checkpoint.\n";
 }
 
 int checkpoint_command(const Arguments& args, const MpiEnvironment& mpi) {
@@ -27,14 +26,11 @@ int checkpoint_command(const Arguments& args, const MpiEnvironment& mpi) {
   HPCTRAIN_VERIFY(args[0] == "verify" && args.size() == 2, InputError,
                   "hpctrain checkpoint: expected 'verify FILE|RUN_DIR'", "see 'hpctrain checkpoint --help'");
   namespace fs = std::filesystem;
-  fs::path path = args[1];
-  if (fs::is_directory(path)) {
-    std::ifstream latest(path / "checkpoints" / "latest");
-    std::string name;
-    HPCTRAIN_VERIFY(static_cast<bool>(latest >> name), InputError,
-                    "'" << path.string() << "' has no checkpoints/latest", "pass a checkpoint file instead");
-    path = path / "checkpoints" / name;
-  }
+  const fs::path path = resolve_checkpoint(args[1]);
+  std::error_code error;
+  HPCTRAIN_VERIFY(fs::is_regular_file(path, error), InputError,
+                  "hpctrain checkpoint verify: '" << path.string() << "' does not exist or is not a file",
+                  "pass a checkpoint file (RUN/checkpoints/step-NNNNNNNN.h5) or a run directory");
   if (!mpi.is_root()) return 0;
   const std::string problem = verify_checkpoint(path.string());
   if (problem.empty()) {

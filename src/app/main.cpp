@@ -1,6 +1,7 @@
 // hpctrain's entry point: MPI start-up, sub-command dispatch, and the one place where errors are caught and reported.
 #include <cstdio>
 #include <exception>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,11 @@ int main(int argc, char** argv) {
     throw hpctrain::InputError("unknown command '" + command + "'", "run 'hpctrain --help' for the list of commands");
   } catch (const hpctrain::Error& error) {
     mpi.abort_on(error);
+  } catch (const std::bad_alloc&) {
+    mpi.abort_on(hpctrain::Error("out of memory: a buffer could not be allocated", hpctrain::ErrorScope::this_rank,
+                                 "the model, the batch or the data do not fit this node's memory: use a smaller "
+                                 "model or data.batch_size, or more ranks",
+                                 hpctrain::exit_runtime_error));
   } catch (const std::exception& error) {
     mpi.abort_on(std::string("unexpected failure: ") + error.what(), hpctrain::exit_runtime_error);
   }

@@ -19,8 +19,9 @@ const char* const train_usage =
     "  --set section.key=value   override a deck key (repeatable), e.g. --set precision.mode=bf16\n"
     "  --output DIR              write results to DIR (overrides run.output)\n"
     "  --profile                 print the time per phase of the training step at the end\n"
-    "  --resume auto|FILE        continue from OUTPUT/checkpoints/latest (auto: start fresh if there is none)\n"
-    "                            or from a checkpoint file\n"
+    "  --resume auto|CHECKPOINT  continue from OUTPUT/checkpoints/latest (auto: start fresh only when OUTPUT holds\n"
+    "                            no run) or from a checkpoint (a file, a run directory or its checkpoints/latest)\n"
+    "  --force                   with --resume CHECKPOINT: continue it even where OUTPUT holds another run\n"
     "  --help                    show this help\n"
     "\n"
     "Outputs in the output directory: config.toml (the resolved deck), metrics.h5, train.log, checkpoints/.\n"
@@ -49,6 +50,8 @@ int train_command(const Arguments& args, const MpiEnvironment& mpi) {
       options.resume = value("--resume");
     } else if (arg.rfind("--resume=", 0) == 0) {
       options.resume = arg.substr(9);
+    } else if (arg == "--force") {
+      options.force = true;
     } else if (arg == "--profile") {
       overrides.push_back("train.profile=true");
     } else if (arg == "--output") {

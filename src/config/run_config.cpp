@@ -31,6 +31,7 @@
 #include <variant>
 
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/core/files.hpp"
 #include "hpctrain/core/suggestions.hpp"
 
 namespace hpctrain {
@@ -170,6 +171,7 @@ const std::vector<SectionSpec>& schema() {
 
 // The largest finite fp32 value: loss scales are applied in fp32.
 constexpr double largest_float = 3.4028234663852886e38;
+constexpr std::int64_t max_count = 2147483647;  // 2^31 - 1: the largest count or size a deck integer may give
 
 // The words precision.loss_scale accepts besides a positive number.
 const std::vector<std::string_view> loss_scale_words = {"auto", "dynamic", "none"};
@@ -931,10 +933,13 @@ class DeckReader {
   }
 
   // Range checks name the rule and the default, which is always a valid value.
-  void check_integer(const std::string& dotted_key, std::int64_t value, std::int64_t minimum) const {
-    if (value >= minimum) return;
-    range_error(dotted_key, ">= " + std::to_string(minimum), std::to_string(value),
-                "use an integer >= " + std::to_string(minimum) + default_hint(dotted_key));
+  // Counts and sizes stop at 2^31 - 1: steps key the 32-bit random streams, and products of such values (rows x
+  // width, epochs x steps per epoch) stay far from int64 overflow.
+  void check_integer(const std::string& dotted_key, std::int64_t value, std::int64_t minimum,
+                     std::int64_t maximum = max_count) const {
+    if (value >= minimum && value <= maximum) return;
+    const std::string rule = value < minimum ? ">= " + std::to_string(minimum) : "<= " + std::to_string(maximum);
+    range_error(dotted_key, rule, std::to_string(value), "use an integer " + rule + default_hint(dotted_key));
   }
 
   void check_number(const std::string& dotted_key, double value, bool ok, const std::string& rule) const {
@@ -1263,6 +1268,7 @@ RunConfig load_run_config(const std::string& deck_path, const std::vector<std::s
   if (fs::is_directory(status))
     throw InputError(deck_path + ": is a directory, not an input deck",
                      "pass the deck's TOML file, e.g. " + (fs::path(deck_path) / "deck.toml").string());
+  require_regular_file(deck_path, "input deck");
   std::ifstream file(deck_path, std::ios::binary);
   if (!file)
     throw InputError(deck_path + ": cannot read the input deck (" + std::strerror(errno) + ")",

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/core/files.hpp"
 #include "hpctrain/core/half.hpp"
 #include "hpctrain/data/distributed_sampler.hpp"
 #include "hpctrain/data/hdf5_dataset.hpp"
@@ -298,6 +299,7 @@ void split_cells(const std::string& line, std::vector<std::string>& cells) {
 
 std::string convert_csv(const CsvConversion& conversion, const std::string& output) {
   const std::string& path = conversion.csv;
+  require_regular_file(path, "CSV file");
   std::ifstream stream(path);
   HPCTRAIN_VERIFY(stream, InputError, "cannot read '" << path << "'", "check the path and the file's permissions");
   // A first quick pass counts the rows, so that the datasets get their final size and chunks no larger than the data.

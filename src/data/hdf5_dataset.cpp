@@ -8,7 +8,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
+#include <csetjmp>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -20,6 +23,28 @@
 namespace hpctrain {
 
 namespace {
+
+// --- reads from a memory map that fail gracefully ---
+// A mapped file truncated by someone else raises SIGBUS on the next touch of a page past its new end. The direct
+// reader copies from the map inside a guard: SIGBUS there jumps back to the guard, which reports the file; a SIGBUS
+// anywhere else keeps its default action.
+thread_local sigjmp_buf* mapped_read_jump = nullptr;  // set while this thread copies from a map
+
+extern "C" void on_bus_error(int signal_number, siginfo_t*, void*) {
+  if (mapped_read_jump != nullptr) siglongjmp(*mapped_read_jump, 1);
+  std::signal(signal_number, SIG_DFL);  // not a guarded read: the default action (core dump) as before
+  std::raise(signal_number);
+}
+
+void install_bus_error_handler() {
+  static std::atomic<bool> installed{false};
+  if (installed.exchange(true)) return;
+  struct sigaction action {};
+  action.sa_sigaction = on_bus_error;
+  action.sa_flags = SA_SIGINFO;
+  sigemptyset(&action.sa_mask);
+  HPCTRAIN_VERIFY(sigaction(SIGBUS, &action, nullptr) == 0, Error, "sigaction(SIGBUS) failed");
+}
 
 constexpr std::size_t runs_per_leaf = 64;            // hyperslabs OR-ed directly before merging selections
 constexpr std::size_t chunk_cache_bytes = 32 << 20;  // per open dataset
@@ -315,9 +340,42 @@ Hdf5Dataset::Hdf5Dataset(const std::string& file, const std::string& dataset_pat
   stored_type_ = std::move(stored_type);
   stored_value_bytes_ = H5Tget_size(stored_type_.get());
   direct_ = make_direct_reader();
+  file_bytes_ = file_size_now();
 }
 
 Hdf5Dataset::~Hdf5Dataset() = default;
+
+std::uintmax_t Hdf5Dataset::file_size_now() const {
+  struct stat status {};
+  return stat(file_name_.c_str(), &status) == 0 ? static_cast<std::uintmax_t>(status.st_size) : 0;
+}
+
+void Hdf5Dataset::check_file_intact() const {
+  const std::uintmax_t now = file_size_now();
+  if (now >= file_bytes_) return;
+  throw InputError("data file '" + file_name_ + "' shrank from " + std::to_string(file_bytes_) + " to " +
+                       std::to_string(now) + " bytes while hpctrain was reading '" + dataset_path_ +
+                       "' (truncated, or rewritten in place); rows read from it now would be wrong",
+                   "do not change data files during a run: restore the file, then continue with --resume auto",
+                   ErrorScope::this_rank);
+}
+
+template <class Copy>
+void Hdf5Dataset::read_mapped(Copy&& copy) const {
+  install_bus_error_handler();
+  sigjmp_buf jump;
+  sigjmp_buf* const outer = mapped_read_jump;
+  if (sigsetjmp(jump, 1) != 0) {  // SIGBUS inside copy(): the file lost pages we mapped
+    mapped_read_jump = outer;
+    check_file_intact();
+    throw InputError("data file '" + file_name_ + "' could not be read (bus error on its memory map)",
+                     "check the file system; restore the file and continue with --resume auto", ErrorScope::this_rank);
+  }
+  mapped_read_jump = &jump;
+  copy();
+  mapped_read_jump = outer;
+  check_file_intact();  // a truncation that left the touched pages alone still means a changed file
+}
 
 namespace {
 void check_rows(const std::int64_t* indices, std::int64_t count, std::int64_t samples, const std::string& path,
@@ -332,61 +390,67 @@ void check_rows(const std::int64_t* indices, std::int64_t count, std::int64_t sa
 void Hdf5Dataset::read_rows(const std::int64_t* indices, std::int64_t count, float* out) {
   if (direct_) {
     check_rows(indices, count, samples(), dataset_path_, file_name_);
-    direct_->read_rows(indices, count, out);
+    read_mapped([&] { direct_->read_rows(indices, count, out); });
     return;
   }
   const auto lock = lock_hdf5();  // taken before H5T_NATIVE_*, which are HDF5 calls too
   read_rows_as(H5T_NATIVE_FLOAT, sizeof(float), indices, count, out);
+  check_file_intact();  // HDF5 reads past the end of a truncated file as zeros
 }
 
 void Hdf5Dataset::read_rows(const std::int64_t* indices, std::int64_t count, std::int32_t* out) {
   if (direct_ && is_integer(direct_->kind)) {  // float -> integer rounding is left to HDF5's rules
     check_rows(indices, count, samples(), dataset_path_, file_name_);
-    direct_->read_rows(indices, count, out);
+    read_mapped([&] { direct_->read_rows(indices, count, out); });
     return;
   }
   const auto lock = lock_hdf5();
   read_rows_as(H5T_NATIVE_INT32, sizeof(std::int32_t), indices, count, out);
+  check_file_intact();
 }
 
 void Hdf5Dataset::read_range(std::int64_t first, std::int64_t count, float* out) {
   if (direct_) {
     HPCTRAIN_ASSERT(first >= 0 && count >= 0 && first + count <= samples(), "rows outside the dataset");
-    direct_->read_range(first, count, out);
+    read_mapped([&] { direct_->read_range(first, count, out); });
     return;
   }
   const auto lock = lock_hdf5();
   read_range_as(H5T_NATIVE_FLOAT, first, count, out);
+  check_file_intact();
 }
 
 void Hdf5Dataset::read_range(std::int64_t first, std::int64_t count, std::int32_t* out) {
   if (direct_ && is_integer(direct_->kind)) {
     HPCTRAIN_ASSERT(first >= 0 && count >= 0 && first + count <= samples(), "rows outside the dataset");
-    direct_->read_range(first, count, out);
+    read_mapped([&] { direct_->read_range(first, count, out); });
     return;
   }
   const auto lock = lock_hdf5();
   read_range_as(H5T_NATIVE_INT32, first, count, out);
+  check_file_intact();
 }
 
 void Hdf5Dataset::read_range(std::int64_t first, std::int64_t count, double* out) {
   if (direct_) {
     HPCTRAIN_ASSERT(first >= 0 && count >= 0 && first + count <= samples(), "rows outside the dataset");
-    direct_->read_range(first, count, out);
+    read_mapped([&] { direct_->read_range(first, count, out); });
     return;
   }
   const auto lock = lock_hdf5();
   read_range_as(H5T_NATIVE_DOUBLE, first, count, out);
+  check_file_intact();
 }
 
 void Hdf5Dataset::read_rows_stored(const std::int64_t* indices, std::int64_t count, void* out) {
   if (direct_) {
     check_rows(indices, count, samples(), dataset_path_, file_name_);
-    direct_->copy_rows(indices, count, static_cast<unsigned char*>(out));
+    read_mapped([&] { direct_->copy_rows(indices, count, static_cast<unsigned char*>(out)); });
     return;
   }
   const auto lock = lock_hdf5();
   read_rows_as(stored_type_.get(), stored_value_bytes_, indices, count, out);
+  check_file_intact();
 }
 
 hid_t Hdf5Dataset::select_rows(const std::int64_t* rows, std::int64_t count) {

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/core/files.hpp"
 
 namespace hpctrain {
 
@@ -231,10 +232,7 @@ NpyHeader parse_npy_header(std::string_view bytes, const std::string& file) {
 }
 
 NpyHeader read_npy_header(const std::string& file) {
-  namespace fs = std::filesystem;
-  std::error_code error;
-  HPCTRAIN_VERIFY(fs::is_regular_file(file, error), InputError, "'" << file << "' does not exist or is not a file",
-                  "check the path");
+  require_regular_file(file, "NumPy file");
   std::ifstream stream(file, std::ios::binary);
   HPCTRAIN_VERIFY(stream, InputError, "cannot read '" << file << "'", "check the file's permissions");
   // The header is at most a few kilobytes (version 1 headers at most 65535 + 10 bytes); read what there is of 1 MiB.
@@ -243,7 +241,8 @@ NpyHeader read_npy_header(const std::string& file) {
   start.resize(static_cast<std::size_t>(stream.gcount()));
   NpyHeader header = parse_npy_header(start, file);
 
-  const auto size = fs::file_size(file, error);
+  std::error_code error;
+  const auto size = std::filesystem::file_size(file, error);
   const std::uintmax_t expected =
       header.data_offset + static_cast<std::uintmax_t>(header.elements()) * header.value_bytes;
   HPCTRAIN_VERIFY(!error && size == expected, InputError,

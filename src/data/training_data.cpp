@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -187,6 +188,12 @@ void TrainingData::validate(const MpiEnvironment& mpi, std::int64_t classes) con
   const std::int64_t rows_per_block =
       std::max<std::int64_t>(1, validation_block_values / std::max(feature_width_, target_width_));
   const bool classification = task_ == TaskKind::classification;
+  // Labels stored as floating point must be whole numbers: converting 1.5 to an integer label would change it.
+  const bool fractional_possible = classification && std::any_of(parts_.begin(), parts_.end(), [](const auto& part) {
+                                     return !part->answers->stores_integers();
+                                   });
+  std::vector<double> label_values;  // (block), when fractional_possible
+  std::int64_t first_fractional = no_sample;
   std::vector<float> features;       // (block, feature_width)
   std::vector<std::int32_t> labels;  // (block)
   std::vector<float> targets;        // (block, target_width)
@@ -212,6 +219,19 @@ void TrainingData::validate(const MpiEnvironment& mpi, std::int64_t classes) con
           first_bad[1] = block + i;
           break;
         }
+      if (fractional_possible && first_fractional == no_sample) {
+        label_values.resize(static_cast<std::size_t>(rows));
+        for_each_piece(
+            block, rows, [&](const Part& part, std::int64_t local_first, std::int64_t count, std::int64_t offset) {
+              part.guarded(where_ + ": " + split_key_, part.answers->path(),
+                           [&] { part.answers->read_range(local_first, count, label_values.data() + offset); });
+            });
+        for (std::int64_t i = 0; i < rows; ++i)
+          if (const double value = label_values[static_cast<std::size_t>(i)]; value != std::floor(value)) {
+            first_fractional = block + i;
+            break;
+          }
+      }
     } else {
       for (std::int64_t i = 0; i < rows * target_width_; ++i)
         if (!std::isfinite(targets[static_cast<std::size_t>(i)])) {
@@ -221,6 +241,7 @@ void TrainingData::validate(const MpiEnvironment& mpi, std::int64_t classes) con
     }
   }
   HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, first_bad, 2, MPI_INT64_T, MPI_MIN, mpi.world()));
+  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first_fractional, 1, MPI_INT64_T, MPI_MIN, mpi.world()));
 
   // "in 'b.h5'" for a single file; "in 'b.h5' (its row 23)" when the split has several.
   auto location_of = [&](std::int64_t sample) {
@@ -238,6 +259,18 @@ void TrainingData::validate(const MpiEnvironment& mpi, std::int64_t classes) con
                          ? "data.log1p needs features > -1; clean or drop the bad samples first"
                          : "clean or drop those samples before training; 'hpctrain data inspect' shows the "
                            "file's contents");
+  }
+  if (first_fractional != no_sample) {
+    const Part& part = *parts_[part_of(first_fractional)];
+    const std::int64_t row = first_fractional - part_begins_[part_of(first_fractional)];
+    double value = 0.0;
+    part.guarded(context, part.answers->path(), [&] { part.answers->read_range(row, 1, &value); });
+    char text[64];
+    std::snprintf(text, sizeof text, "%.17g", value);
+    throw InputError(context + ": labels '" + part.answers->path() + "' in " + location_of(first_fractional) +
+                         " are not whole numbers: sample " + std::to_string(first_fractional) + " has label " + text,
+                     "class labels are integers 0..C-1 (store them as an integer dataset); for real-valued targets "
+                     "use model.loss = \"mse\" with data.targets");
   }
   if (first_bad[1] == no_sample) return;
   if (classification) {

@@ -33,19 +33,42 @@ MpiEnvironment::~MpiEnvironment() {
 
 std::string rank_prefix(int rank, int size) { return size > 1 ? "[rank " + std::to_string(rank) + "] " : ""; }
 
-void MpiEnvironment::abort_on(const Error& error) const {
-  const bool print_here = error.scope() == ErrorScope::this_rank || rank_ == 0;
-  if (!print_here) {
-    // Every rank saw the same error: give rank 0 time to print it and end the job. If rank 0 never does (it should),
-    // print it here after all, so the job never ends without a message.
-    std::this_thread::sleep_for(std::chrono::seconds(20));
+namespace {
+
+// Whether every rank reaches this point within `seconds` (a non-blocking barrier, polled). Used on the error path to
+// tell an error every rank saw (all end cleanly) from one only some saw (the others must be aborted).
+bool all_ranks_arrive(double seconds) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (MPI_Ibarrier(MPI_COMM_WORLD, &request) != MPI_SUCCESS) return false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int done = 0;
+  while (MPI_Test(&request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  const std::string prefix = error.scope() == ErrorScope::this_rank ? rank_prefix(rank_, size_) : "";
-  std::fprintf(stderr, "%shpctrain: error: %s\n", prefix.c_str(), error.what());
-  if (!error.hint().empty()) std::fprintf(stderr, "%s  hint: %s\n", prefix.c_str(), error.hint().c_str());
+  return done != 0;
+}
+
+}  // namespace
+
+void MpiEnvironment::abort_on(const Error& error) const {
+  const bool everyone = error.scope() == ErrorScope::all_ranks;
+  // An error every rank saw (deck, data decided collectively): rank 0 prints it once and the ranks end together with
+  // MPI_Finalize and the exit code, so the launcher prints no abort banner. If some rank never arrives (it did not
+  // see the error after all), rank 0 prints anyway and the job is aborted.
+  const bool together = everyone && size_ > 1 && all_ranks_arrive(30.0);
+  // Without agreement every rank prints: rank 0 may be the one that did not see it.
+  const bool print_here = !everyone || rank_ == 0 || !together;
+  const std::string prefix = everyone ? "" : rank_prefix(rank_, size_);
+  if (print_here) {
+    const std::string text = prefix + "hpctrain: error: " + error.what() + "\n" +
+                             (error.hint().empty() ? "" : prefix + "  hint: " + error.hint() + "\n");
+    std::fputs(text.c_str(), stderr);
+    append_to_error_log(text);
+  }
   std::fflush(stderr);
   std::fflush(stdout);
-  if (size_ == 1) {
+  if (size_ == 1 || together) {
     MPI_Finalize();
     std::_Exit(error.exit_code());
   }
@@ -60,6 +83,13 @@ void MpiEnvironment::abort_on(const std::string& message, int exit_code) const {
 }  // namespace hpctrain
 
 namespace hpctrain {
+
+void broadcast_string(const MpiEnvironment& mpi, std::string& text) {
+  auto length = static_cast<long long>(text.size());
+  HPCTRAIN_MPI_CHECK(MPI_Bcast(&length, 1, MPI_LONG_LONG, 0, mpi.world()));
+  text.resize(static_cast<std::size_t>(length));
+  HPCTRAIN_MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(length), MPI_CHAR, 0, mpi.world()));
+}
 
 void run_on_root(const MpiEnvironment& mpi, const std::function<void()>& action) {
   std::string message, hint;

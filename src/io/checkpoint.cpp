@@ -14,6 +14,7 @@
 #include <regex>
 
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/core/files.hpp"
 #include "hpctrain/io/hdf5.hpp"
 #include "hpctrain/nn/model.hpp"
 #include "hpctrain/optim/optimizer.hpp"
@@ -135,7 +136,8 @@ struct SliceSelection {
   hsize_t first = 0;  // first element, in the tensor's flat coordinates
 };
 
-SliceSelection select_slice(hid_t dataset, const TensorEntry& tensor, std::int64_t slice_begin, std::int64_t slice_end) {
+SliceSelection select_slice(hid_t dataset, const TensorEntry& tensor, std::int64_t slice_begin,
+                            std::int64_t slice_end) {
   const auto [first, last] = overlap(tensor, slice_begin, slice_end);
   SliceSelection slice{H5Handle(HPCTRAIN_H5_CHECK(H5Dget_space(dataset))), {}, first};
   HPCTRAIN_H5_CHECK(H5Sselect_none(slice.file.get()));
@@ -180,8 +182,8 @@ void write_crc(hid_t dataset, std::uint32_t crc) {
 }
 
 std::uint32_t read_crc(hid_t dataset, const std::string& path, const std::string& file) {
-  HPCTRAIN_VERIFY(H5Aexists(dataset, "crc32") > 0, InputError,
-                  "checkpoint '" << file << "': dataset " << path << " has no crc32 attribute");
+  HPCTRAIN_VERIFY(H5Aexists(dataset, "crc32") > 0, CheckpointDamaged,
+                  "checkpoint '" << file << "' is damaged: dataset " << path << " has no crc32 attribute");
   H5Handle attribute(HPCTRAIN_H5_CHECK(H5Aopen(dataset, "crc32", H5P_DEFAULT)));
   std::uint32_t crc = 0;
   HPCTRAIN_H5_CHECK(H5Aread(attribute.get(), H5T_NATIVE_UINT32, &crc));
@@ -236,14 +238,14 @@ void read_tensors(hid_t file, const std::string& file_name, const std::vector<Te
   const auto [slice_begin, slice_end] = rank_slice(count, mpi.rank(), mpi.size());
   for (const TensorEntry& tensor : tensors) {
     HPCTRAIN_VERIFY(
-        link_exists(file, tensor.path), InputError,
+        link_exists(file, tensor.path), CheckpointMismatch,
         "checkpoint '" << file_name << "' has no tensor " << tensor.path << ": it was written for a different model",
         "resume with the deck the checkpoint was written with (stored in its 'deck' attribute)");
     H5Handle dataset(HPCTRAIN_H5_CHECK(H5Dopen2(file, tensor.path.c_str(), H5P_DEFAULT)));
     H5Handle file_space(HPCTRAIN_H5_CHECK(H5Dget_space(dataset.get())));
     const auto shape = dataspace_shape(file_space.get());
     std::vector<std::int64_t> expected(tensor.shape.begin(), tensor.shape.end());
-    HPCTRAIN_VERIFY(shape == expected, InputError,
+    HPCTRAIN_VERIFY(shape == expected, CheckpointMismatch,
                     "checkpoint '" << file_name << "': tensor " << tensor.path << " has shape " << shape_text(shape)
                                    << " but the deck's model needs " << shape_text(expected),
                     "resume with the deck the checkpoint was written with (stored in its 'deck' attribute)");
@@ -266,7 +268,7 @@ void read_tensors(hid_t file, const std::string& file_name, const std::vector<Te
     const TensorEntry& tensor = tensors[t];
     H5Handle dataset(HPCTRAIN_H5_CHECK(H5Dopen2(file, tensor.path.c_str(), H5P_DEFAULT)));
     const std::uint32_t stored = read_crc(dataset.get(), tensor.path, file_name);
-    HPCTRAIN_VERIFY(stored == checksums[t], InputError,
+    HPCTRAIN_VERIFY(stored == checksums[t], CheckpointDamaged,
                     "checkpoint '" << file_name << "' is damaged: tensor " << tensor.path << " fails its checksum");
   }
 }
@@ -284,11 +286,12 @@ void write_scalar(hid_t file, const std::string& path, hid_t file_type, hid_t me
 
 template <class T>
 T read_scalar(hid_t file, const std::string& path, hid_t memory_type, const std::string& file_name) {
-  HPCTRAIN_VERIFY(link_exists(file, path), InputError, "checkpoint '" << file_name << "' has no " << path);
+  HPCTRAIN_VERIFY(link_exists(file, path), CheckpointDamaged,
+                  "checkpoint '" << file_name << "' is damaged: it has no " << path);
   H5Handle dataset(HPCTRAIN_H5_CHECK(H5Dopen2(file, path.c_str(), H5P_DEFAULT)));
   T value{};
   HPCTRAIN_H5_CHECK(H5Dread(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, &value));
-  HPCTRAIN_VERIFY(read_crc(dataset.get(), path, file_name) == crc32(&value, sizeof value), InputError,
+  HPCTRAIN_VERIFY(read_crc(dataset.get(), path, file_name) == crc32(&value, sizeof value), CheckpointDamaged,
                   "checkpoint '" << file_name << "' is damaged: " << path << " fails its checksum");
   return value;
 }
@@ -317,23 +320,33 @@ std::int64_t step_of(const fs::path& path) {
 
 }  // namespace
 
-CheckpointStore::CheckpointStore(fs::path directory, const MpiEnvironment& mpi, std::int64_t keep)
-    : directory_(std::move(directory)), mpi_(mpi), keep_(keep) {}
+CheckpointStore::CheckpointStore(fs::path directory, const MpiEnvironment& mpi, std::int64_t keep, std::string run_id)
+    : directory_(std::move(directory)), mpi_(mpi), keep_(keep), run_id_(std::move(run_id)) {}
 
-std::vector<fs::path> CheckpointStore::candidates() const {
+std::vector<fs::path> checkpoint_files(const fs::path& directory) {
   std::vector<fs::path> files;
   std::error_code error;
-  if (!fs::is_directory(directory_, error)) return files;
+  if (!fs::is_directory(directory, error)) return files;
   std::vector<std::pair<std::int64_t, fs::path>> by_step;
-  for (const auto& item : fs::directory_iterator(directory_, error))
+  for (const auto& item : fs::directory_iterator(directory, error))
     if (const std::int64_t step = step_of(item.path()); step >= 0) by_step.emplace_back(step, item.path());
   std::sort(by_step.begin(), by_step.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  std::ifstream latest(directory_ / "latest");
+  std::ifstream latest(directory / "latest");
   std::string named;
-  if (latest >> named && fs::exists(directory_ / named)) files.push_back(directory_ / named);
+  if (latest >> named && fs::exists(directory / named)) files.push_back(directory / named);
   for (auto& [step, path] : by_step)
     if (files.empty() || path != files.front()) files.push_back(path);
   return files;
+}
+
+std::vector<fs::path> CheckpointStore::candidates() const { return checkpoint_files(directory_); }
+
+std::size_t CheckpointStore::discard_after(std::int64_t step) const {
+  std::size_t removed = 0;
+  std::error_code error;
+  for (const fs::path& file : candidates())
+    if (step_of(file) > step && fs::remove(file, error)) ++removed;
+  return removed;
 }
 
 std::string CheckpointStore::save(const Model& model, const Optimizer& optimizer, Backend& backend,
@@ -392,6 +405,7 @@ std::string CheckpointStore::save(const Model& model, const Optimizer& optimizer
     write_integer_attribute(f, "world_size", mpi_.size());
     write_integer_attribute(f, "input_features", model.input_width());
     write_string_attribute(f, "deck", deck_text);
+    if (!run_id_.empty()) write_string_attribute(f, "run_id", run_id_);
     optimizer_group.close();
     file.close();
   } catch (const LibraryError& error) {
@@ -428,30 +442,54 @@ std::string CheckpointStore::save(const Model& model, const Optimizer& optimizer
   return final_path.string();
 }
 
+namespace {
+
+// Opens a checkpoint for a collective read and checks its format. Caller holds lock_hdf5().
+H5Handle open_checkpoint(const std::string& path, const MpiEnvironment& mpi) {
+  silence_hdf5_error_printing();
+  require_regular_file(path, "checkpoint");
+  H5Handle access = parallel_access(mpi);
+  const hid_t opened = H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.get());
+  HPCTRAIN_VERIFY(opened >= 0, CheckpointDamaged,
+                  "checkpoint '" << path << "' cannot be opened: missing, truncated or not an HDF5 file");
+  H5Handle file(opened);
+  HPCTRAIN_VERIFY(
+      attribute_exists(file.get(), "format") && read_string_attribute(file.get(), "format") == checkpoint_format,
+      CheckpointDamaged, "'" << path << "' is not an hpctrain checkpoint (" << checkpoint_format << ")");
+  return file;
+}
+
+// Runs a read of checkpoint `path`; a failing HDF5 call inside it (damaged metadata, a truncated file) becomes
+// CheckpointDamaged naming the file and what HDF5 found, without HDF5's call text.
+template <class Read>
+void read_or_damaged(const std::string& path, Read&& read) {
+  try {
+    read();
+  } catch (const LibraryError& error) {
+    throw CheckpointDamaged("checkpoint '" + path + "' is damaged: its HDF5 structure cannot be read (" +
+                                (error.detail().empty() ? std::string("no detail") : error.detail()) + ")",
+                            "'hpctrain checkpoint verify " + path + "' checks it; resume from an older checkpoint");
+  }
+}
+
+}  // namespace
+
 void load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer, Backend& backend,
                      CheckpointState& state, const MpiEnvironment& mpi) {
   const std::int64_t count = model.parameter_count();
   std::vector<float> parameters(static_cast<std::size_t>(count));
   const auto names = state_names(optimizer);
   std::vector<std::vector<float>> states(names.size(), std::vector<float>(static_cast<std::size_t>(count)));
-  {
+  read_or_damaged(path, [&] {
     const auto lock = lock_hdf5();
-    silence_hdf5_error_printing();
-    H5Handle access = parallel_access(mpi);
-    const hid_t opened = H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.get());
-    HPCTRAIN_VERIFY(opened >= 0, InputError,
-                    "checkpoint '" << path << "' cannot be opened: missing, truncated or not an HDF5 file");
-    H5Handle file(opened);
-    HPCTRAIN_VERIFY(
-        attribute_exists(file.get(), "format") && read_string_attribute(file.get(), "format") == checkpoint_format,
-        InputError, "'" << path << "' is not an hpctrain checkpoint (" << checkpoint_format << ")");
+    H5Handle file = open_checkpoint(path, mpi);
     H5Handle transfer = collective_transfer();
     read_tensors(file.get(), path, tensor_entries(model, "/model"), parameters.data(), count, mpi, transfer.get());
     H5Handle optimizer_group(HPCTRAIN_H5_CHECK(H5Gopen2(file.get(), "/optimizer", H5P_DEFAULT)));
     const std::string stored_type = read_string_attribute(optimizer_group.get(), "type");
     const std::string wanted_type = optimizer.hyper().type == OptimizerType::adamw ? "adamw" : "sgd";
     HPCTRAIN_VERIFY(
-        stored_type == wanted_type, InputError,
+        stored_type == wanted_type, CheckpointMismatch,
         "checkpoint '" << path << "' holds " << stored_type << " state but the deck asks for " << wanted_type,
         "resume with the optimizer the checkpoint was written with");
     for (std::size_t i = 0; i < names.size(); ++i)
@@ -470,7 +508,7 @@ void load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer
     state.step_in_epoch = read_scalar<std::int64_t>(f, "/data/step_in_epoch", H5T_NATIVE_INT64, path);
     state.seed = read_scalar<std::uint64_t>(f, "/rng/seed", H5T_NATIVE_UINT64, path);
     state.step = read_scalar<std::int64_t>(f, "/train/step", H5T_NATIVE_INT64, path);
-  }
+  });
   backend.copy_to_backend(model.master(), parameters.data(), parameters.size() * sizeof(float));
   model.refresh_working_copy();
   for (std::size_t i = 0; i < names.size(); ++i)
@@ -480,19 +518,45 @@ void load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer
 void load_parameters(const std::string& path, Model& model, Backend& backend, const MpiEnvironment& mpi) {
   const std::int64_t count = model.parameter_count();
   std::vector<float> parameters(static_cast<std::size_t>(count));
-  {
+  read_or_damaged(path, [&] {
     const auto lock = lock_hdf5();
-    silence_hdf5_error_printing();
-    H5Handle access = parallel_access(mpi);
-    const hid_t opened = H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.get());
-    HPCTRAIN_VERIFY(opened >= 0, InputError,
-                    "checkpoint '" << path << "' cannot be opened: missing, truncated or not an HDF5 file");
-    H5Handle file(opened);
+    H5Handle file = open_checkpoint(path, mpi);
     H5Handle transfer = collective_transfer();
     read_tensors(file.get(), path, tensor_entries(model, "/model"), parameters.data(), count, mpi, transfer.get());
-  }
+  });
   backend.copy_to_backend(model.master(), parameters.data(), parameters.size() * sizeof(float));
   model.refresh_working_copy();
+}
+
+std::string checkpoint_run_id(const std::string& path) {
+  try {
+    const auto lock = lock_hdf5();
+    H5Handle file = open_file_read_only(path, "checkpoint");
+    return attribute_exists(file.get(), "run_id") ? read_string_attribute(file.get(), "run_id") : std::string();
+  } catch (const Error&) {
+    return {};
+  }
+}
+
+fs::path resolve_checkpoint(const std::string& argument) {
+  const fs::path given(argument);
+  std::error_code error;
+  fs::path directory;
+  if (fs::is_directory(given / "checkpoints", error))
+    directory = given / "checkpoints";  // a run directory
+  else if (fs::is_directory(given, error))
+    directory = given;  // a run's checkpoints/ directory
+  else if (given.filename() == "latest")
+    directory = given.parent_path();
+  else
+    return given;
+  std::ifstream latest(directory / "latest");
+  std::string name;
+  HPCTRAIN_VERIFY(
+      static_cast<bool>(latest >> name), InputError,
+      "'" << argument << "' is a directory without a checkpoint (no " << (directory / "latest").string() << ")",
+      "pass a checkpoint file (step-NNNNNNNN.h5) or a run directory that holds checkpoints");
+  return directory / name;
 }
 
 std::string checkpoint_deck(const std::string& path) {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/core/files.hpp"
 
 namespace hpctrain {
 
@@ -138,22 +139,8 @@ void silence_hdf5_error_printing() {
 
 H5Handle open_file_read_only(const std::string& path, std::string_view description) {
   const auto lock = lock_hdf5();
-  namespace fs = std::filesystem;
   silence_hdf5_error_printing();
-  std::error_code error;
-  const fs::file_status status = fs::status(path, error);
-  if (!fs::exists(status)) {
-    std::error_code cwd_error;
-    const fs::path cwd = fs::current_path(cwd_error);
-    throw InputError(std::string(description) + " '" + path + "' does not exist",
-                     fs::path(path).is_relative() && !cwd_error
-                         ? "relative paths are taken from the working directory, " + cwd.string()
-                         : std::string());
-  }
-  HPCTRAIN_VERIFY(!fs::is_directory(status), InputError,
-                  description << " '" << path << "' is a directory, not an HDF5 file");
-  HPCTRAIN_VERIFY(std::ifstream(path, std::ios::binary).is_open(), InputError,
-                  description << " '" << path << "' cannot be read", "check the file's permissions");
+  require_regular_file(path, description);
 
   const std::string damaged = std::string(description) + " '" + path + "' is not an HDF5 file or is damaged";
   const htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
@@ -320,11 +307,15 @@ std::string attribute_as_text(hid_t object, const std::string& name) {
   const H5T_class_t type_class = HPCTRAIN_H5_CHECK(H5Tget_class(stored_type.get()));
   const std::int64_t count = attribute_point_count(attribute.get());
   constexpr std::int64_t shown_at_most = 16;  // longer arrays are summarised, not printed
-  if (type_class == H5T_STRING && count == 1) return "\"" + read_string_attribute(object, name) + "\"";
-  if ((type_class != H5T_INTEGER && type_class != H5T_FLOAT) || count > shown_at_most || count < 1) {
-    return "<" + std::to_string(count) + " x " + type_name(stored_type.get()) + ">";
+  std::ostringstream text;  // (a stream, not "x" + string + "x": GCC 12's -Wrestrict misfires on those)
+  if (type_class == H5T_STRING && count == 1) {
+    text << '"' << read_string_attribute(object, name) << '"';
+    return text.str();
   }
-  std::ostringstream text;
+  if ((type_class != H5T_INTEGER && type_class != H5T_FLOAT) || count > shown_at_most || count < 1) {
+    text << '<' << count << " x " << type_name(stored_type.get()) << '>';
+    return text.str();
+  }
   if (count > 1) text << "[";
   if (type_class == H5T_INTEGER && HPCTRAIN_H5_CHECK(H5Tget_sign(stored_type.get())) == H5T_SGN_NONE) {
     std::vector<std::uint64_t> values(static_cast<std::size_t>(count));

@@ -33,6 +33,7 @@
 #include "hpctrain/train/device_batch.hpp"
 #include "hpctrain/train/evaluation.hpp"
 #include "hpctrain/train/phase_timer.hpp"
+#include "hpctrain/train/run_directory.hpp"
 #include "hpctrain/train/signals.hpp"
 
 namespace hpctrain {
@@ -121,8 +122,8 @@ class Trainer::Impl {
 
  private:
   void prepare_output();
-  // Resume from a checkpoint (options_.resume), falling back to older ones when the newest is damaged.
-  void resume();
+  // Resume from the plan's checkpoints, falling back to older ones when the newest is damaged.
+  void resume(const StartPlan& plan);
   std::string save_checkpoint(std::int64_t step);
   void log(const std::string& line);
   EvalMetrics evaluate(std::int64_t step);
@@ -167,7 +168,10 @@ class Trainer::Impl {
   std::int64_t accumulate_ = 1, micro_batch_ = 0;  // micro-batches per step and their rows per rank
   std::unique_ptr<MetricsWriter> metrics_;
   std::ofstream log_file_;
+  std::vector<std::string> early_log_;  // lines logged before train.log is opened (resume), written first
   fs::path output_;
+  bool complete_ = false;  // resumed at the deck's last step: nothing to train, nothing to write
+  bool resumed_ = false;
   int threads_ = 1;
   float scale_in_effect_ = 1.0f;  // the loss scale the current step runs with (finish_step may change it)
   StepScalars last_scalars_;      // host copy of the scalars after the last step (or as initialised / resumed)
@@ -259,7 +263,17 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
   HPCTRAIN_VERIFY(steps_per_epoch_ > 0, InputError,
                   config.where("data.batch_size")
                       << ": data.batch_size = " << batch << " leaves no full batch per epoch");
-  total_steps_ = config.train.steps > 0 ? config.train.steps : config.train.epochs * steps_per_epoch_;
+  total_steps_ = config.train.steps;
+  if (total_steps_ == 0) {
+    // Steps key the 32-bit random streams (dropout masks): a run counts at most 2^31 - 1 of them.
+    constexpr std::int64_t max_steps = 2147483647;
+    const bool overflow = __builtin_mul_overflow(config.train.epochs, steps_per_epoch_, &total_steps_);
+    HPCTRAIN_VERIFY(!overflow && total_steps_ <= max_steps, InputError,
+                    config.where("train.epochs")
+                        << ": train.epochs = " << config.train.epochs << " x " << steps_per_epoch_
+                        << " steps per epoch is more than the " << max_steps << " steps a run can take",
+                    "use at most " + std::to_string(max_steps / steps_per_epoch_) + " epochs");
+  }
 
   // ---- optimizer, communication, scaler ----
   optimizer_ = std::make_unique<Optimizer>(config.optimizer, *model_, *backend_);
@@ -313,66 +327,93 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
   model_->initialize(config.run.seed);
 
   output_ = config.run.output;
-  checkpoints_ = std::make_unique<CheckpointStore>(output_ / "checkpoints", mpi, config.checkpoint.keep);
-  resume();
+  // Decided before anything in the output directory is touched: a start never replaces another run's results.
+  StartPlan plan;
+  run_on_root(mpi, [&] {
+    plan = plan_start(inspect_run_directory(output_), options_.resume, options_.force, config.where("run.output"));
+  });
+  std::string candidates;
+  for (const fs::path& candidate : plan.candidates) candidates += candidate.string() + '\n';
+  broadcast_string(mpi, plan.run_id);
+  broadcast_string(mpi, candidates);
+  plan.candidates.clear();
+  for (std::stringstream lines(candidates); std::getline(lines, candidates);) plan.candidates.emplace_back(candidates);
+  checkpoints_ = std::make_unique<CheckpointStore>(output_ / "checkpoints", mpi, config.checkpoint.keep, plan.run_id);
+  if (!plan.note.empty()) log(plan.note);
+  resume(plan);
+  if (complete_) return;
   prepare_output();
+  if (metrics_) metrics_->set_attribute("run_id", plan.run_id);
+  set_error_log((output_ / "train.log").string());  // errors from here on reach the log too
   install_checkpoint_signals(config.checkpoint.on_signal);
 }
 
-void Trainer::Impl::resume() {
-  if (options_.resume.empty()) return;
-  std::vector<fs::path> candidates;
-  if (options_.resume == "auto") {
-    candidates = checkpoints_->candidates();
-    if (candidates.empty()) {
-      log("resume auto: no checkpoint in " + checkpoints_->directory().string() + "; starting fresh");
-      return;
-    }
-  } else {
-    candidates.push_back(options_.resume);
-  }
-  std::string failures;
-  for (const fs::path& candidate : candidates) {
+void Trainer::Impl::resume(const StartPlan& plan) {
+  std::vector<std::string> failures;  // damaged checkpoints passed over, newest first
+  for (const fs::path& candidate : plan.candidates) {
     CheckpointState state;
     std::string problem;
+    bool mismatch = false;
     const double load_start = MPI_Wtime();
     try {
       load_checkpoint(candidate.string(), *model_, *optimizer_, *backend_, state, mpi_);
-    } catch (const Error& error) {
+    } catch (const CheckpointMismatch& error) {
+      problem = error.what();
+      mismatch = true;
+    } catch (const CheckpointDamaged& error) {
       problem = error.what();
     }
     // Every rank reads the same file, so they fail alike; agree anyway so no rank goes on alone.
-    int failed = problem.empty() ? 0 : 1;
-    HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, mpi_.world()));
-    if (failed) {
-      if (problem.empty()) problem = "another rank could not load it";
-      failures += "\n  " + problem;
-      if (problem.find("different model") != std::string::npos || problem.find("needs") != std::string::npos ||
-          problem.find("deck asks") != std::string::npos)
-        throw InputError(problem,
-                         "resume with the deck the checkpoint was written with (stored in its 'deck' attribute)");
-      log("warning: " + problem + (candidate != candidates.back() ? "; trying an older checkpoint" : ""));
+    int outcome[2] = {problem.empty() ? 0 : 1, mismatch ? 1 : 0};
+    HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, outcome, 2, MPI_INT, MPI_MAX, mpi_.world()));
+    if (outcome[0] != 0) {
+      if (problem.empty()) problem = "checkpoint '" + candidate.string() + "': another rank could not load it";
+      if (outcome[1] != 0)  // an older checkpoint of the same run would not fit either
+        throw InputError(problem, "resume with the deck the checkpoint was written with (" +
+                                      (output_ / "config.toml").string() + ", or the checkpoint's 'deck' attribute)");
+      failures.push_back(problem);
       continue;
     }
+    for (const std::string& failure : failures) log("warning: " + failure + "; using an older checkpoint");
     HPCTRAIN_VERIFY(
         state.step <= total_steps_, InputError,
         candidate.string() << " is at step " << state.step << ", past this deck's " << total_steps_ << " steps",
-        "raise train.steps (or train.epochs) to continue training");
+        "raise train.steps (or train.epochs) to continue training, or resume with the run's own deck: "
+        "hpctrain train " +
+            (output_ / "config.toml").string() + " --resume auto");
     first_step_ = state.step;
+    resumed_ = true;
+    if (state.step == total_steps_) {
+      complete_ = true;
+      log("the run in '" + output_.string() + "' is already complete at step " + std::to_string(state.step) + " (" +
+          candidate.string() + "); nothing to train. Raise train.steps to train further.");
+      return;
+    }
     state.scalars.found_nonfinite = 0;
     backend_->copy_to_backend(scalars_.data, &state.scalars, sizeof state.scalars);
     last_scalars_ = state.scalars;
     LoaderPosition position{state.epoch, state.step_in_epoch};
     if (position.step_in_epoch >= steps_per_epoch_) position = {position.epoch + 1, 0};  // other rank count
     loader_->seek(position);
+    // Continuing from an older checkpoint abandons the newer ones: left behind, a fallback could pick one of them.
+    if (options_.resume != "auto" && mpi_.is_root()) {
+      if (const std::size_t removed = checkpoints_->discard_after(state.step); removed > 0)
+        log("removed " + std::to_string(removed) + " checkpoint" + (removed > 1 ? "s" : "") + " past step " +
+            std::to_string(state.step) + " from " + checkpoints_->directory().string() +
+            " (the run continues from the older one)");
+    }
     char seconds[32];
     std::snprintf(seconds, sizeof seconds, "%.3f", MPI_Wtime() - load_start);
     log("resumed from " + candidate.string() + " at step " + std::to_string(state.step) + " (epoch " +
         std::to_string(state.epoch) + "), read in " + seconds + " s");
     return;
   }
-  throw InputError("no usable checkpoint to resume from:" + failures,
-                   "start a fresh run (without --resume) or point --resume at a sound checkpoint");
+  if (plan.candidates.empty()) return;  // a fresh start
+  std::string listed;
+  for (const std::string& failure : failures) listed += "\n  " + failure;
+  throw InputError("no usable checkpoint to resume from:" + listed,
+                   "start a fresh run in another directory (--output DIR, without --resume) or point --resume at a "
+                   "sound checkpoint");
 }
 
 std::string Trainer::Impl::save_checkpoint(std::int64_t step) {
@@ -394,9 +435,6 @@ void Trainer::Impl::prepare_output() {
   run_on_root(mpi_, [&] {
     const std::string where = config_.where("run.output");
     std::error_code error;
-    if (options_.resume.empty() && fs::exists(output_ / "metrics.h5", error))
-      throw InputError(where + ": output directory '" + output_.string() + "' already holds a run (metrics.h5)",
-                       "continue it with --resume auto, choose another directory with --output DIR, or remove it");
     fs::create_directories(output_, error);
     if (error)
       throw InputError(where + ": cannot create output directory '" + output_.string() + "': " + error.message(),
@@ -407,11 +445,15 @@ void Trainer::Impl::prepare_output() {
     std::ofstream deck(output_ / "config.toml");
     deck << to_toml(config_);
     HPCTRAIN_VERIFY(deck.good(), InputError, where << ": cannot write '" << (output_ / "config.toml").string() << "'");
-    log_file_.open(output_ / "train.log", options_.resume.empty() ? std::ios::trunc : std::ios::app);
+    const bool resumed = resumed_;
+    log_file_.open(output_ / "train.log", resumed ? std::ios::app : std::ios::trunc);
+    for (const std::string& line : early_log_) log_file_ << line << std::endl;
+    early_log_.clear();
+    log_file_.flush();
     const std::string metrics_path = (output_ / "metrics.h5").string();
-    // A resumed run keeps the rows up to its checkpoint; a fresh start under --resume auto keeps none.
-    metrics_ = options_.resume.empty() ? std::make_unique<MetricsWriter>(metrics_path)
-                                       : std::make_unique<MetricsWriter>(metrics_path, first_step_);
+    // A resumed run keeps the rows up to its checkpoint; a fresh start has none to keep.
+    metrics_ = resumed ? std::make_unique<MetricsWriter>(metrics_path, first_step_)
+                       : std::make_unique<MetricsWriter>(metrics_path);
     metrics_->define("train", {{"step", MetricKind::int64},
                                {"loss", MetricKind::float64},
                                {"lr", MetricKind::float64},
@@ -427,7 +469,10 @@ void Trainer::Impl::log(const std::string& line) {
   if (!mpi_.is_root()) return;
   std::printf("%s\n", line.c_str());
   std::fflush(stdout);
-  if (log_file_.is_open()) log_file_ << line << std::endl;
+  if (log_file_.is_open())
+    log_file_ << line << std::endl;
+  else
+    early_log_.push_back(line);
 }
 
 std::vector<std::pair<std::string, MetricKind>> Trainer::Impl::eval_columns() const {
@@ -598,6 +643,11 @@ void Trainer::Impl::check_numerics(const StepScalars& scalars, std::int64_t step
 TrainSummary Trainer::Impl::run() {
   TrainSummary summary;
   summary.output_directory = output_.string();
+  if (complete_) {
+    summary.already_complete = true;
+    summary.steps = first_step_;
+    return summary;
+  }
   const int ranks = mpi_.size();
   timer_ = PhaseTimer(config_.train.profile);
   if (mpi_.is_root()) {
@@ -618,7 +668,7 @@ TrainSummary Trainer::Impl::run() {
 
   const double start = MPI_Wtime();
   double interval_start = start, last_eval_accuracy = -1.0, last_eval_loss = 0.0, last_train_loss = 0.0;
-  std::int64_t interval_samples = 0;
+  std::int64_t interval_samples = 0, evaluations = 0;
   std::vector<double> interval_rates;
   std::int64_t step = first_step_;
   const double time_limit = parse_time_limit(config_.train.time_limit);
@@ -683,6 +733,7 @@ TrainSummary Trainer::Impl::run() {
       timer_.end();
       last_eval_loss = metrics.loss;
       last_eval_accuracy = std::isnan(metrics.accuracy) ? -1.0 : metrics.accuracy;
+      ++evaluations;
       if (metrics_) metrics_->append("eval", eval_row(step, metrics));
       log("eval at step " + std::to_string(step) + ": " + describe(metrics));
     }
@@ -710,13 +761,17 @@ TrainSummary Trainer::Impl::run() {
   summary.final_eval_loss = last_eval_loss;
   summary.final_eval_accuracy = last_eval_accuracy;
   summary.samples_per_second = median(interval_rates);
+  // Only figures this invocation measured: a run stopped before its first evaluation has no validation figure.
   std::ostringstream done;
-  done << "done: " << step << " steps in " << format_duration(summary.seconds) << "; final train loss "
-       << number_text(last_train_loss);
-  if (validation_data_)
+  done << (summary.exit_code == exit_checkpointed ? "stopped: " : "done: ") << step << " steps (" << step - first_step_
+       << " in this run) in " << format_duration(summary.seconds);
+  if (step > first_step_) done << "; final train loss " << number_text(last_train_loss);
+  if (evaluations > 0)
     done << (task_ == TaskKind::classification ? ", validation accuracy " + number_text(last_eval_accuracy)
                                                : ", validation mse " + number_text(last_eval_loss));
-  done << ", " << static_cast<long long>(summary.samples_per_second) << " samples/s (median)\n"
+  if (!interval_rates.empty())
+    done << ", " << static_cast<long long>(summary.samples_per_second) << " samples/s (median)";
+  done << "\n"
        << "outputs: " << (output_ / "metrics.h5").string() << ", " << (output_ / "config.toml").string() << ", "
        << (output_ / "train.log").string() << ", " << checkpoints_->directory().string() << "/";
   log(done.str());

@@ -39,8 +39,10 @@ $PYTHON "$report" empty >empty.txt 2>&1 && fail "a directory without metrics.h5 
 $PYTHON "$report" run >direct.txt 2>&1
 "$HPCTRAIN" report run >wrapped.txt 2>&1 && diff direct.txt wrapped.txt >/dev/null &&
   pass "hpctrain report RUN_DIR prints the script's summary" || { cat wrapped.txt >&2; fail "hpctrain report"; }
-"$HPCTRAIN" report empty >/dev/null 2>&1 && fail "hpctrain report accepted an empty directory" ||
-  pass "hpctrain report: exit status $? on an empty directory"
+status=0
+"$HPCTRAIN" report empty >/dev/null 2>&1 || status=$?
+((status == 2)) && pass "hpctrain report: exit status 2 on an empty directory" ||
+  fail "hpctrain report: exit status $status on an empty directory (bad input is 2)"
 status=0
 HPCTRAIN_REPORT_SCRIPT=missing.py "$HPCTRAIN" report run >missing.txt 2>&1 || status=$?
 ((status == 2)) && grep -q "HPCTRAIN_REPORT_SCRIPT=missing.py is not a file" missing.txt &&

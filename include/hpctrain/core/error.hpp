@@ -48,6 +48,11 @@ class LibraryError : public Error {
  public:
   LibraryError(const std::string& library, const std::string& call, const std::string& detail, const char* file,
                int line);
+  // What the library said, without the call and source location (for messages about the user's file).
+  [[nodiscard]] const std::string& detail() const { return detail_; }
+
+ private:
+  std::string detail_;
 };
 
 // Training went numerically wrong (NaN loss, collapsed loss scale). Every rank sees it (values are all-reduced).
@@ -63,6 +68,11 @@ class NotSupported : public Error {
   explicit NotSupported(const std::string& message, ErrorScope scope = ErrorScope::all_ranks)
       : Error(message + " (not supported yet)", scope, {}, exit_input_error) {}
 };
+
+// train.log, once a run has opened it: the error path appends the printed message there as well, so the log holds
+// everything the run printed. Thread-unsafe by design (set once at start-up).
+void set_error_log(const std::string& path);
+void append_to_error_log(const std::string& text);
 
 namespace detail {
 [[noreturn]] void throw_mpi_error(int code, const char* call, const char* file, int line);

@@ -75,7 +75,14 @@ class Hdf5Dataset {
   // Reads the rows selected in `selection` (selected_rows of them, in file order) into out.
   void read_selection(hid_t memory_type, hid_t selection, std::int64_t selected_rows, void* out);
 
+  // A file that shrinks while it is read (truncated, rewritten in place) is an error, never zeros or a crash.
+  [[nodiscard]] std::uintmax_t file_size_now() const;
+  void check_file_intact() const;
+  template <class Copy>
+  void read_mapped(Copy&& copy) const;  // copy() from the memory map, SIGBUS turned into that error
+
   std::string file_name_, dataset_path_;
+  std::uintmax_t file_bytes_ = 0;  // the file's size when opened
   H5Handle file_, dataset_, file_space_;  // kept open for the life of the object: many small reads
   H5Handle combined_selection_;           // the selection of the latest read with many runs
   H5Handle stored_type_;

@@ -37,6 +37,9 @@ class MpiEnvironment {
 // "[rank 3] " in multi-rank runs, "" otherwise.
 std::string rank_prefix(int rank, int size);
 
+// Rank 0's value of `text` on every rank (collective).
+void broadcast_string(const MpiEnvironment& mpi, std::string& text);
+
 // Run `action` on rank 0 only (creating a directory, writing a file); if it throws, every rank throws the same error,
 // so rank 0 alone prints it and no rank waits forever for the others.
 void run_on_root(const MpiEnvironment& mpi, const std::function<void()>& action);

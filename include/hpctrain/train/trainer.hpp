@@ -13,11 +13,14 @@ namespace hpctrain {
 
 // How a run starts: fresh, or from a checkpoint.
 struct TrainOptions {
-  std::string resume;  // "": fresh; "auto": OUTPUT/checkpoints/latest if there is one, else fresh; else a file
+  std::string resume;  // "": fresh; "auto": OUTPUT/checkpoints/latest, or fresh in an empty directory; else a
+                       // checkpoint file or run directory
+  bool force = false;  // --force: continue a named checkpoint in a directory that holds another run
 };
 
 struct TrainSummary {
   int exit_code = 0;  // 0, or exit_checkpointed after a signal / the time limit
+  bool already_complete = false;  // --resume found the run finished: nothing was trained or written
   std::int64_t steps = 0;
   double final_train_loss = 0.0;
   double final_eval_loss = 0.0;
