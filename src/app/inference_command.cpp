@@ -19,7 +19,8 @@
 #include "hpctrain/nn/model.hpp"
 #include "hpctrain/train/device_batch.hpp"
 #include "hpctrain/train/evaluation.hpp"
-#include "hpctrain/train/trainer.hpp"
+#include "hpctrain/train/precision_choice.hpp"
+#include "hpctrain/train/rank_resources.hpp"
 
 namespace hpctrain {
 
@@ -109,9 +110,7 @@ InferenceSetup set_up(const InferenceArguments& arguments, const RunConfig& conf
   const std::int64_t batch =
       setup.config.data.eval_batch_size > 0 ? setup.config.data.eval_batch_size : setup.config.data.batch_size;
   setup.local_batch = std::max<std::int64_t>(1, (batch + mpi.size() - 1) / mpi.size());
-  const DType activation = setup.config.precision.mode == "bf16"   ? DType::bf16
-                           : setup.config.precision.mode == "fp16" ? DType::f16
-                                                                   : DType::f32;
+  const DType activation = activation_dtype_of(setup.config.precision.mode);
   setup.model =
       std::make_unique<Model>(setup.config.model, data_shape, *setup.backend,
                               ModelBuffers{activation, DType::f32, setup.local_batch, false}, arguments.checkpoint);

@@ -11,9 +11,12 @@
 
 namespace hpctrain {
 
-// How a run starts: fresh, or from a checkpoint.
+class RunStatus;
+
+// How a run starts: fresh, or from a checkpoint; where it reports how it ended.
 struct TrainOptions {
-  std::string resume;  // "": fresh; "auto": OUTPUT/checkpoints/latest if there is one, else fresh; else a file
+  std::string resume;           // "": fresh; "auto": OUTPUT/checkpoints/latest if there is one, else fresh; else a file
+  RunStatus* status = nullptr;  // also writes OUTPUT/status; the caller writes failures (null: OUTPUT/status only)
 };
 
 struct TrainSummary {
@@ -37,9 +40,5 @@ class Trainer {
   class Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// Threads per rank: OMP_NUM_THREADS if set, else run.threads, else the cores this rank may use divided among the ranks
-// of its node (a launcher that binds each rank already gives it its own cores).
-int choose_thread_count(const RunConfig& config, const MpiEnvironment& mpi);
 
 }  // namespace hpctrain
