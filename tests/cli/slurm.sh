@@ -198,8 +198,8 @@ setsid bash -c 'until grep -q "^step " "$1/train.log" 2>/dev/null; do sleep 0.05
   scancel --signal=USR1 --batch "$2"' watcher "$WORK/run_b" "$job_b" &
 watcher_pid=$!
 # (scancel --signal=USR1 --batch is what --signal=B:USR1@300 does 300 s before the time limit.)
-if ! timeout 60 tail --pid="$watcher_pid" -f /dev/null; then
-  fail "job $job_b did not start training within 60 s"
+if ! timeout 120 tail --pid="$watcher_pid" -f /dev/null; then
+  fail "job $job_b did not start training within 120 s"
   cat "hpctrain-$job_b.out" >&2
   exit 1
 fi
