@@ -3,14 +3,29 @@
 # -USR1 on a rank) it exits with status 75; running the same command again continues where it stopped.
 #
 #   RANKS=4 jobscripts/local.sh deck.toml [hpctrain train options...]
+#
+# hpctrain: $HPCTRAIN, else the one on PATH, else this repository's build (build/release/bin/hpctrain).
 set -o pipefail
 deck=${1:-}
 [[ -n $deck ]] || { echo "usage: [RANKS=N] jobscripts/local.sh DECK.toml [hpctrain train options...]" >&2; exit 2; }
 shift
-hpctrain=${HPCTRAIN:-$(command -v hpctrain || true)}
-[[ -x $hpctrain ]] || { echo "local.sh: hpctrain not found: add it to PATH or set HPCTRAIN" >&2; exit 2; }
+# The repository as the path to this script names it (not through links: a copy of the layout finds its own build).
+repository=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+hpctrain=${HPCTRAIN:-$(command -v hpctrain || echo "$repository/build/release/bin/hpctrain")}
+[[ -x $hpctrain ]] || {
+  echo "local.sh: hpctrain not found: build it (cmake --preset release && cmake --build --preset release), set" \
+    "HPCTRAIN=/path/to/hpctrain, or install it onto PATH (cmake --install build/release --prefix ~/.local)" >&2
+  exit 2
+}
+status_file=${HPCTRAIN_STATUS_FILE:-${TMPDIR:-/tmp}/hpctrain-local-$$.status}
 read -r -a mpiexec_flags <<<"${HPCTRAIN_MPIEXEC_FLAGS:---bind-to none}"
-launch_line=(mpiexec -n "${RANKS:-2}" "${mpiexec_flags[@]}" "$hpctrain" train "$deck" --resume auto "$@")
+launch_line=(mpiexec -n "${RANKS:-2}" "${mpiexec_flags[@]}" "$hpctrain" train "$deck" --resume auto "$@"
+  --status-file "$status_file")
 if [[ ${HPCTRAIN_DRY_RUN:-0} == 1 ]]; then printf 'launch:'; printf ' %q' "${launch_line[@]}"; printf '\n'; exit 0; fi
 "${launch_line[@]}"
-exit $?
+status=$?
+# What hpctrain recorded decides: mpiexec that got a signal (Ctrl-C, kill) may exit 1 although hpctrain checkpointed.
+state="" && read -r state code _ 2>/dev/null <"$status_file" && rm -f "$status_file"
+[[ $state == checkpointed || $state == complete ]] && status=$code
+((status == 75)) && echo "local.sh: checkpointed; run the same command again to continue" >&2
+exit "$status"

@@ -3,6 +3,7 @@
 #include <hdf5.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -10,7 +11,7 @@
 #include "hpctrain/app/commands.hpp"
 #include "hpctrain/config/run_config.hpp"
 #include "hpctrain/core/error.hpp"
-#include "hpctrain/data/hdf5_dataset.hpp"
+#include "hpctrain/data/training_data.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
 #include "hpctrain/io/checkpoint.hpp"
 #include "hpctrain/io/hdf5.hpp"
@@ -18,7 +19,8 @@
 #include "hpctrain/nn/model.hpp"
 #include "hpctrain/train/device_batch.hpp"
 #include "hpctrain/train/evaluation.hpp"
-#include "hpctrain/train/trainer.hpp"
+#include "hpctrain/train/precision_choice.hpp"
+#include "hpctrain/train/rank_resources.hpp"
 
 namespace hpctrain {
 
@@ -79,11 +81,20 @@ struct InferenceSetup {
   std::int64_t local_batch = 0;
 };
 
-InferenceSetup set_up(const InferenceArguments& arguments, const SampleShape& data_shape, const MpiEnvironment& mpi) {
+RunConfig checkpoint_config(const InferenceArguments& arguments) {
+  return parse_run_config(checkpoint_deck(arguments.checkpoint), arguments.checkpoint, arguments.overrides);
+}
+
+TaskKind task_of(const RunConfig& config) {
+  return config.model.loss == "mse" ? TaskKind::regression : TaskKind::classification;
+}
+
+InferenceSetup set_up(const InferenceArguments& arguments, const RunConfig& config, const SampleShape& data_shape,
+                      const MpiEnvironment& mpi) {
   const std::int64_t data_width = shape_size(data_shape);
   InferenceSetup setup;
-  setup.config = parse_run_config(checkpoint_deck(arguments.checkpoint), arguments.checkpoint, arguments.overrides);
-  setup.task = setup.config.model.loss == "mse" ? TaskKind::regression : TaskKind::classification;
+  setup.config = config;
+  setup.task = task_of(config);
   std::int64_t trained_width = 0;
   {
     const auto lock = lock_hdf5();
@@ -99,9 +110,7 @@ InferenceSetup set_up(const InferenceArguments& arguments, const SampleShape& da
   const std::int64_t batch =
       setup.config.data.eval_batch_size > 0 ? setup.config.data.eval_batch_size : setup.config.data.batch_size;
   setup.local_batch = std::max<std::int64_t>(1, (batch + mpi.size() - 1) / mpi.size());
-  const DType activation = setup.config.precision.mode == "bf16"   ? DType::bf16
-                           : setup.config.precision.mode == "fp16" ? DType::f16
-                                                                   : DType::f32;
+  const DType activation = activation_dtype_of(setup.config.precision.mode);
   setup.model =
       std::make_unique<Model>(setup.config.model, data_shape, *setup.backend,
                               ModelBuffers{activation, DType::f32, setup.local_batch, false}, arguments.checkpoint);
@@ -122,9 +131,10 @@ const char* const predict_usage =
     "                        [--force]\n"
     "\n"
     "Run the checkpoint's model (its deck is stored in the checkpoint) over every sample of FILE.h5 (the dataset\n"
-    "data.features), sharded over the ranks, in the deck's precision, and write one HDF5 file (written by all ranks\n"
-    "together) with /predictions (N x outputs, fp32, in the file's sample order), /indices (N), and for\n"
-    "classification /probabilities (softmax) and /classes (argmax). Default output: predictions.h5.\n";
+    "data.features, transformed by the deck's data.log1p/scale/shift as in training), sharded over the ranks, in the\n"
+    "deck's precision, and write one HDF5 file (written by all ranks together) with /predictions (N x outputs,\n"
+    "fp32, in the file's sample order), /indices (N), and for classification /probabilities (softmax) and /classes\n"
+    "(argmax). Default output: predictions.h5.\n";
 
 const char* const evaluate_usage =
     "usage: hpctrain evaluate CHECKPOINT.h5 --data FILE.h5 [--output evaluation.h5] [--set section.key=value]...\n"
@@ -141,41 +151,25 @@ int predict_command(const Arguments& args, const MpiEnvironment& mpi) {
   if (help) return 0;
   const std::string output = arguments.output.empty() ? "predictions.h5" : arguments.output;
   refuse_to_overwrite(output, arguments.force, mpi);
-  // Features only: predictions need no labels.
-  const std::string features_path =
-      parse_run_config(checkpoint_deck(arguments.checkpoint), arguments.checkpoint, arguments.overrides).data.features;
-  Hdf5Dataset features(arguments.data, features_path);
-  SampleShape sample_shape(features.shape().begin() + 1, features.shape().end());
-  if (sample_shape.empty()) sample_shape = {features.sample_size()};
-  InferenceSetup setup = set_up(arguments, sample_shape, mpi);
+  // The reader training and evaluation use (so the deck's data.log1p/scale/shift apply), without labels.
+  const RunConfig deck = checkpoint_config(arguments);
+  const TrainingData data(deck, "--data", arguments.data, task_of(deck), DataContents::features_only);
+  InferenceSetup setup = set_up(arguments, deck, data.model_input_shape(), mpi);
+  data.validate(mpi, 0);
   Model& model = *setup.model;
   Backend& backend = *setup.backend;
   DeviceBatch device(backend, model, setup.task, setup.local_batch);
-  const std::int64_t samples = features.samples(), width = model.output_width();
+  const std::int64_t samples = data.samples(), width = model.output_width();
 
-  // Forward over this rank's samples (rank, rank + R, ...).
+  // Forward over this rank's samples (rank, rank + R, ...), in that order.
   const std::vector<std::int64_t> mine = evaluation_share(samples, mpi.rank(), mpi.size());
-  std::vector<float> outputs(mine.size() * static_cast<std::size_t>(width));
-  BackendBuffer wide(backend, static_cast<std::size_t>(setup.local_batch * width) * sizeof(float));
-  HostBatch batch;
-  StepContext context{&backend, false, setup.config.run.seed, 0, device.sample_ids(), 0};
-  for (std::size_t begin = 0; begin < mine.size(); begin += static_cast<std::size_t>(setup.local_batch)) {
-    const auto rows = static_cast<std::int64_t>(std::min<std::size_t>(setup.local_batch, mine.size() - begin));
-    batch.rows = rows;
-    batch.sample_ids.assign(mine.begin() + static_cast<std::ptrdiff_t>(begin),
-                            mine.begin() + static_cast<std::ptrdiff_t>(begin) + rows);
-    batch.features.resize(static_cast<std::size_t>(rows * features.sample_size()));
-    features.read_rows(batch.sample_ids.data(), rows, batch.features.data());
-    for (float value : batch.features)
-      HPCTRAIN_VERIFY(std::isfinite(value), InputError, "'" << arguments.data << "': features contain NaN or Inf",
-                      "clean the data before predicting");
-    device.upload(batch, 0, rows, model);
-    context.rows = rows;
-    const TensorView output = model.forward(context);
-    backend.cast(output, {wide.data, DType::f32, rows, width});
-    backend.copy_to_host(outputs.data() + begin * static_cast<std::size_t>(width), wide.data,
-                         static_cast<std::size_t>(rows * width) * sizeof(float));
-  }
+  std::vector<float> outputs;
+  outputs.reserve(mine.size() * static_cast<std::size_t>(width));
+  const StepContext context{&backend, false, deck.run.seed, 0, nullptr, 0};
+  forward_split(data, model, backend, device, setup.local_batch, context, mpi,
+                [&](const HostBatch& batch, const TensorView&, const float* host) {
+                  outputs.insert(outputs.end(), host, host + batch.rows * width);
+                });
 
   // Write: rank r's rows are samples r, r + R, ...: one strided hyperslab per rank, collective.
   const auto lock = lock_hdf5();
@@ -238,10 +232,10 @@ int evaluate_command(const Arguments& args, const MpiEnvironment& mpi) {
   const InferenceArguments arguments = parse_inference_arguments(args, "evaluate", evaluate_usage, mpi, &help);
   if (help) return 0;
   if (!arguments.output.empty()) refuse_to_overwrite(arguments.output, arguments.force, mpi);
-  RunConfig deck = parse_run_config(checkpoint_deck(arguments.checkpoint), arguments.checkpoint, arguments.overrides);
-  const TaskKind task = deck.model.loss == "mse" ? TaskKind::regression : TaskKind::classification;
-  TrainingData data(deck, "--data", arguments.data, task);
-  InferenceSetup setup = set_up(arguments, data.model_input_shape(), mpi);
+  const RunConfig deck = checkpoint_config(arguments);
+  const TaskKind task = task_of(deck);
+  const TrainingData data(deck, "--data", arguments.data, task);
+  InferenceSetup setup = set_up(arguments, deck, data.model_input_shape(), mpi);
   data.validate(mpi, task == TaskKind::classification ? setup.model->output_width() : 0);
   DeviceBatch device(*setup.backend, *setup.model, task, setup.local_batch);
   const StepContext context{setup.backend.get(), false, deck.run.seed, 0, nullptr, 0};

@@ -1,10 +1,12 @@
 // `hpctrain train DECK.toml [--set section.key=value]... [--output DIR]`
 #include <cstdio>
+#include <exception>
 
 #include "hpctrain/app/commands.hpp"
 #include "hpctrain/config/run_config.hpp"
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
+#include "hpctrain/train/run_status.hpp"
 #include "hpctrain/train/trainer.hpp"
 
 namespace hpctrain {
@@ -12,6 +14,7 @@ namespace hpctrain {
 namespace {
 const char* const train_usage =
     "usage: hpctrain train DECK.toml [--set section.key=value]... [--output DIR] [--resume auto|FILE] [--profile]\n"
+    "                      [--status-file FILE]\n"
     "\n"
     "Train the model described by the input deck DECK.toml (see docs/input-reference.md).\n"
     "\n"
@@ -22,9 +25,11 @@ const char* const train_usage =
     "  --resume auto|CHECKPOINT  continue from OUTPUT/checkpoints/latest (auto: start fresh only when OUTPUT holds\n"
     "                            no run) or from a checkpoint (a file, a run directory or its checkpoints/latest)\n"
     "  --force                   with --resume CHECKPOINT: continue it even where OUTPUT holds another run\n"
+    "  --status-file FILE        also write OUTPUT/status's line to FILE (job scripts: see docs/jobscripts.md)\n"
     "  --help                    show this help\n"
     "\n"
-    "Outputs in the output directory: config.toml (the resolved deck), metrics.h5, train.log, checkpoints/.\n"
+    "Outputs in the output directory: config.toml (the resolved deck), metrics.h5, train.log, checkpoints/, status\n"
+    "(how the run ended: running, complete, checkpointed or failed, with the exit status and step).\n"
     "Exit status 75: stopped on a signal (checkpoint.on_signal) or train.time_limit after writing a checkpoint.\n"
     "Launch with e.g. 'mpiexec -n 4 hpctrain train deck.toml'; data.batch_size is the global batch.\n";
 }  // namespace
@@ -33,6 +38,7 @@ int train_command(const Arguments& args, const MpiEnvironment& mpi) {
   std::string deck;
   std::vector<std::string> overrides;
   TrainOptions options;
+  std::string status_file;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     auto value = [&](const char* option) -> std::string {
@@ -52,6 +58,10 @@ int train_command(const Arguments& args, const MpiEnvironment& mpi) {
       options.resume = arg.substr(9);
     } else if (arg == "--force") {
       options.force = true;
+    } else if (arg == "--status-file") {
+      status_file = value("--status-file");
+    } else if (arg.rfind("--status-file=", 0) == 0) {
+      status_file = arg.substr(14);
     } else if (arg == "--profile") {
       overrides.push_back("train.profile=true");
     } else if (arg == "--output") {
@@ -67,10 +77,22 @@ int train_command(const Arguments& args, const MpiEnvironment& mpi) {
       deck = arg;
     }
   }
-  HPCTRAIN_VERIFY(!deck.empty(), InputError, "hpctrain train: no input deck given", "usage: hpctrain train DECK.toml");
-  const RunConfig config = load_run_config(deck, overrides);
-  Trainer trainer(config, mpi, options);
-  return trainer.run().exit_code;
+  RunStatus status(status_file);
+  options.status = &status;
+  try {
+    HPCTRAIN_VERIFY(!deck.empty(), InputError, "hpctrain train: no input deck given",
+                    "usage: hpctrain train DECK.toml");
+    const RunConfig config = load_run_config(deck, overrides);
+    Trainer trainer(config, mpi, options);
+    return trainer.run().exit_code;
+  } catch (const Error& error) {
+    // Written by the rank that reports the error (main prints it the same way); rethrown for main to end every rank.
+    if (error.scope() == ErrorScope::this_rank || mpi.is_root()) status.write_failure(error.exit_code());
+    throw;
+  } catch (const std::exception&) {
+    status.write_failure(exit_runtime_error);
+    throw;
+  }
 }
 
 }  // namespace hpctrain

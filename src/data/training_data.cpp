@@ -81,14 +81,15 @@ struct TrainingData::Part {
 };
 
 TrainingData::TrainingData(const RunConfig& config, const std::string& split_key, const std::string& file,
-                           TaskKind task)
-    : TrainingData(config, split_key, std::vector<std::string>{file}, task) {}
+                           TaskKind task, DataContents contents)
+    : TrainingData(config, split_key, std::vector<std::string>{file}, task, contents) {}
 
 TrainingData::TrainingData(const RunConfig& config, const std::string& split_key,
-                           const std::vector<std::string>& patterns, TaskKind task)
+                           const std::vector<std::string>& patterns, TaskKind task, DataContents contents)
     : split_key_(split_key),
       where_(config.where(split_key)),
       task_(task),
+      answers_(contents == DataContents::features_and_answers),
       transform_(FeatureTransform::from(config.data)) {
   files_ = expand_data_files(patterns, where_, split_key);
   description_ = describe_files(files_);
@@ -102,24 +103,25 @@ TrainingData::TrainingData(const RunConfig& config, const std::string& split_key
     part->file = file;
     try {
       part->features = std::make_unique<Hdf5Dataset>(file, config.data.features);
-      part->answers = std::make_unique<Hdf5Dataset>(file, answers_path);
+      if (answers_) part->answers = std::make_unique<Hdf5Dataset>(file, answers_path);
     } catch (const InputError& error) {
       throw InputError(context + ": " + error.what(), error.hint());
     }
     const auto& feature_shape = part->features->shape();
-    const auto& answer_shape = part->answers->shape();
     HPCTRAIN_VERIFY(feature_shape.size() >= 2, InputError,
                     context << ": features '" << config.data.features << "' in '" << file << "' have shape "
                             << shape_text(feature_shape) << "; expected (samples, features...)",
                     "store one sample per row: a 2-D (or higher) dataset whose first dimension is the sample");
     const std::int64_t rows = feature_shape[0];
-    HPCTRAIN_VERIFY(
-        answer_shape[0] == rows, InputError,
-        context << ": '" << file << "' has " << rows << " samples in '" << config.data.features << "' but "
-                << answer_shape[0] << " in '" << answers_path << "'",
-        "features and " + std::string(classification ? "labels" : "targets") + " must have one row per sample");
-    if (classification) {
-      HPCTRAIN_VERIFY(answer_shape.size() == 1 || (answer_shape.size() == 2 && answer_shape[1] == 1), InputError,
+    if (answers_) {
+      const auto& answer_shape = part->answers->shape();
+      HPCTRAIN_VERIFY(
+          answer_shape[0] == rows, InputError,
+          context << ": '" << file << "' has " << rows << " samples in '" << config.data.features << "' but "
+                  << answer_shape[0] << " in '" << answers_path << "'",
+          "features and " + std::string(classification ? "labels" : "targets") + " must have one row per sample");
+      HPCTRAIN_VERIFY(!classification || answer_shape.size() == 1 || (answer_shape.size() == 2 && answer_shape[1] == 1),
+                      InputError,
                       context << ": labels '" << answers_path << "' in '" << file << "' have shape "
                               << shape_text(answer_shape) << "; cross_entropy needs one integer label per sample",
                       "store labels as a 1-D integer dataset (N), or use model.loss = \"mse\" with " + answers_key);
@@ -128,14 +130,14 @@ TrainingData::TrainingData(const RunConfig& config, const std::string& split_key
     if (parts_.empty()) {
       sample_shape_ = sample_shape;
       feature_width_ = part->features->sample_size();
-      if (!classification) target_width_ = part->answers->sample_size();
+      if (!classification && answers_) target_width_ = part->answers->sample_size();
     } else {
       HPCTRAIN_VERIFY(sample_shape == sample_shape_, InputError,
                       context << ": '" << file << "' holds samples of shape " << shape_text(sample_shape) << " in '"
                               << config.data.features << "', but '" << files_.front() << "' holds "
                               << shape_text(sample_shape_),
                       "every file of one split must have the same per-sample feature shape");
-      HPCTRAIN_VERIFY(classification || part->answers->sample_size() == target_width_, InputError,
+      HPCTRAIN_VERIFY(classification || !answers_ || part->answers->sample_size() == target_width_, InputError,
                       context << ": '" << file << "' has " << part->answers->sample_size() << " target columns in '"
                               << answers_path << "', but '" << files_.front() << "' has " << target_width_,
                       "every file of one split must have the same number of targets per sample");
@@ -174,6 +176,7 @@ void TrainingData::read_range(std::int64_t first, std::int64_t count, float* fea
   for_each_piece(first, count, [&](const Part& part, std::int64_t local_first, std::int64_t rows, std::int64_t offset) {
     part.guarded(context, part.features->path(),
                  [&] { part.features->read_range(local_first, rows, features + offset * feature_width_); });
+    if (!answers_) return;
     part.guarded(context, part.answers->path(), [&] {
       if (labels != nullptr) part.answers->read_range(local_first, rows, labels + offset);
       if (targets != nullptr) part.answers->read_range(local_first, rows, targets + offset * target_width_);
@@ -187,9 +190,10 @@ void TrainingData::validate(const MpiEnvironment& mpi, std::int64_t classes) con
   std::int64_t first_bad[2] = {no_sample, no_sample};  // features, answers
   const std::int64_t rows_per_block =
       std::max<std::int64_t>(1, validation_block_values / std::max(feature_width_, target_width_));
-  const bool classification = task_ == TaskKind::classification;
+  const bool classification = task_ == TaskKind::classification, labels_read = answers_ && classification,
+             targets_read = answers_ && !classification;
   // Labels stored as floating point must be whole numbers: converting 1.5 to an integer label would change it.
-  const bool fractional_possible = classification && std::any_of(parts_.begin(), parts_.end(), [](const auto& part) {
+  const bool fractional_possible = labels_read && std::any_of(parts_.begin(), parts_.end(), [](const auto& part) {
                                      return !part->answers->stores_integers();
                                    });
   std::vector<double> label_values;  // (block), when fractional_possible
@@ -201,19 +205,16 @@ void TrainingData::validate(const MpiEnvironment& mpi, std::int64_t classes) con
        block += rows_per_block) {
     const std::int64_t rows = std::min(rows_per_block, end - block);
     features.resize(static_cast<std::size_t>(rows * feature_width_));
-    if (classification) {
-      labels.resize(static_cast<std::size_t>(rows));
-    } else {
-      targets.resize(static_cast<std::size_t>(rows * target_width_));
-    }
-    read_range(block, rows, features.data(), classification ? labels.data() : nullptr,
-               classification ? nullptr : targets.data());
+    labels.resize(labels_read ? static_cast<std::size_t>(rows) : 0);
+    targets.resize(targets_read ? static_cast<std::size_t>(rows * target_width_) : 0);
+    read_range(block, rows, features.data(), labels_read ? labels.data() : nullptr,
+               targets_read ? targets.data() : nullptr);
     for (std::int64_t i = 0; i < rows * feature_width_; ++i)
       if (!std::isfinite(features[static_cast<std::size_t>(i)])) {
         first_bad[0] = block + i / feature_width_;
         break;
       }
-    if (classification) {
+    if (labels_read) {
       for (std::int64_t i = 0; i < rows; ++i)
         if (labels[static_cast<std::size_t>(i)] < 0 || labels[static_cast<std::size_t>(i)] >= classes) {
           first_bad[1] = block + i;
@@ -232,7 +233,7 @@ void TrainingData::validate(const MpiEnvironment& mpi, std::int64_t classes) con
             break;
           }
       }
-    } else {
+    } else if (targets_read) {
       for (std::int64_t i = 0; i < rows * target_width_; ++i)
         if (!std::isfinite(targets[static_cast<std::size_t>(i)])) {
           first_bad[1] = block + i / target_width_;
@@ -294,6 +295,7 @@ void TrainingData::reserve(HostBatch& batch, std::int64_t rows) const {
   };
   batch.sample_ids.reserve(static_cast<std::size_t>(rows));
   at_least(batch.features, rows * feature_width_);
+  if (!answers_) return;
   if (task_ == TaskKind::classification) {
     at_least(batch.labels, rows);
   } else {
@@ -355,6 +357,7 @@ void TrainingData::read(const std::int64_t* indices, std::int64_t count, HostBat
       const std::int64_t row = indices[i] - memory_first_;
       std::memcpy(batch.features.data() + i * feature_width_, memory_features_.get() + row * feature_width_,
                   static_cast<std::size_t>(feature_width_) * sizeof(float));
+      if (!answers_) continue;
       if (classification) {
         batch.labels[static_cast<std::size_t>(i)] = memory_labels_[static_cast<std::size_t>(row)];
       } else {
@@ -366,6 +369,7 @@ void TrainingData::read(const std::int64_t* indices, std::int64_t count, HostBat
   }
   gather(true, indices, count, feature_width_, batch.features.data());
   transform_.apply(batch.features.data(), count * feature_width_);
+  if (!answers_) return;
   if (classification) {
     gather(false, indices, count, 1, batch.labels.data());
   } else {
@@ -384,9 +388,9 @@ void TrainingData::load_into_memory(std::int64_t first, std::int64_t count) {
   // Not zero-filled: the read fills it, so staging touches the memory once (first touch, a page fault per 4 KiB, is
   // most of staging's cost already; huge pages would cut it but stall on compaction on a busy node).
   memory_features_ = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(count * feature_width_));
-  if (classification) {
+  if (answers_ && classification) {
     memory_labels_ = std::make_unique_for_overwrite<std::int32_t[]>(static_cast<std::size_t>(count));
-  } else {
+  } else if (answers_) {
     memory_targets_ = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(count * target_width_));
   }
   read_range(first, count, memory_features_.get(), memory_labels_.get(), memory_targets_.get());

@@ -17,19 +17,13 @@ std::vector<std::int64_t> evaluation_share(std::int64_t samples, int rank, int r
   return mine;
 }
 
-EvalMetrics evaluate_split(TrainingData& data, Model& model, Backend& backend, DeviceBatch& device, TaskKind task,
-                           std::int64_t local_batch, const StepContext& context, const MpiEnvironment& mpi,
-                           std::vector<float>* outputs) {
+void forward_split(const TrainingData& data, Model& model, Backend& backend, DeviceBatch& device,
+                   std::int64_t local_batch, const StepContext& context, const MpiEnvironment& mpi,
+                   const ForwardVisit& visit) {
   const std::vector<std::int64_t> mine = evaluation_share(data.samples(), mpi.rank(), mpi.size());
   const std::int64_t width = model.output_width();
-  BackendBuffer sums_buffer(backend, sizeof(LossSums));
-  backend.zero(sums_buffer.data, sizeof(LossSums));
-  // fp32 copies of the outputs, for the host-side metrics
   BackendBuffer wide(backend, static_cast<std::size_t>(local_batch * width) * sizeof(float));
   std::vector<float> host(static_cast<std::size_t>(local_batch * width));
-  // reduced: loss sum, correct, top-5 hits, |error| sum, then per output: sum t, sum t^2, sum (p - t)^2
-  std::vector<double> totals(4 + 3 * static_cast<std::size_t>(width), 0.0);
-  if (outputs) outputs->clear();
   HostBatch batch;
   StepContext step = context;
   step.training = false;
@@ -40,30 +34,41 @@ EvalMetrics evaluate_split(TrainingData& data, Model& model, Backend& backend, D
     device.upload(batch, 0, rows, model);
     step.rows = rows;
     const TensorView output = model.forward(step);
-    const TensorView output32{wide.data, DType::f32, rows, width};
-    backend.cast(output, output32);
-    device.loss(output, nullptr, sums_buffer.as<LossSums>());
+    backend.cast(output, {wide.data, DType::f32, rows, width});
     backend.copy_to_host(host.data(), wide.data, static_cast<std::size_t>(rows * width) * sizeof(float));
-    for (std::int64_t row = 0; row < rows; ++row) {
-      const float* prediction = host.data() + row * width;
-      if (task == TaskKind::classification) {
-        const float target_logit = prediction[batch.labels[static_cast<std::size_t>(row)]];
-        std::int64_t above = 0;
-        for (std::int64_t k = 0; k < width; ++k) above += prediction[k] > target_logit;
-        totals[2] += above < 5;
-      } else {
-        for (std::int64_t k = 0; k < width; ++k) {
-          const double target = batch.targets[static_cast<std::size_t>(row * width + k)];
-          const double error = prediction[k] - target;
-          totals[3] += std::abs(error);
-          totals[4 + 3 * k] += target;
-          totals[5 + 3 * k] += target * target;
-          totals[6 + 3 * k] += error * error;
-        }
-      }
-    }
-    if (outputs) outputs->insert(outputs->end(), host.begin(), host.begin() + rows * width);
+    visit(batch, output, host.data());
   }
+}
+
+EvalMetrics evaluate_split(const TrainingData& data, Model& model, Backend& backend, DeviceBatch& device, TaskKind task,
+                           std::int64_t local_batch, const StepContext& context, const MpiEnvironment& mpi) {
+  const std::int64_t width = model.output_width();
+  BackendBuffer sums_buffer(backend, sizeof(LossSums));
+  backend.zero(sums_buffer.data, sizeof(LossSums));
+  // reduced: loss sum, correct, top-5 hits, |error| sum, then per output: sum t, sum t^2, sum (p - t)^2
+  std::vector<double> totals(4 + 3 * static_cast<std::size_t>(width), 0.0);
+  forward_split(data, model, backend, device, local_batch, context, mpi,
+                [&](const HostBatch& batch, const TensorView& output, const float* host) {
+                  device.loss(output, nullptr, sums_buffer.as<LossSums>());
+                  for (std::int64_t row = 0; row < batch.rows; ++row) {
+                    const float* prediction = host + row * width;
+                    if (task == TaskKind::classification) {
+                      const float target_logit = prediction[batch.labels[static_cast<std::size_t>(row)]];
+                      std::int64_t above = 0;
+                      for (std::int64_t k = 0; k < width; ++k) above += prediction[k] > target_logit;
+                      totals[2] += above < 5;
+                    } else {
+                      for (std::int64_t k = 0; k < width; ++k) {
+                        const double target = batch.targets[static_cast<std::size_t>(row * width + k)];
+                        const double error = prediction[k] - target;
+                        totals[3] += std::abs(error);
+                        totals[4 + 3 * k] += target;
+                        totals[5 + 3 * k] += target * target;
+                        totals[6 + 3 * k] += error * error;
+                      }
+                    }
+                  }
+                });
   LossSums sums;
   backend.copy_to_host(&sums, sums_buffer.data, sizeof sums);
   totals[0] = sums.loss_sum;

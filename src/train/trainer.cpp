@@ -6,7 +6,6 @@
 #include "hpctrain/train/trainer.hpp"
 
 #include <omp.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,7 +15,6 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/data/batch_loader.hpp"
@@ -33,72 +31,22 @@
 #include "hpctrain/train/device_batch.hpp"
 #include "hpctrain/train/evaluation.hpp"
 #include "hpctrain/train/phase_timer.hpp"
+#include "hpctrain/train/precision_choice.hpp"
+#include "hpctrain/train/rank_resources.hpp"
+#include "hpctrain/train/run_clock.hpp"
 #include "hpctrain/train/run_directory.hpp"
+#include "hpctrain/train/run_status.hpp"
 #include "hpctrain/train/signals.hpp"
 
 namespace hpctrain {
 
 namespace fs = std::filesystem;
 
-int choose_thread_count(const RunConfig& config, const MpiEnvironment& mpi) {
-  if (std::getenv("OMP_NUM_THREADS") != nullptr) return omp_get_max_threads();
-  if (config.run.threads > 0) return static_cast<int>(config.run.threads);
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  int allowed = static_cast<int>(std::thread::hardware_concurrency());
-  if (sched_getaffinity(0, sizeof set, &set) == 0) allowed = CPU_COUNT(&set);
-  const int hardware = static_cast<int>(std::thread::hardware_concurrency());
-  if (allowed < hardware) return std::max(1, allowed);  // the launcher bound this rank to its own cores
-  return std::max(1, allowed / mpi.local_size());
-}
-
 namespace {
-
-DType activation_dtype_of(const std::string& mode) {
-  if (mode == "bf16") return DType::bf16;
-  if (mode == "fp16") return DType::f16;
-  return DType::f32;
-}
-
-LossScalerConfig scaler_config_of(const PrecisionSection& precision, float* initial_scale) {
-  LossScalerConfig config;
-  config.growth_factor = static_cast<float>(precision.growth_factor);
-  config.backoff_factor = static_cast<float>(precision.backoff_factor);
-  config.growth_interval = static_cast<std::int32_t>(precision.growth_interval);
-  *initial_scale = 1.0f;
-  const std::string& mode = precision.loss_scale;
-  if (mode == "dynamic" || (mode == "auto" && precision.mode == "fp16")) {
-    config.enabled = true;
-    config.dynamic = true;
-    *initial_scale = static_cast<float>(precision.init_scale);
-  } else if (mode != "none" && mode != "auto") {
-    config.enabled = true;
-    config.dynamic = false;
-    *initial_scale = std::stof(mode);
-  }
-  return config;
-}
 
 std::string number_text(double value) {
   char text[32];
   std::snprintf(text, sizeof text, "%.6g", value);
-  return text;
-}
-
-// "HH:MM:SS", "MM:SS" or "SS" in seconds; 0 for "" (no limit). The parser has checked the format.
-double parse_time_limit(const std::string& text) {
-  if (text.empty()) return 0.0;
-  double seconds = 0.0;
-  std::stringstream stream(text);
-  std::string part;
-  while (std::getline(stream, part, ':')) seconds = seconds * 60.0 + std::stod(part);
-  return seconds;
-}
-
-std::string format_duration(double seconds) {
-  const auto total = static_cast<long>(std::max(0.0, seconds) + 0.5);
-  char text[32];
-  std::snprintf(text, sizeof text, "%ld:%02ld:%02ld", total / 3600, (total / 60) % 60, total % 60);
   return text;
 }
 
@@ -133,6 +81,7 @@ class Trainer::Impl {
   struct PendingStep {
     std::int64_t step = 0, global_rows = 0;
     double start = 0.0, rate = 0.0, loss = 0.0;
+    double clock_start = 0.0;  // clock_.now() when the step began
     float scale_in_effect = 1.0f;
     StepScalars scalars;  // after the step
   };
@@ -143,10 +92,10 @@ class Trainer::Impl {
     StepScalars after;          // after the scaler update
   };
   // One optimizer step on a batch; appends it to pending_ (with its results on the CPU path).
-  void train_step(const HostBatch& batch, std::int64_t step, double step_start);
+  void train_step(const HostBatch& batch, std::int64_t step, double step_start, double clock_start);
   // Reads back the pending steps' results (one synchronisation and one MPI_Allreduce for all of them in deferred
-  // mode), appends their metrics rows and checks their numerics in order. Returns the wall seconds per flushed step
-  // since the first pending step began (0 when nothing was pending).
+  // mode), appends their metrics rows and checks their numerics in order. Returns the seconds per flushed step on
+  // clock_ since the first pending step began (0 when nothing was pending).
   double flush_pending();
   // Stop with a clear message when a step went non-finite without a scaler, or the scaler collapsed.
   void check_numerics(const StepScalars& scalars, std::int64_t step, double train_loss) const;
@@ -193,14 +142,19 @@ class Trainer::Impl {
   TrainOptions options_;
   std::unique_ptr<CheckpointStore> checkpoints_;
   double control_[3] = {0, 0, 0};  // all-reduced with the loss each step: loss sum, signal, rank 0's stop request
-  double construction_time_ = MPI_Wtime();  // train.time_limit counts from here
+  RunClock clock_;                 // decides checkpoint.every_seconds and train.time_limit (rank 0's)
+  double construction_time_ = clock_.now();  // train.time_limit counts from here
+  RunStatus fallback_status_{""};            // when options_.status is null
+  RunStatus& status_;
+  std::vector<std::string> resource_warnings_;  // for the log's head
 };
 
 Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOptions options)
     : config_(config),
       mpi_(mpi),
       task_(config.model.loss == "mse" ? TaskKind::regression : TaskKind::classification),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      status_(options_.status != nullptr ? *options_.status : fallback_status_) {
   const int ranks = mpi.size();
   const std::int64_t batch = config.data.batch_size;
   HPCTRAIN_VERIFY(batch % ranks == 0, InputError,
@@ -240,6 +194,7 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
   BackendChoice choice = choose_backend(config, mpi);
   backend_ = std::move(choice.backend);
   cuda_ = choice.cuda;
+  resource_warnings_ = rank_resource_warnings(config, mpi, threads_, cuda_);
   const bool shared_device = choice.shared_device;
   // Activations are sized for one micro-batch: that is the memory gradient accumulation saves.
   ModelBuffers buffers{activation_dtype_of(config.precision.mode), DType::f32,
@@ -346,6 +301,12 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
   if (metrics_) metrics_->set_attribute("run_id", plan.run_id);
   set_error_log((output_ / "train.log").string());  // errors from here on reach the log too
   install_checkpoint_signals(config.checkpoint.on_signal);
+  // From here the output directory is this run's: its status file says how the run ends.
+  if (mpi.is_root()) {
+    status_.add_file(output_ / "status");
+    status_.write("running", -1, first_step_);
+  }
+  status_.set_step(first_step_);
 }
 
 void Trainer::Impl::resume(const StartPlan& plan) {
@@ -502,7 +463,7 @@ EvalMetrics Trainer::Impl::evaluate(std::int64_t step) {
   return evaluate_split(*validation_data_, *model_, *backend_, *device_batch_, task_, eval_local_batch_, context, mpi_);
 }
 
-void Trainer::Impl::train_step(const HostBatch& batch, std::int64_t step, double step_start) {
+void Trainer::Impl::train_step(const HostBatch& batch, std::int64_t step, double step_start, double clock_start) {
   const std::int64_t global_rows = batch.rows * mpi_.size();
   const auto learning_rate = static_cast<float>(schedule_->at(step));
   backend_->copy_to_backend(scalars_.as<char>() + offsetof(StepScalars, learning_rate), &learning_rate,
@@ -564,6 +525,7 @@ void Trainer::Impl::train_step(const HostBatch& batch, std::int64_t step, double
   pending.step = step;
   pending.global_rows = global_rows;
   pending.start = step_start;
+  pending.clock_start = clock_start;
   if (defer_) {
     // Recorded on the device; read back by flush_pending. The records of a window start at slot 0.
     char* record = history_.as<char>() + pending_.size() * sizeof(StepRecord);
@@ -614,7 +576,7 @@ double Trainer::Impl::flush_pending() {
     }
     last_scalars_ = pending_.back().scalars;
   }
-  const double seconds_per_step = (MPI_Wtime() - pending_.front().start) / static_cast<double>(count);
+  const double seconds_per_step = (clock_.now() - pending_.front().clock_start) / static_cast<double>(count);
   for (const PendingStep& pending : pending_) {
     last_train_loss_ = pending.loss;
     if (metrics_)
@@ -643,9 +605,10 @@ void Trainer::Impl::check_numerics(const StepScalars& scalars, std::int64_t step
 TrainSummary Trainer::Impl::run() {
   TrainSummary summary;
   summary.output_directory = output_.string();
-  if (complete_) {
+  if (complete_) {  // OUTPUT/status already says so; a --status-file copy hears it again
     summary.already_complete = true;
     summary.steps = first_step_;
+    if (mpi_.is_root()) status_.write("complete", 0, first_step_);
     return summary;
   }
   const int ranks = mpi_.size();
@@ -664,6 +627,7 @@ TrainSummary Trainer::Impl::run() {
          << "model:\n"
          << model_->summary();
     log(head.str());
+    for (const std::string& warning : resource_warnings_) log(warning);
   }
 
   const double start = MPI_Wtime();
@@ -672,22 +636,23 @@ TrainSummary Trainer::Impl::run() {
   std::vector<double> interval_rates;
   std::int64_t step = first_step_;
   const double time_limit = parse_time_limit(config_.train.time_limit);
-  double last_checkpoint_time = start, recent_step = 0.0, longest_checkpoint = 1.0;
+  double last_checkpoint_time = clock_.now(), recent_step = 0.0, longest_checkpoint = 1.0;
   while (step < total_steps_) {
-    const double step_start = MPI_Wtime();
+    const double step_start = MPI_Wtime(), decided_at = clock_.now();
     // Rank 0's clock decides time-based checkpoints (1: checkpoint, 2: checkpoint and stop); the step's reduction
     // tells every rank.
     control_[2] = 0.0;
     if (mpi_.is_root()) {
-      if (config_.checkpoint.every_seconds > 0 && step_start - last_checkpoint_time >= config_.checkpoint.every_seconds)
+      if (config_.checkpoint.every_seconds > 0 && decided_at - last_checkpoint_time >= config_.checkpoint.every_seconds)
         control_[2] = 1.0;
-      if (time_limit > 0 && step_start - construction_time_ + 3 * recent_step + 2 * longest_checkpoint >= time_limit)
+      if (time_limit > 0 && decided_at - construction_time_ + 3 * recent_step + 2 * longest_checkpoint >= time_limit)
         control_[2] = 2.0;
     }
     const std::int64_t epoch = loader_->position().epoch;
     timer_.begin(Phase::data);
     const HostBatch& batch = loader_->next();
-    train_step(batch, step, step_start);
+    train_step(batch, step, step_start, decided_at);
+    clock_.step_finished();
     const double after_step = MPI_Wtime();
     interval_samples += batch.rows * ranks;
     ++step;
@@ -701,9 +666,8 @@ TrainSummary Trainer::Impl::run() {
     const bool checkpoint_now = periodic || signalled || out_of_time || (last && config_.checkpoint.at_end);
     // Results reach the host here: every step on the CPU, at these points (or when the record buffer is full) on CUDA.
     if (!defer_ || log_now || evaluate_now || checkpoint_now || pending_.size() >= history_capacity_) {
-      const double seconds_per_step = flush_pending();
       // A moving average of the step time: one slow step (start-up, a busy node) must not stop the run early.
-      const double step_seconds = defer_ ? seconds_per_step : MPI_Wtime() - step_start;
+      const double step_seconds = flush_pending();
       recent_step = recent_step > 0.0 ? 0.9 * recent_step + 0.1 * step_seconds : step_seconds;
     }
     const double train_loss = last_train_loss_;
@@ -738,10 +702,11 @@ TrainSummary Trainer::Impl::run() {
       log("eval at step " + std::to_string(step) + ": " + describe(metrics));
     }
 
+    status_.set_step(step);
     if (checkpoint_now) {
-      const double checkpoint_start = MPI_Wtime();
+      const double checkpoint_start = clock_.now();
       save_checkpoint(step);
-      last_checkpoint_time = MPI_Wtime();
+      last_checkpoint_time = clock_.now();
       longest_checkpoint = std::max(longest_checkpoint, last_checkpoint_time - checkpoint_start);
     }
     if (signalled || out_of_time) {
@@ -776,6 +741,8 @@ TrainSummary Trainer::Impl::run() {
        << (output_ / "train.log").string() << ", " << checkpoints_->directory().string() << "/";
   log(done.str());
   if (timer_.enabled()) log(timer_.report(step - first_step_));
+  if (mpi_.is_root())
+    status_.write(summary.exit_code == exit_checkpointed ? "checkpointed" : "complete", summary.exit_code, step);
   return summary;
 }
 

@@ -20,12 +20,13 @@ every_steps = 1
 keep = 2
 TOML
 trials=${HPCTRAIN_KILL_TRIALS:-20}
+checkpointed_or_ended() { [[ -f run/checkpoints/latest ]] || ! kill -0 "$launcher" 2>/dev/null; }
 sound=0
 for trial in $(seq "$trials"); do
   # shellcheck disable=SC2086
   $MPIEXEC -n 2 "$HPCTRAIN" train deck.toml --output "$WORK/run" --resume auto >trial.log 2>&1 &
   launcher=$!
-  for _ in $(seq 1200); do [[ -f run/checkpoints/latest ]] || ! kill -0 $launcher 2>/dev/null && break; sleep 0.05; done
+  wait_until 180 checkpointed_or_ended || { fail "trial $trial: no checkpoint within 180 s"; break; }
   if ! kill -0 $launcher 2>/dev/null; then cat trial.log >&2; fail "trial $trial: the run ended by itself"; break; fi
   sleep "0.$((RANDOM % 10))$((RANDOM % 10))"
   pkill -9 -f "train deck.toml --output $WORK/run" || true  # this test's ranks only (tests run in parallel)

@@ -17,13 +17,13 @@ TOML
 # shellcheck disable=SC2086
 $MPIEXEC -n 2 "$HPCTRAIN" train deck.toml --output "$WORK/interrupted" >interrupted.log 2>&1 &
 launcher=$!
-# Up to 60 s for the first logged step: a loaded CI runner can take many seconds to start two ranks.
-for _ in $(seq 600); do grep -q "step .*/1000000" interrupted.log 2>/dev/null && break; sleep 0.1; done
+# Up to 180 s for the first logged step: a loaded machine can take many seconds to start two ranks.
+wait_until 180 grep -qs "step .*/1000000" interrupted.log || fail "no step logged within 180 s"
 ranks=($(pgrep -f "train deck.toml --output $WORK/interrupted" | grep -v "^$launcher\$"))
 ((${#ranks[@]} >= 2)) || fail "expected 2 rank processes, found ${#ranks[@]}"
 kill -USR1 "${ranks[-1]}"  # one rank only
 status=0
-timeout 60 tail --pid=$launcher -f /dev/null || fail "the run did not stop after the signal"
+timeout 120 tail --pid=$launcher -f /dev/null || fail "the run did not stop within 120 s of the signal"
 wait $launcher || status=$?
 ((status == 75)) && pass "exit status 75 after SIGUSR1" || { cat interrupted.log >&2; fail "exit status $status, expected 75"; }
 grep -q "stopping at step" interrupted.log && pass "$(grep "stopping at step" interrupted.log)" || fail "no stop message"

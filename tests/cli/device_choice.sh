@@ -3,7 +3,8 @@
 # step), checked on machines without a GPU:
 # - "cuda" without a GPU (or in a CPU-only build) stops every rank with one message; "auto" falls back to the CPU;
 # - HPCTRAIN_DEFERRED_READBACK=1 defers on the CPU backend: on 2 ranks, with loss-scaler skips, evaluation and
-#   checkpoints in between, every metrics row and the checkpoints equal those of the per-step read-back.
+#   checkpoints in between, every metrics row and the checkpoints equal those of the per-step read-back;
+# - a rank with more threads than cores gets a start-up warning.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 make_spirals train.h5 2048 1
@@ -71,4 +72,17 @@ for name in kept:
     a.visititems(compare)
 print(f"checkpoints {kept} identical")
 PY
+
+# More threads than cores in a rank's affinity mask (what srun without --cpus-per-task gives each rank since Slurm
+# 22.05): one start-up warning that names the rank; none when the threads fit. taskset gives the rank one core.
+cores_run() {  # cores_run THREADS NAME: one rank on core 0
+  # shellcheck disable=SC2086
+  OMP_NUM_THREADS=$1 taskset -c 0 timeout 120 $MPIEXEC -n 1 "$HPCTRAIN" train deck.toml --output "$2" \
+    --set train.steps=2 --set precision.mode=fp32 >"$2.log" 2>&1 || { cat "$2.log" >&2; fail "$2: run failed"; }
+}
+cores_run 2 short
+grep -q "^warning: rank 0 runs 2 threads on 1 core (its CPU affinity)" short.log &&
+  pass "2 threads on 1 core: $(grep -o "^warning: rank 0 runs [^:]*" short.log)" || { cat short.log >&2; fail "no warning"; }
+cores_run 1 fits
+grep -q "threads on" fits.log && fail "1 thread on 1 core warned: $(grep "threads on" fits.log)" || pass "1 thread on 1 core: no warning"
 finish

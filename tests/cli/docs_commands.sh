@@ -3,6 +3,7 @@
 # layout, and must succeed:
 # - ```bash/```sh blocks and the `$ ` lines of unlabelled blocks (tests/cli/lib/doc_commands.py extracts them), run
 #   block by block with `set -e`, `hpctrain` and `mpiexec` on PATH; a deck.toml and data/ are made first.
+#   `jobscripts/local.sh` lines run as a reader who built but did not install hpctrain: not on PATH, HPCTRAIN unset.
 # - ```python blocks, with Debian's python3 (h5py); one that imports torch runs only where torch is installed.
 # - inline `hpctrain COMMAND ...` synopses: `hpctrain COMMAND --help` must succeed (the command exists).
 # Commands that need what a test cannot have run elsewhere, and this test checks that they still do:
@@ -17,10 +18,10 @@ cd "$WORK"
 "$PYTHON" "$HPCTRAIN_SOURCE_DIR/tests/cli/lib/doc_commands.py" "$HPCTRAIN_SOURCE_DIR" blocks
 
 # ---- the scratch repository: sources linked, build/release/bin/hpctrain the binary under test ----
-mkdir -p repo/build/release/bin repo/data bin
+mkdir -p repo/build/release/bin repo/data bin hpctrain-bin
 for entry in inputs tools jobscripts bench CMakePresets.json; do ln -s "$HPCTRAIN_SOURCE_DIR/$entry" repo/$entry; done
 ln -s "$HPCTRAIN" repo/build/release/bin/hpctrain
-ln -s "$HPCTRAIN" bin/hpctrain
+ln -s "$HPCTRAIN" hpctrain-bin/hpctrain
 printf '#!/usr/bin/env bash\nexec %s "$@"\n' "$MPIEXEC" >bin/mpiexec
 # Scheduler stand-ins: run the job script as the scheduler would start it, dry-run.
 cat >bin/qsub <<'SH'
@@ -44,7 +45,10 @@ exec env "${variables[@]}" HPCTRAIN_NODES=1 HPCTRAIN_DRY_RUN=1 bash -s
 SH
 printf '#!/usr/bin/env bash\n[[ $1 == batch ]] && shift\nexec env HPCTRAIN_NODES=1 HPCTRAIN_DRY_RUN=1 bash "$@"\n' >bin/flux
 chmod +x bin/*
-export PATH=$WORK/bin:$PATH TMPDIR=$WORK HPCTRAIN_PYTHON=$PYTHON
+# jobscripts/local.sh runs as a reader who built hpctrain but did not install it: not on PATH, HPCTRAIN unset.
+without_hpctrain=$WORK/bin:$PATH
+PATH=$without_hpctrain command -v hpctrain >/dev/null && fail "an hpctrain outside this test is on PATH: $(command -v hpctrain)"
+export PATH=$WORK/hpctrain-bin:$without_hpctrain TMPDIR=$WORK HPCTRAIN_PYTHON=$PYTHON
 
 # The data and deck the examples refer to.
 cd repo
@@ -100,6 +104,7 @@ for block in ../blocks/*.sh ../blocks/*.py; do
         preset=$(awk '{print $3}' <<<"$command")
         echo "cmake -S '$HPCTRAIN_SOURCE_DIR' --preset $preset -B '$WORK/configure-$preset' >'$WORK/configure-$preset.log'" >>"$script"
         echo "  (cmake --preset $preset: configured here; its build is not run)" ;;
+      *jobscripts/local.sh*) echo "(unset HPCTRAIN; PATH='$without_hpctrain'; ${command%%#*})" >>"$script" ;;
       *) echo "$command" >>"$script" ;;
     esac
   done < <(tail -n +2 "$block")

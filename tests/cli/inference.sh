@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# predict and evaluate: predictions of a trained checkpoint reproduce the final /eval metrics of its training run, are
-# the same on 1, 2 and 4 ranks (to fp32 rounding) and in sample order; evaluate prints and writes the same metrics;
-# regression runs get MAE/MSE/R^2 and 10-class runs top-5 accuracy; a dataset of the wrong shape is refused.
+# predict and evaluate: predictions of a trained checkpoint reproduce the final /eval metrics of its training run, agree
+# on 1, 2 and 4 ranks (to fp32 rounding) and are in sample order; evaluate prints and writes the same metrics; both
+# apply the deck's feature transforms (data.log1p, scale, shift) to raw data; regression runs get MAE/MSE/R^2 and
+# 10-class runs top-5 accuracy; a dataset of the wrong shape is refused.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 make_spirals train.h5 3000 1
@@ -28,7 +29,7 @@ done
 run_ranks 2 evaluate $checkpoint --data validation.h5 --output evaluation.h5 >evaluate.log 2>&1 ||
   { cat evaluate.log >&2; fail "evaluate"; }
 cat evaluate.log
-$PYTHON - <<'PY' && pass "predictions reproduce the run's final evaluation, same on 1/2/4 ranks" || fail "predictions"
+$PYTHON - <<'PY' && pass "predictions reproduce the run's final evaluation, agree on 1/2/4 ranks" || fail "predictions"
 import h5py, numpy as np
 labels = h5py.File("validation.h5", "r")["/labels"][()]
 runs = [h5py.File(f"predictions-{r}.h5", "r") for r in (1, 2, 4)]
@@ -55,6 +56,38 @@ assert abs(loss - metrics["/eval/loss"][-1]) < 1e-5 * metrics["/eval/loss"][-1]
 evaluation = h5py.File("evaluation.h5", "r")
 assert evaluation["/eval/accuracy"][0] == metrics["/eval/accuracy"][-1]
 assert abs(evaluation["/eval/loss"][0] - metrics["/eval/loss"][-1]) < 1e-9
+PY
+
+# The deck's transforms: raw uint8 features (as images come) that data.log1p, data.scale and data.shift map back to
+# the spirals' range. predict must read them as training and evaluate do.
+$PYTHON - <<'PY'
+import h5py, numpy as np
+for name in ("train", "validation"):
+    with h5py.File(f"{name}.h5", "r") as source, h5py.File(f"{name}-raw.h5", "w") as raw:
+        x = source["/features"][()].astype(np.float64)
+        # log1p(raw) * 2 - 9 ~ x: raw = expm1((x + 9) / 2), 24..220 for x in [-1.2, 1.2]
+        raw["/features"] = np.rint(np.expm1((np.clip(x, -1.3, 1.3) + 9) / 2)).astype(np.uint8)
+        raw["/labels"] = source["/labels"][()]
+PY
+run_ranks 2 train deck.toml --output raw --set data.train=train-raw.h5 --set data.validation=validation-raw.h5 \
+  --set data.log1p=true --set data.scale=2.0 --set data.shift=-9.0 >raw.log 2>&1 || { cat raw.log >&2; fail "raw run"; }
+run_ranks 2 predict raw/checkpoints/step-00000150.h5 --data validation-raw.h5 --output raw-predictions.h5 \
+  >raw-predict.log 2>&1 || { cat raw-predict.log >&2; fail "predict on raw data"; }
+run_ranks 2 evaluate raw/checkpoints/step-00000150.h5 --data validation-raw.h5 --output raw-evaluation.h5 \
+  >raw-evaluate.log 2>&1 || { cat raw-evaluate.log >&2; fail "evaluate on raw data"; }
+reproduced="predict applies log1p, scale and shift: it reproduces evaluate's accuracy and loss"
+$PYTHON - <<'PY' && pass "$reproduced" || fail "predict on transformed data differs from evaluate"
+import h5py, numpy as np
+labels = h5py.File("validation-raw.h5", "r")["/labels"][()]
+p = h5py.File("raw-predictions.h5", "r")
+accuracy = np.mean(p["classes"][()] == labels)
+loss = -np.mean(np.log(p["probabilities"][()][np.arange(len(labels)), labels].astype(np.float64)))
+evaluation = h5py.File("raw-evaluation.h5", "r")
+print(f"predict: accuracy {accuracy:.4f}, loss {loss:.6f}; evaluate: accuracy {evaluation['/eval/accuracy'][0]:.4f}, "
+      f"loss {evaluation['/eval/loss'][0]:.6f}")
+assert evaluation["/eval/accuracy"][0] > 0.5, "the model did not learn: the check would prove nothing"
+assert accuracy == evaluation["/eval/accuracy"][0]
+assert abs(loss - evaluation["/eval/loss"][0]) < 1e-5 * evaluation["/eval/loss"][0]
 PY
 
 # wrong sample shape

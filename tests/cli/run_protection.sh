@@ -27,7 +27,7 @@ rows() { $PYTHON -c "import h5py, sys; print(len(h5py.File(sys.argv[1], 'r')['/t
 run_ranks 2 train deck.toml --output A >A.log 2>&1 || { cat A.log >&2; fail "run A"; }
 rm A/metrics.h5
 before=$(fingerprint A)
-expect_error fresh_over_checkpoints "already holds a run \(config.toml, train.log, checkpoints/ \(2 files\)\)" 2 \
+expect_error fresh_over_checkpoints "already holds a run \(config.toml, train.log, status, checkpoints/ \(2 files\)\)" 2 \
   train deck.toml --output A --set train.steps=30
 [[ $(fingerprint A) == "$before" ]] && pass "run A untouched" || fail "run A was changed by a refused start"
 
@@ -51,7 +51,7 @@ grep -q "removed 2 checkpoints past step 20" forced.log && [[ ! -e B/checkpoints
 # 3. --resume auto on a finished run without checkpoints: refused, its metrics kept.
 run_ranks 2 train deck.toml --output C --set train.steps=5 --set checkpoint.every_steps=0 --set checkpoint.at_end=false \
   >C.log 2>&1 || { cat C.log >&2; fail "run C"; }
-expect_error auto_without_checkpoint "holds a run \(metrics.h5, config.toml, train.log\) but no checkpoint" 2 \
+expect_error auto_without_checkpoint "holds a run \(metrics.h5, config.toml, train.log, status\) but no checkpoint" 2 \
   train deck.toml --output C --resume auto
 (($(rows C/metrics.h5) == 5)) && pass "run C keeps its 5 rows" || fail "run C lost rows"
 # ... while an absent directory starts fresh.

@@ -2,7 +2,8 @@
 # jobscripts/slurm.sbatch on a real Slurm: a private single-node cluster (munge, slurmctld, slurmd from Debian's
 # packages, configured in a temporary directory) runs (1) a job that trains to the end and (2) a job that gets the
 # walltime warning signal while training, checkpoints, requeues itself and finishes from its checkpoint with the same
-# parameters as (1). (3) checks the mpiexec launcher inside the allocation. Needs root (SlurmUser=root); skips (77)
+# parameters as (1). (3) checks the mpiexec launcher inside the allocation, (4) that a job with GPUs (stand-ins) makes
+# the script train on them. Needs root (SlurmUser=root); skips (77)
 # where it cannot get Slurm running, unless HPCTRAIN_REQUIRE_SLURM=1 makes that a failure.
 source "$(dirname "$0")/lib/common.bash"
 script=$HPCTRAIN_SOURCE_DIR/jobscripts/slurm.sbatch
@@ -91,8 +92,7 @@ print(*(s.getsockname()[1] for s in sockets))')
 node=$(hostname -s)
 cpus=$(nproc)
 ((cpus >= 2)) || cpus=2 # two ranks; config_overrides lets slurmd believe the configuration
-# Two stand-in GPUs (any character devices will do) so that the script's --gpus-per-task=1 is scheduled as on a GPU
-# cluster.
+# Two stand-in GPUs (any character devices will do) so that a job can request GPUs as on a GPU cluster.
 printf 'Name=gpu File=%s\n' /dev/null /dev/zero >"$cluster/gres.conf"
 cat >"$conf" <<CONF
 ClusterName=hpctraintest
@@ -198,8 +198,8 @@ setsid bash -c 'until grep -q "^step " "$1/train.log" 2>/dev/null; do sleep 0.05
   scancel --signal=USR1 --batch "$2"' watcher "$WORK/run_b" "$job_b" &
 watcher_pid=$!
 # (scancel --signal=USR1 --batch is what --signal=B:USR1@300 does 300 s before the time limit.)
-if ! timeout 60 tail --pid="$watcher_pid" -f /dev/null; then
-  fail "job $job_b did not start training within 60 s"
+if ! timeout 120 tail --pid="$watcher_pid" -f /dev/null; then
+  fail "job $job_b did not start training within 120 s"
   cat "hpctrain-$job_b.out" >&2
   exit 1
 fi
@@ -264,5 +264,13 @@ if wait_for "$job_c" 60 '[[ $state == COMPLETED ]]' && grep -q "2 ranks" run_c/t
   pass "HPCTRAIN_LAUNCHER=mpiexec: job $job_c trained on 2 ranks"
 else
   fail "HPCTRAIN_LAUNCHER=mpiexec job $job_c"
+fi
+
+# --- (4) a job with GPUs: the script adds run.device=cuda (dry run: the stand-in GPUs cannot train) ---
+job_d=$(HPCTRAIN_DRY_RUN=1 sbatch --parsable --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=2 "$script" deck_c.toml)
+if wait_for "$job_d" 60 '[[ $state == COMPLETED ]]' && grep -q "^launch: srun .* --set run.device=cuda" "hpctrain-$job_d.out"; then
+  pass "--gpus-per-node=2: $(grep -o "train deck_c.toml --resume auto --set run.device=cuda" "hpctrain-$job_d.out")"
+else
+  fail "job $job_d with GPUs: $(cat "hpctrain-$job_d.out" 2>/dev/null)"
 fi
 finish

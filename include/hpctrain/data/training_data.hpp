@@ -22,6 +22,9 @@ struct DataSection;
 
 enum class TaskKind { classification, regression };
 
+// What a split is read for: training and evaluation need the labels/targets, predictions the features alone.
+enum class DataContents { features_and_answers, features_only };
+
 // A batch in host memory, rows in the order the sampler gave them.
 struct HostBatch {
   std::int64_t rows = 0;
@@ -49,8 +52,9 @@ class TrainingData {
   // split_key: "data.train" or "data.validation" (names the deck key in messages); patterns: its files or glob
   // patterns, concatenated in order. Throws InputError.
   TrainingData(const RunConfig& config, const std::string& split_key, const std::vector<std::string>& patterns,
-               TaskKind task);
-  TrainingData(const RunConfig& config, const std::string& split_key, const std::string& file, TaskKind task);
+               TaskKind task, DataContents contents = DataContents::features_and_answers);
+  TrainingData(const RunConfig& config, const std::string& split_key, const std::string& file, TaskKind task,
+               DataContents contents = DataContents::features_and_answers);
   ~TrainingData();
   TrainingData(const TrainingData&) = delete;
   TrainingData& operator=(const TrainingData&) = delete;
@@ -71,7 +75,8 @@ class TrainingData {
   [[nodiscard]] const std::string& file() const { return description_; }
 
   // Check every value once, each rank its own contiguous 1/R of the data: labels in [0, classes) (classification),
-  // finite features (after the transforms) and targets. Ranks agree on the first bad sample, and one message names it.
+  // finite features (after the transforms) and targets (not read with DataContents::features_only). Ranks agree on the
+  // first bad sample, and one message names it.
   void validate(const MpiEnvironment& mpi, std::int64_t classes) const;
 
   // Size batch's buffers for `rows` rows, so that later reads of up to that many rows allocate nothing.
@@ -102,6 +107,7 @@ class TrainingData {
   std::string split_key_, where_, description_;
   std::vector<std::string> files_;
   TaskKind task_;
+  bool answers_ = true;  // labels/targets are read (not with DataContents::features_only)
   FeatureTransform transform_;
   std::vector<std::unique_ptr<Part>> parts_;
   std::vector<std::int64_t> part_begins_;  // (parts + 1): first global sample of each part, then the total

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,17 +21,25 @@ struct EvalMetrics {
   std::int64_t samples = 0;
   double loss = 0.0;
   double accuracy = NAN, top5_accuracy = NAN;  // classification (top-5 with more than 5 classes)
-  double mae = NAN, mse = NAN, r2 = NAN;        // regression; r2 averaged over the outputs
+  double mae = NAN, mse = NAN, r2 = NAN;       // regression; r2 averaged over the outputs
 };
 
 // The samples rank `rank` of `ranks` evaluates: rank, rank + ranks, ...
 std::vector<std::int64_t> evaluation_share(std::int64_t samples, int rank, int ranks);
 
-// Metrics reduced over all ranks. If outputs is not null, this rank's model outputs (fp32, rows in the order of
-// evaluation_share) are stored there.
-EvalMetrics evaluate_split(TrainingData& data, Model& model, Backend& backend, DeviceBatch& device, TaskKind task,
-                           std::int64_t local_batch, const StepContext& context, const MpiEnvironment& mpi,
-                           std::vector<float>* outputs = nullptr);
+// The model's output for one batch: the batch as read (features transformed), the output on the backend, and its fp32
+// copy on the host, (batch.rows, output width).
+using ForwardVisit = std::function<void(const HostBatch& batch, const TensorView& output, const float* host)>;
+
+// Forward passes over this rank's share of the split (evaluation_share), local_batch rows at a time, read through the
+// split's reader (TrainingData::read applies the deck's feature transforms): what evaluation and predictions share.
+void forward_split(const TrainingData& data, Model& model, Backend& backend, DeviceBatch& device,
+                   std::int64_t local_batch, const StepContext& context, const MpiEnvironment& mpi,
+                   const ForwardVisit& visit);
+
+// Metrics reduced over all ranks.
+EvalMetrics evaluate_split(const TrainingData& data, Model& model, Backend& backend, DeviceBatch& device, TaskKind task,
+                           std::int64_t local_batch, const StepContext& context, const MpiEnvironment& mpi);
 
 // "loss 0.1234  accuracy 0.9876" etc.
 std::string describe(const EvalMetrics& metrics);

@@ -11,11 +11,14 @@
 
 namespace hpctrain {
 
-// How a run starts: fresh, or from a checkpoint.
+class RunStatus;
+
+// How a run starts: fresh, or from a checkpoint; where it reports how it ended.
 struct TrainOptions {
-  std::string resume;  // "": fresh; "auto": OUTPUT/checkpoints/latest, or fresh in an empty directory; else a
-                       // checkpoint file or run directory
-  bool force = false;  // --force: continue a named checkpoint in a directory that holds another run
+  std::string resume;           // "": fresh; "auto": OUTPUT/checkpoints/latest, or fresh in an empty directory; else a
+                                // checkpoint file or run directory
+  bool force = false;           // --force: continue a named checkpoint in a directory that holds another run
+  RunStatus* status = nullptr;  // also writes OUTPUT/status; the caller writes failures (null: OUTPUT/status only)
 };
 
 struct TrainSummary {
@@ -40,9 +43,5 @@ class Trainer {
   class Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// Threads per rank: OMP_NUM_THREADS if set, else run.threads, else the cores this rank may use divided among the ranks
-// of its node (a launcher that binds each rank already gives it its own cores).
-int choose_thread_count(const RunConfig& config, const MpiEnvironment& mpi);
 
 }  // namespace hpctrain

@@ -18,6 +18,17 @@ run_ranks() {
   timeout 120 $MPIEXEC -n "$ranks" "$HPCTRAIN" "$@"
 }
 
+# wait_until SECONDS COMMAND...: poll COMMAND until it succeeds (true) or SECONDS have passed (false). Limits are
+# generous: they cost nothing when the machine is fast, and a busy machine must not fail a test.
+wait_until() {
+  local deadline=$((SECONDS + $1))
+  shift
+  until "$@"; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.1
+  done
+}
+
 # make_spirals FILE SAMPLES [SEED]
 make_spirals() {
   "$HPCTRAIN" data generate spirals --samples "$2" --classes 3 --noise 0.05 --seed "${3:-1}" --output "$1" >/dev/null
