@@ -2,13 +2,20 @@
 //
 // Storage only: arithmetic happens in fp32. float -> 16-bit rounds to nearest even and matches CUDA's
 // __float2bfloat16_rn / __float2half_rn bit for bit (NaN stays NaN, overflow goes to Inf, fp16 subnormals are rounded
-// correctly), so the CPU and CUDA backends store identical bits.
+// correctly), so the CPU and CUDA backends store identical bits. Device code uses those hardware conversions themselves
+// (one instruction instead of the bit manipulation below); tests/gpu/cuda_kernels_test.cpp checks that casts on the two
+// backends give identical bits.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
 #include "hpctrain/core/host_device.hpp"
+
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#endif
 
 namespace hpctrain {
 
@@ -43,14 +50,21 @@ HPCTRAIN_HD float bits_float(std::uint32_t bits) {
 HPCTRAIN_HD float to_float(bf16 value) { return bits_float(static_cast<std::uint32_t>(value.bits) << 16); }
 
 HPCTRAIN_HD bf16 to_bf16(float value) {
+#if defined(__CUDA_ARCH__)
+  return bf16{__bfloat16_as_ushort(__float2bfloat16_rn(value))};
+#else
   const std::uint32_t bits = float_bits(value);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return bf16{0x7fff};  // canonical NaN, as CUDA produces
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return bf16{0x7fff};   // canonical NaN, as CUDA produces
   const std::uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);  // round half to even
   return bf16{static_cast<std::uint16_t>((bits + rounding) >> 16)};
+#endif
 }
 
 // ---- fp16: 1 sign, 5 exponent, 10 mantissa bits ----
 HPCTRAIN_HD float to_float(fp16 value) {
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(value.bits));
+#else
   const std::uint32_t sign = static_cast<std::uint32_t>(value.bits & 0x8000u) << 16;
   const std::uint32_t exponent = (value.bits >> 10) & 0x1fu;
   std::uint32_t mantissa = value.bits & 0x3ffu;
@@ -62,9 +76,13 @@ HPCTRAIN_HD float to_float(fp16 value) {
     return sign ? -magnitude : magnitude;
   }
   return bits_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+#endif
 }
 
 HPCTRAIN_HD fp16 to_fp16(float value) {
+#if defined(__CUDA_ARCH__)
+  return fp16{__half_as_ushort(__float2half_rn(value))};
+#else
   const std::uint32_t bits = float_bits(value);
   const std::uint16_t sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
   const std::uint32_t magnitude = bits & 0x7fffffffu;
@@ -75,7 +93,7 @@ HPCTRAIN_HD fp16 to_fp16(float value) {
     const std::uint32_t exponent = magnitude >> 23;
     if (exponent < 102) return fp16{sign};  // below half the smallest subnormal: rounds to zero
     const std::uint32_t full = (magnitude & 0x7fffffu) | 0x800000u;  // implicit bit
-    const std::uint32_t shift = 126 - exponent;                       // 14..24
+    const std::uint32_t shift = 126 - exponent;                      // 14..24
     std::uint32_t result = full >> shift;
     const std::uint32_t remainder = full & ((1u << shift) - 1u);
     const std::uint32_t half = 1u << (shift - 1);
@@ -87,6 +105,7 @@ HPCTRAIN_HD fp16 to_fp16(float value) {
   const std::uint32_t remainder = magnitude & 0x1fffu;
   if (remainder > 0x1000u || (remainder == 0x1000u && (result & 1u))) ++result;
   return fp16{static_cast<std::uint16_t>(sign | result)};
+#endif
 }
 
 // Generic load/store used by templated kernels: compute in Compute (fp32, or fp64 in gradient checks), store in T.

@@ -124,6 +124,30 @@ HPCTRAIN_HD C activation_derivative(Activation kind, C alpha, C x) {
   return C(1);
 }
 
+// ---- integer division by a divisor fixed for a whole launch ----
+// Index arithmetic of the CUDA kernels (pooling, groupnorm, bias broadcast) divides 32-bit indices by extents that are
+// the same for every thread: a multiply-high and a shift instead of a hardware-less integer division (Granlund and
+// Montgomery's round-up method, as PyTorch's IntDivider). Exact for every numerator below 2^31 and divisor >= 1; the
+// host builds it, both compilers evaluate it, and the CPU tests check it against `/` and `%`.
+struct FastDivisor {
+  std::uint32_t divisor = 1, multiplier = 1, shift = 0;
+  FastDivisor() = default;
+  explicit FastDivisor(std::uint32_t d) : divisor(d) {
+    while (shift < 32 && (std::uint64_t{1} << shift) < d) ++shift;
+    multiplier = static_cast<std::uint32_t>(((std::uint64_t{1} << 32) * ((std::uint64_t{1} << shift) - d)) / d + 1);
+  }
+  // n / divisor for 0 <= n < 2^31.
+  [[nodiscard]] HPCTRAIN_HD std::uint32_t quotient(std::uint32_t n) const {
+#if defined(__CUDA_ARCH__)
+    const std::uint32_t high = __umulhi(n, multiplier);
+#else
+    const auto high = static_cast<std::uint32_t>((static_cast<std::uint64_t>(n) * multiplier) >> 32);
+#endif
+    return (high + n) >> shift;
+  }
+  [[nodiscard]] HPCTRAIN_HD std::uint32_t remainder(std::uint32_t n, std::uint32_t q) const { return n - q * divisor; }
+};
+
 // ---- dropout ----
 // Philox has a 64-bit key and a 128-bit counter. The element index (64 bits), the layer and the purpose fill the
 // counter, so the step goes into the key: dropout_key derives a key from (seed, step) with one Philox call, done once

@@ -101,9 +101,9 @@ HPCTRAIN_HD std::int64_t window_argmax(const Box& b, const T* in, std::int64_t o
 // the window lies in the padding; average: the taps inside the input summed in kernel order, divided by the whole
 // kernel size). The CUDA forward kernel runs this per output element.
 template <class T>
-HPCTRAIN_HD T pooling_output(bool max_pooling, const Box& b, const T* in, std::int64_t o) {
+HPCTRAIN_HD T pooling_output_at(bool max_pooling, const Box& b, const T* in, std::int64_t od, std::int64_t oh,
+                                std::int64_t ow) {
   using C = compute_t<T>;
-  const std::int64_t ow = o % b.out[2], oh = o / b.out[2] % b.out[1], od = o / (b.out[2] * b.out[1]);
   if (max_pooling) {
     const std::int64_t best = window_argmax(b, in, od, oh, ow);
     return best >= 0 ? in[best] : store<T>(-std::numeric_limits<C>::infinity());
@@ -112,16 +112,22 @@ HPCTRAIN_HD T pooling_output(bool max_pooling, const Box& b, const T* in, std::i
   for_each_tap(b, od, oh, ow, [&](std::int64_t i, std::int64_t) { sum += load(in[i]); });
   return store<T>(sum / static_cast<C>(b.kernel[0] * b.kernel[1] * b.kernel[2]));
 }
+// The same for output element o of one plane (its position decomposed here; the CUDA kernel passes it decomposed).
+template <class T>
+HPCTRAIN_HD T pooling_output(bool max_pooling, const Box& b, const T* in, std::int64_t o) {
+  return pooling_output_at(max_pooling, b, in, o / (b.out[2] * b.out[1]), o / b.out[2] % b.out[1], o % b.out[2]);
+}
 
 // The gradient of input element i of one plane: the outputs whose windows contain it, visited in output (memory)
 // order, each adding its gradient (max: only where i is the window's first maximum; average: divided by the kernel
 // size), rounded once. The CPU loops scatter every output's gradient in output order, so this gather makes the same
 // additions in the same order; the CUDA backward kernel runs it per input element (no atomics).
+// position: i's (d, h, w) in the plane.
 template <class T>
-HPCTRAIN_HD T pooling_input_gradient(bool max_pooling, const Box& b, const T* in, const T* gradient, std::int64_t i) {
+HPCTRAIN_HD T pooling_input_gradient_at(bool max_pooling, const Box& b, const T* in, const T* gradient, std::int64_t i,
+                                        const std::int64_t (&position)[3]) {
   using C = compute_t<T>;
   const C divisor = static_cast<C>(b.kernel[0] * b.kernel[1] * b.kernel[2]);
-  const std::int64_t position[3] = {i / (b.in[2] * b.in[1]), i / b.in[2] % b.in[1], i % b.in[2]};
   // Along an axis, output o reads tap k at o * stride - padding + k * dilation: for each tap k, descending so that o
   // ascends, the output is (position + padding - k * dilation) / stride when that divides and is in range.
   const auto output_of = [&](std::size_t axis, std::int64_t k) -> std::int64_t {
@@ -148,6 +154,11 @@ HPCTRAIN_HD T pooling_input_gradient(bool max_pooling, const Box& b, const T* in
     }
   }
   return store<T>(sum);
+}
+template <class T>
+HPCTRAIN_HD T pooling_input_gradient(bool max_pooling, const Box& b, const T* in, const T* gradient, std::int64_t i) {
+  const std::int64_t position[3] = {i / (b.in[2] * b.in[1]), i / b.in[2] % b.in[1], i % b.in[2]};
+  return pooling_input_gradient_at(max_pooling, b, in, gradient, i, position);
 }
 
 // Mixes a geometry into a hash (boost::hash_combine's recipe): the convolution caches' keys on both backends.
