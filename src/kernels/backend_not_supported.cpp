@@ -1,5 +1,7 @@
 // Default implementations of the Backend operations that not every backend has yet: they throw NotSupported naming the
-// operation and the backend, so a backend without them still builds and fails clearly when a deck needs them.
+// operation and the backend, so a backend without them still builds and fails clearly when a deck needs them. Fused
+// operations default to the plain ones they fuse, in the same order (so a backend without the fusion computes the
+// same).
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/kernels/backend.hpp"
 
@@ -40,6 +42,23 @@ void Backend::groupnorm_backward(std::int64_t, std::int64_t, SpatialLayout, cons
 }
 void Backend::convert_spatial_layout(std::int64_t, SpatialLayout, const TensorView&, const TensorView&) {
   not_supported(*this, "a channels-last activation layout");
+}
+void Backend::begin_capture(CaptureSlot) { not_supported(*this, "graph capture"); }
+void Backend::end_capture(CaptureSlot) { not_supported(*this, "graph capture"); }
+void Backend::replay_capture(CaptureSlot) { not_supported(*this, "graph replay"); }
+void Backend::upload_cast(const float*, const TensorView&) { not_supported(*this, "batch uploads"); }
+void Backend::copy_to_slot(void*, std::size_t, const std::int32_t*, const void*, std::size_t) {
+  not_supported(*this, "slot-indexed copies");
+}
+void Backend::copy_from_slot(void*, const void*, std::size_t, const std::int32_t*, std::size_t) {
+  not_supported(*this, "slot-indexed copies");
+}
+void Backend::advance_slot(std::int32_t*) { not_supported(*this, "slot-indexed copies"); }
+
+void Backend::linear_weight_gradient(const TensorView& dy, const TensorView& x, const TensorView& dweight, void* dbias,
+                                     bool accumulate) {
+  gemm(dy, true, x, false, dweight, nullptr, accumulate);
+  if (dbias != nullptr) bias_gradient(dy, dbias, dweight.dtype, accumulate);
 }
 
 }  // namespace hpctrain

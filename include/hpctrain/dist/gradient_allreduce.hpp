@@ -31,9 +31,23 @@ class GradientExchange {
   virtual void begin_step() = 0;
   // Every gradient at [begin, count) is final: start the buckets that are now complete.
   virtual void ready_from(std::int64_t begin) = 0;
-  // Start what is left and complete all buckets (for NCCL: the backend's stream waits for them).
+  // Start what is left and complete all buckets. NCCL: the backend's stream waits for them (an event); the host does
+  // not wait, so the next step's host work overlaps the all-reduce.
   virtual void finish() = 0;
+  // Ends the communication in order at the end of a run (NCCL: waits for it, then ncclCommDestroy). Call after
+  // Backend::release_graphs(): NCCL 2.28's ncclCommDestroy waits until no graph uses the communicator. Does nothing
+  // on an error path (an exception in flight, or after a communication error): MPI_Abort ends the processes then.
+  virtual void release() {}
 };
+
+// How an NCCL communicator ends (a pure decision, tested on the CPU): destroyed in order at a normal end; aborted on
+// an error path when no captured graph uses it (peers may be gone, so nothing may wait for them); left alone when a
+// live graph uses it (aborting or destroying it would wait for the graph; MPI_Abort ends the process anyway).
+enum class CommunicatorEnd : std::uint8_t { destroy, abort, leave };
+inline CommunicatorEnd communicator_end(bool graph_uses_it, bool error_path) {
+  if (graph_uses_it) return CommunicatorEnd::leave;
+  return error_path ? CommunicatorEnd::abort : CommunicatorEnd::destroy;
+}
 
 // MPI_Iallreduce on host memory (CPU backend).
 class GradientAllreduce final : public GradientExchange {
@@ -77,9 +91,11 @@ class StagedGradientAllreduce final : public GradientExchange {
   std::vector<float> host_;  // (count)
 };
 
-// NCCL all-reduce of device gradients of a CUDA backend, on its own stream (src/dist/cuda/). The communicator is
-// bootstrapped from `communicator` (rank 0's ncclGetUniqueId broadcast with MPI). Throws NotSupported in builds without
-// CUDA or NCCL when more than one rank runs.
+// NCCL all-reduce of device gradients of a CUDA backend, on its own highest-priority stream (src/dist/cuda/). The
+// communicator is bootstrapped from `communicator` (rank 0's ncclGetUniqueId broadcast with MPI). While it lives, the
+// backend's host waits check NCCL's asynchronous errors (Backend::set_wait_monitor) and a watchdog thread polls them,
+// so a failed peer ends the job instead of hanging it. Throws NotSupported in builds without CUDA or NCCL when more
+// than one rank runs.
 std::unique_ptr<GradientExchange> make_nccl_gradient_allreduce(MPI_Comm communicator, Backend& backend,
                                                                float* gradients, std::int64_t count,
                                                                const std::vector<std::int64_t>& layer_begins,

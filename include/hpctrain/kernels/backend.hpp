@@ -14,8 +14,10 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "hpctrain/core/tensor.hpp"
 
@@ -92,6 +94,13 @@ struct SpatialGeometry {
 };
 
 enum class PoolingKind : std::uint8_t { max, average };
+
+// The recordings a backend keeps (CUDA graphs): the training step, and forward passes without gradients (evaluation,
+// predict, evaluate), so that one does not replace the other.
+enum class CaptureSlot : std::uint8_t { step, inference };
+
+// A device's identity (CUDA: the 16-byte UUID), to tell whether two ranks drive the same GPU. All zero: no device.
+using DeviceUuid = std::array<unsigned char, 16>;
 
 class Backend {
  public:
@@ -213,10 +222,59 @@ class Backend {
 
   // ---- step graphs (CUDA graphs; the CPU backend has none) ----
   // Work issued between begin_capture and end_capture is recorded, not run; replay_capture runs the recording (same
-  // buffers, same launch parameters, device scalars read at replay). One recording per backend; a new one replaces it.
-  virtual void begin_capture() { throw NotSupported("graph capture on the " + name() + " backend"); }
-  virtual void end_capture() { throw NotSupported("graph capture on the " + name() + " backend"); }
-  virtual void replay_capture() { throw NotSupported("graph replay on the " + name() + " backend"); }
+  // buffers, same launch parameters, device scalars read at replay). One recording per slot; a new one replaces it.
+  virtual void begin_capture(CaptureSlot slot = CaptureSlot::step);
+  virtual void end_capture(CaptureSlot slot = CaptureSlot::step);
+  virtual void replay_capture(CaptureSlot slot = CaptureSlot::step);
+  [[nodiscard]] virtual bool has_capture(CaptureSlot /*slot*/) const { return false; }
+  // Destroys every recording. Call before the NCCL communicator a recording uses is destroyed: NCCL 2.28's
+  // ncclCommDestroy waits until no graph uses the communicator (GradientExchange::release, then the exchange).
+  virtual void release_graphs() {}
+
+  // ---- waiting, uploads, timing, set-up choices (defaults: what a synchronous host backend needs) ----
+  // Called while the host waits for the backend (read-backs, synchronize, upload ring space): the NCCL gradient
+  // exchange installs its asynchronous-error check, which aborts the job's communication and throws instead of
+  // hanging on a failed peer. An empty function removes it.
+  virtual void set_wait_monitor(std::function<void()> /*monitor*/) {}
+  // f32 host values into `destination` (any storage dtype, same element count): a step's batch. CUDA copies on a copy
+  // stream into one of two staging slots (the copy overlaps the work already queued) and the compute stream waits on
+  // its event; returns once `host_source` has been read.
+  virtual void upload_cast(const float* host_source, const TensorView& destination);
+  // Host memory the caller keeps allocated, at this address, until unpin_host_memory (a data loader's ring): CUDA
+  // page-locks it, so upload_cast copies from it by DMA without a host-side copy. False when not done (CPU backend,
+  // or the driver refused: uploads then go through a pinned ring).
+  virtual bool pin_host_memory(const void* /*pointer*/, std::size_t /*bytes*/) { return false; }
+  virtual void unpin_host_memory(const void* /*pointer*/) {}
+  // Phase timing on the backend's own timeline (--profile): mark_phase(p) ends the running phase and starts phase p
+  // (0 <= p < 16; -1 only ends), named for profilers (CUDA: an event on the stream and an NVTX range).
+  // phase_seconds()[p]: seconds of phase p so far (waits for the marks). false / empty: no timeline of its own (the
+  // CPU backend's work is synchronous, so host clocks time it).
+  virtual bool mark_phase(int /*phase*/, const char* /*name*/) { return false; }
+  virtual std::vector<double> phase_seconds() { return {}; }
+  // fp32 products and convolutions on tensor cores (TF32 inputs, fp32 accumulation): precision.tf32. Set before the
+  // first product; the CPU backend ignores it.
+  virtual void allow_tf32(bool /*allowed*/) {}
+  // Byte alignment the backend wants for each parameter tensor in the flat buffers (the model pads offsets to it);
+  // 0: none (the CPU backend, whose layout and results stay exactly as without padding).
+  [[nodiscard]] virtual std::size_t parameter_alignment() const { return 0; }
+  [[nodiscard]] virtual DeviceUuid device_uuid() const { return {}; }
+  // Lines worth a log entry that the backend noted since the last call (algorithm choices and fallbacks).
+  virtual std::vector<std::string> take_notes() { return {}; }
+
+  // ---- fused linear-layer products (defaults compose the plain operations, so the CPU's results stay the same) ----
+  // dweight (out, in) (+)= dy^T x and dbias (+)= column sums of dy (dbias may be null): a linear layer's parameter
+  // gradients. CUDA folds the bias gradient into the product's epilogue (CUBLASLT_EPILOGUE_BGRADB).
+  virtual void linear_weight_gradient(const TensorView& dy, const TensorView& x, const TensorView& dweight, void* dbias,
+                                      bool accumulate);
+
+  // ---- step bookkeeping in backend memory (what a captured step replays without the host) ----
+  // base + slot * stride <- source, and the reverse, `slot` read from backend memory at run (replay) time;
+  // advance_slot: *slot += 1. The trainer keeps the step's records and its learning-rate table this way.
+  virtual void copy_to_slot(void* base, std::size_t stride, const std::int32_t* slot, const void* source,
+                            std::size_t bytes);
+  virtual void copy_from_slot(void* destination, const void* base, std::size_t stride, const std::int32_t* slot,
+                              std::size_t bytes);
+  virtual void advance_slot(std::int32_t* slot);
 };
 
 // The CPU backend (always built). Its spatial operations prefer channels-last activations; $HPCTRAIN_SPATIAL_LAYOUT =

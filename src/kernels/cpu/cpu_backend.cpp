@@ -472,6 +472,20 @@ class CpuBackend final : public Backend {
     *grad_scale = scalars->loss_scale / rows;
   }
 
+  // ---- uploads and step bookkeeping: backend memory is host memory ----
+  void upload_cast(const float* host_source, const TensorView& destination) override {
+    cast({const_cast<float*>(host_source), DType::f32, destination.rows, destination.cols}, destination);
+  }
+  void copy_to_slot(void* base, std::size_t stride, const std::int32_t* slot, const void* source,
+                    std::size_t bytes) override {
+    copy(static_cast<char*>(base) + static_cast<std::size_t>(*slot) * stride, source, bytes);
+  }
+  void copy_from_slot(void* destination, const void* base, std::size_t stride, const std::int32_t* slot,
+                      std::size_t bytes) override {
+    copy(destination, static_cast<const char*>(base) + static_cast<std::size_t>(*slot) * stride, bytes);
+  }
+  void advance_slot(std::int32_t* slot) override { ++*slot; }
+
  private:
   void dropout(float p, std::uint64_t seed, std::uint32_t step, std::uint32_t layer, const std::int64_t* sample_ids,
                const TensorView& in, const TensorView& out, const char* what) {

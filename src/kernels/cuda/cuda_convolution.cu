@@ -2,18 +2,20 @@
 // and PyTorch-shaped (out, in/groups, k...) weights; stride, padding, dilation and groups map directly.
 //
 // - Compute is fp32 for every storage dtype. f32 storage runs with CUDNN_FMA_MATH (no TF32), as the matrix products
-//   (CUBLAS_COMPUTE_32F). bf16/f16 forward and data gradient run on the 16-bit operands (tensor cores, fp32
-//   accumulation); the output is rounded once.
+//   (CUBLAS_COMPUTE_32F), unless precision.tf32 allows tensor-core math (CUDNN_TENSOR_OP_MATH). bf16/f16 forward and
+//   data gradient run on the 16-bit operands (tensor cores, fp32 accumulation); the output is rounded once.
 // - Weight gradients are fp32 (the master dtype) whatever the storage: for bf16/f16 the inputs are widened into fp32
 //   scratch first (cuDNN's 16-bit weight gradient would round it to 16 bits). Those widened values are exact in TF32,
-//   so that pass may use tensor ops without losing anything. The bias gradient is an own kernel (one block per output
-//   channel, fixed-order reduction), fp32.
+//   so that pass may use tensor ops without losing anything. The bias gradient is an own two-pass reduction over
+//   (sample, channel) planes cut into chunks (cuda_normalization.cu), fixed order, fp32.
 // - Bias: the fp32 master bias is broadcast into the output (rounded to its dtype, as the gemm's bias epilogue) and
 //   the convolution adds onto it with beta = 1, so the sum is rounded once.
-// - A plan (descriptors, the heuristic's first deterministic algorithm that needs no precision-losing conversion, its
-//   workspace) is made on the first call of a (geometry, rows, dtype, pass) and cached; a partial last batch is one
-//   more plan. When cuDNN has no algorithm for a 16-bit configuration (or refuses to run the one its heuristic
-//   offered: CUDNN_STATUS_NOT_SUPPORTED), that plan is replaced by one running in fp32 on widened copies.
+// - A plan (descriptors, the heuristic's first deterministic algorithm that needs no precision-losing conversion and
+//   whose workspace stays under a cap, its workspace) is made on the first call of a (geometry, rows, dtype, pass) and
+//   cached; a partial last batch is one more plan. Each choice is noted for the log (Backend::take_notes), saying
+//   when no deterministic algorithm fitted (kernels/cuda/algorithm_choice.hpp). When cuDNN has no algorithm for a
+//   16-bit configuration (or refuses to run the one its heuristic offered: CUDNN_STATUS_NOT_SUPPORTED), that plan is
+//   replaced by one running in fp32 on widened copies.
 // - The workspace and the staging buffers (widened operands, weights at offsets cuDNN may not accept) grow only,
 //   on the first call that needs more: during the warm-up steps, never in a steady-state step or a captured graph.
 //   Replaced buffers are kept until destruction, so a captured graph never points at freed memory.
@@ -23,16 +25,24 @@
 #include <sstream>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "cuda_dispatch.hpp"
+#include "cuda_memory.hpp"
+#include "cuda_normalization.hpp"
 #include "cuda_spatial.hpp"
+#include "hpctrain/kernels/cuda/algorithm_choice.hpp"
 #include "hpctrain/kernels/cuda/cuda_check.hpp"
+#include "hpctrain/kernels/cuda/launch_plan.hpp"
 #include "hpctrain/kernels/math.hpp"
 #include "hpctrain/kernels/spatial_taps.hpp"
 
 namespace hpctrain::cuda {
 namespace {
+
+namespace km = kernel_math;
+using GrowBuffer = DeviceScratch;  // grow-only; replaced blocks are retired, not freed (a graph may use them)
 
 constexpr int conv_threads = 256;
 
@@ -47,33 +57,20 @@ __global__ void convert_kernel(const TS* in, TD* out, std::int64_t count) {
     out[i] = store<TD>(load(in[i]));
 }
 
-// y[n][c][s] = bias[c] in y's dtype.
-template <class T>
-__global__ void broadcast_bias_kernel(const float* bias, T* y, std::int64_t count, std::int64_t channels,
-                                      std::int64_t spatial) {
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-    y[i] = store<T>(bias[i / spatial % channels]);
-}
-
-// dbias[c] (+)= sum over rows and positions of dy[n][c][s]; one block per channel, fixed order.
-template <class T>
-__global__ void convolution_bias_gradient_kernel(const T* dy, float* dbias, bool accumulate, std::int64_t rows,
-                                                 std::int64_t channels, std::int64_t spatial) {
-  __shared__ float shared[32];
-  const std::int64_t c = blockIdx.x;
-  float sum = 0.0f;
-  for (std::int64_t e = threadIdx.x; e < rows * spatial; e += blockDim.x) {
-    const std::int64_t row = e / spatial, s = e - row * spatial;
-    sum += load(dy[(row * channels + c) * spatial + s]);
-  }
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = sum;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float total = 0.0f;
-    for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total += shared[w];
-    dbias[c] = total + (accumulate ? dbias[c] : 0.0f);
+// y[n][c][s] = bias[c] in y's dtype. 32-bit indices and precomputed divisors (below 2^31 elements; int64 beyond).
+template <class T, class Index>
+__global__ void broadcast_bias_kernel(const float* bias, T* y, Index count, Index channels, Index spatial,
+                                      km::FastDivisor by_spatial, km::FastDivisor by_channels) {
+  for (Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<Index>(gridDim.x) * blockDim.x) {
+    Index c;
+    if constexpr (sizeof(Index) == 4) {
+      const std::uint32_t plane = by_spatial.quotient(i);
+      c = by_channels.remainder(plane, by_channels.quotient(plane));
+    } else {
+      c = i / spatial % channels;
+    }
+    y[i] = store<T>(bias[c]);
   }
 }
 
@@ -84,36 +81,6 @@ void convert(cudaStream_t stream, const void* in, void* out, std::int64_t count)
                                                                   count);
   HPCTRAIN_CUDA_CHECK_LAUNCH();
 }
-
-// Device memory that only grows. A smaller buffer it replaces is kept until destruction, not freed: a captured graph
-// (or work still queued) may point into it, e.g. when an evaluation or partial batch after the capture needs a larger
-// workspace. The replaced buffers are the warm-up's few small ones.
-class GrowBuffer {
- public:
-  GrowBuffer() = default;
-  GrowBuffer(const GrowBuffer&) = delete;
-  GrowBuffer& operator=(const GrowBuffer&) = delete;
-  ~GrowBuffer() {
-    for (void* pointer : retired_) HPCTRAIN_CUDA_WARN(cudaFree(pointer));
-    if (data_ != nullptr) HPCTRAIN_CUDA_WARN(cudaFree(data_));
-  }
-  void* reserve(std::size_t bytes) {
-    bytes = std::max<std::size_t>(bytes, 256);
-    if (bytes > capacity_) {
-      void* grown = nullptr;
-      HPCTRAIN_CUDA_CHECK(cudaMalloc(&grown, bytes));
-      if (data_ != nullptr) retired_.push_back(data_);
-      data_ = grown;
-      capacity_ = bytes;
-    }
-    return data_;
-  }
-
- private:
-  void* data_ = nullptr;
-  std::size_t capacity_ = 0;
-  std::vector<void*> retired_;
-};
 
 enum class Pass : std::uint8_t { forward, backward_data, backward_weights };
 
@@ -160,6 +127,8 @@ struct Plan {
   cudnnConvolutionBwdFilterAlgo_t filter_algorithm{};
   std::size_t workspace_bytes = 0;
   cudnnStatus_t status = CUDNN_STATUS_SUCCESS;  // the last heuristic call's
+  AlgorithmChoice choice;                       // for the log
+  int algorithm = 0;
 
   Plan() = default;
   Plan(const Plan&) = delete;
@@ -194,17 +163,28 @@ bool acceptable_math(cudnnMathType_t math, bool strict_fp32) {
   return !strict_fp32 || math == CUDNN_FMA_MATH || math == CUDNN_DEFAULT_MATH;
 }
 
-// The first successful result (the heuristic's order), deterministic ones first; -1 when none.
+// The heuristic's results as candidates for choose_algorithm (kernels/cuda/algorithm_choice.hpp).
 template <class Perf>
-int choose(const std::vector<Perf>& results, int count, bool strict_fp32) {
-  for (bool need_deterministic : {true, false})
-    for (int i = 0; i < count; ++i) {
-      const Perf& r = results[static_cast<std::size_t>(i)];
-      if (r.status != CUDNN_STATUS_SUCCESS || !acceptable_math(r.mathType, strict_fp32)) continue;
-      if (need_deterministic && r.determinism != CUDNN_DETERMINISTIC) continue;
-      return i;
-    }
-  return -1;
+AlgorithmChoice choose(const std::vector<Perf>& results, int count, bool strict_fp32, std::size_t cap) {
+  std::vector<AlgorithmCandidate> candidates;
+  for (int i = 0; i < count; ++i) {
+    const Perf& r = results[static_cast<std::size_t>(i)];
+    candidates.push_back({static_cast<int>(r.algo), r.status == CUDNN_STATUS_SUCCESS,
+                          acceptable_math(r.mathType, strict_fp32), r.determinism == CUDNN_DETERMINISTIC, r.memory});
+  }
+  return choose_algorithm(candidates, cap);
+}
+
+const char* pass_name(Pass pass) {
+  switch (pass) {
+    case Pass::forward:
+      return "forward";
+    case Pass::backward_data:
+      return "data gradient";
+    case Pass::backward_weights:
+      return "weight gradient";
+  }
+  return "?";
 }
 
 }  // namespace
@@ -216,6 +196,9 @@ struct CudaConvolution::Impl {
   GrowBuffer workspace;
   GrowBuffer wide_a, wide_b, wide_out;  // fp32 copies of 16-bit operands and the fp32 result
   GrowBuffer staged_weights;            // weights (or their gradient) at an address cuDNN surely accepts
+  GrowBuffer partials;                  // bias-gradient partial sums
+  bool allow_tf32 = false;              // precision.tf32: tensor-core math for f32 data too
+  std::vector<std::string> notes;       // algorithm choices since the last take_notes()
   std::mutex mutex;
 
   explicit Impl(cudaStream_t s) : stream(s) {}
@@ -253,6 +236,9 @@ bool CudaConvolution::Impl::try_plan(const Key& key, DType type, bool strict_fp3
   HPCTRAIN_CUDNN_CHECK(cudnnSetConvolutionMathType(p.convolution, strict_fp32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
   constexpr int wanted = 16;
   int count = 0, chosen = -1;
+  std::size_t free_bytes = 0, total_bytes = 0;
+  HPCTRAIN_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const std::size_t cap = convolution_workspace_cap(free_bytes);
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
   switch (key.pass) {
     case Pass::forward: {
@@ -261,9 +247,11 @@ bool CudaConvolution::Impl::try_plan(const Key& key, DType type, bool strict_fp3
                                                             results.data()),
                      p))
         return false;
-      chosen = choose(results, count, strict_fp32);
+      p.choice = choose(results, count, strict_fp32, cap);
+      chosen = p.choice.index;
       if (chosen < 0) return false;
       p.forward_algorithm = results[static_cast<std::size_t>(chosen)].algo;
+      p.algorithm = static_cast<int>(p.forward_algorithm);
       math = results[static_cast<std::size_t>(chosen)].mathType;
       break;
     }
@@ -273,9 +261,11 @@ bool CudaConvolution::Impl::try_plan(const Key& key, DType type, bool strict_fp3
                                                                  results.data()),
                      p))
         return false;
-      chosen = choose(results, count, strict_fp32);
+      p.choice = choose(results, count, strict_fp32, cap);
+      chosen = p.choice.index;
       if (chosen < 0) return false;
       p.data_algorithm = results[static_cast<std::size_t>(chosen)].algo;
+      p.algorithm = static_cast<int>(p.data_algorithm);
       math = results[static_cast<std::size_t>(chosen)].mathType;
       break;
     }
@@ -285,9 +275,11 @@ bool CudaConvolution::Impl::try_plan(const Key& key, DType type, bool strict_fp3
                                                                    results.data()),
                      p))
         return false;
-      chosen = choose(results, count, strict_fp32);
+      p.choice = choose(results, count, strict_fp32, cap);
+      chosen = p.choice.index;
       if (chosen < 0) return false;
       p.filter_algorithm = results[static_cast<std::size_t>(chosen)].algo;
+      p.algorithm = static_cast<int>(p.filter_algorithm);
       math = results[static_cast<std::size_t>(chosen)].mathType;
       break;
     }
@@ -326,8 +318,9 @@ Plan& CudaConvolution::Impl::plan(const Key& key, bool widened) {
   const bool sixteen_bit = key.dtype != DType::f32;
   // Weight gradients of 16-bit data: fp32 on widened inputs (exact in TF32, so tensor ops are allowed).
   created->widened = sixteen_bit && (widened || key.pass == Pass::backward_weights);
-  bool found_algorithm =
-      created->widened ? try_plan(key, DType::f32, false, *created) : try_plan(key, key.dtype, !sixteen_bit, *created);
+  // f32 data keeps fp32 math (FMA) unless precision.tf32 allows tensor cores.
+  bool found_algorithm = created->widened ? try_plan(key, DType::f32, false, *created)
+                                          : try_plan(key, key.dtype, !sixteen_bit && !allow_tf32, *created);
   if (!found_algorithm && sixteen_bit && !created->widened) {
     created->widened = true;
     found_algorithm = try_plan(key, DType::f32, false, *created);
@@ -341,6 +334,17 @@ Plan& CudaConvolution::Impl::plan(const Key& key, bool widened) {
     throw LibraryError("cuDNN", "cudnnGetConvolution*Algorithm_v7", detail.str(), __FILE__, __LINE__);
   }
   workspace.reserve(created->workspace_bytes);  // grow-only: the first call of a plan (warm-up)
+  {
+    const SpatialGeometry& g = key.geometry;
+    std::ostringstream note;
+    note << "cuDNN " << g.dimensions << "-D convolution " << g.in_channels << " -> " << g.out_channels << " ("
+         << key.rows << " samples, " << dtype_name(key.dtype) << (created->widened ? " widened to f32" : "") << ") "
+         << pass_name(key.pass) << ": algorithm " << created->algorithm << ", workspace "
+         << created->workspace_bytes / 1024 << " KiB, "
+         << (created->choice.deterministic ? "deterministic" : "NOT deterministic (results may differ run to run)");
+    if (created->choice.deterministic_over_cap) note << "; a deterministic one wanted more workspace than the cap";
+    notes.push_back(note.str());
+  }
   if (found != plans.end()) {
     found->second = std::move(created);
     return *found->second;
@@ -354,6 +358,18 @@ CudaConvolution::~CudaConvolution() = default;
 std::size_t CudaConvolution::cached_plans() const {
   const std::lock_guard lock(impl_->mutex);
   return impl_->plans.size();
+}
+
+std::vector<std::string> CudaConvolution::take_notes() {
+  const std::lock_guard lock(impl_->mutex);
+  return std::exchange(impl_->notes, {});
+}
+
+void CudaConvolution::allow_tf32(bool allowed) {
+  const std::lock_guard lock(impl_->mutex);
+  if (impl_->allow_tf32 == allowed) return;
+  impl_->allow_tf32 = allowed;
+  impl_->plans.clear();  // chosen with the other math
 }
 
 namespace {
@@ -377,8 +393,15 @@ const void* stage(cudaStream_t stream, GrowBuffer& buffer, const void* data, std
 
 template <class T>
 void broadcast_bias(cudaStream_t stream, const float* bias, T* y, const SpatialGeometry& g, std::int64_t count) {
-  broadcast_bias_kernel<<<conv_blocks(count), conv_threads, 0, stream>>>(bias, y, count, g.out_channels,
-                                                                         g.output_size());
+  if (fits_32bit_indexing(count)) {
+    broadcast_bias_kernel<T, std::uint32_t><<<conv_blocks(count), conv_threads, 0, stream>>>(
+        bias, y, static_cast<std::uint32_t>(count), static_cast<std::uint32_t>(g.out_channels),
+        static_cast<std::uint32_t>(g.output_size()), km::FastDivisor(static_cast<std::uint32_t>(g.output_size())),
+        km::FastDivisor(static_cast<std::uint32_t>(g.out_channels)));
+  } else {
+    broadcast_bias_kernel<T, std::int64_t><<<conv_blocks(count), conv_threads, 0, stream>>>(
+        bias, y, count, g.out_channels, g.output_size(), km::FastDivisor(), km::FastDivisor());
+  }
   HPCTRAIN_CUDA_CHECK_LAUNCH();
 }
 
@@ -483,13 +506,9 @@ void CudaConvolution::backward_weights(const SpatialGeometry& g, const TensorVie
   const void* gradient = dy.data;
   void* out = dweight.data;
   const bool staged = !aligned(out);
+  if (dbias != nullptr)
+    channel_sums(s.stream, s.partials, x.rows, g.out_channels, dy, static_cast<float*>(dbias), accumulate);
   dispatch_storage(x.dtype, "convolution_backward_weights", [&]<class T>() {
-    if (dbias != nullptr) {
-      convolution_bias_gradient_kernel<<<static_cast<unsigned>(g.out_channels), conv_threads, 0, s.stream>>>(
-          static_cast<const T*>(dy.data), static_cast<float*>(dbias), accumulate, x.rows, g.out_channels,
-          g.output_size());
-      HPCTRAIN_CUDA_CHECK_LAUNCH();
-    }
     if (p.widened) {
       source = widen<T>(s.stream, s.wide_a, x.data, x.size());
       gradient = widen<T>(s.stream, s.wide_b, dy.data, dy.size());

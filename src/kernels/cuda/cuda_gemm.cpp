@@ -1,6 +1,7 @@
 // cuBLASLt matrix products of the CUDA backend (see cuda_gemm.hpp for the layout trick and the cached plans).
 #include "cuda_gemm.hpp"
 
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -73,9 +74,11 @@ std::size_t CudaGemm::KeyHash::operator()(const Key& key) const {
   mix(static_cast<std::uint64_t>(key.m));
   mix(static_cast<std::uint64_t>(key.n));
   mix(static_cast<std::uint64_t>(key.k));
-  mix((key.transpose_a ? 1u : 0u) | (key.transpose_b ? 2u : 0u) | (key.bias ? 4u : 0u) | (key.accumulate ? 8u : 0u) |
-      (static_cast<unsigned>(key.input) << 4) | (static_cast<unsigned>(key.output) << 8));
+  mix((key.transpose_a ? 1u : 0u) | (key.transpose_b ? 2u : 0u) | (key.accumulate ? 8u : 0u) |
+      (static_cast<unsigned>(key.epilogue) << 12) | (static_cast<unsigned>(key.input) << 4) |
+      (static_cast<unsigned>(key.output) << 8));
   mix((static_cast<std::uint64_t>(key.align_a) << 32) | (static_cast<std::uint64_t>(key.align_b) << 16) | key.align_c);
+  mix(key.align_bias);
   return hash;
 }
 
@@ -87,14 +90,92 @@ CudaGemm::CudaGemm(cudaStream_t stream, bool allow_tf32) : stream_(stream), allo
 
 CudaGemm::~CudaGemm() {
   plans_.clear();
-  for (Staging& staging : staging_)
-    if (staging.data != nullptr) HPCTRAIN_CUDA_WARN(cudaFree(staging.data));
   if (workspace_ != nullptr) HPCTRAIN_CUDA_WARN(cudaFree(workspace_));
   if (handle_ != nullptr) cublasLtDestroy(handle_);
 }
 
-void CudaGemm::run(const TensorView& a, bool transpose_a, const TensorView& b, bool transpose_b, const TensorView& c,
-                   const void* bias, bool accumulate) {
+void CudaGemm::allow_tf32(bool allowed) {
+  if (allowed == allow_tf32_) return;
+  allow_tf32_ = allowed;
+  plans_.clear();  // their compute type was chosen with the other setting
+}
+
+CudaGemm::Plan& CudaGemm::plan_for(const Key& key, const void* bias) {
+  auto found = plans_.find(key);
+  if (found != plans_.end()) return *found->second;
+  auto plan = std::make_unique<Plan>();
+  const cublasComputeType_t compute =
+      key.input == DType::f32 && allow_tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  HPCTRAIN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->operation, compute, CUDA_R_32F));
+  // cuBLASLt's A is our b, its B our a (column-major view of row-major data).
+  const cublasOperation_t operation_a = key.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t operation_b = key.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSA, operation_a);
+  set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSB, operation_b);
+  if (key.epilogue == Epilogue::bias) {
+    set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+    set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  } else if (key.epilogue == Epilogue::bias_gradient) {
+    // Column sums of cuBLASLt's B (our a = dy) over k: one per column of D, i.e. per row of our c.
+    set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BGRADB);
+    set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  }
+  const cudaDataType_t input = cuda_type(key.input), output = cuda_type(key.output);
+  const std::int64_t m = key.m, n = key.n, k = key.k;
+  // Stored shapes, column-major: our b is (n, k) [or (k, n) when transposed], our a (k, m) [or (m, k)].
+  const std::uint64_t rows_a = key.transpose_b ? k : n, cols_a = key.transpose_b ? n : k;
+  const std::uint64_t rows_b = key.transpose_a ? m : k, cols_b = key.transpose_a ? k : m;
+  HPCTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->layout_a, input, rows_a, cols_a, rows_a));
+  HPCTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->layout_b, input, rows_b, cols_b, rows_b));
+  HPCTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->layout_c, output, n, m, n));
+
+  cublasLtMatmulPreference_t preference = nullptr;
+  HPCTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  cublasLtMatmulHeuristicResult_t result{};
+  int returned = 0;
+  try {
+    set_preference(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<std::uint64_t>(workspace_bytes_));
+    set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b);
+    set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
+    set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
+    set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
+    // NOT_SUPPORTED means "no algorithm for this configuration": handled below like zero results.
+    const cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(handle_, plan->operation, plan->layout_a, plan->layout_b, plan->layout_c,
+                                       plan->layout_c, preference, 1, &result, &returned);
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED)
+      returned = 0;
+    else
+      HPCTRAIN_CUBLAS_CHECK(status);
+  } catch (...) {
+    cublasLtMatmulPreferenceDestroy(preference);
+    throw;
+  }
+  cublasLtMatmulPreferenceDestroy(preference);
+  const bool all_aligned = key.align_a >= 16 && key.align_b >= 16 && key.align_c >= 16;
+  // A plain product of aligned operands must have an algorithm; a fused epilogue may not (the caller composes).
+  HPCTRAIN_VERIFY(returned > 0 || !all_aligned || key.epilogue == Epilogue::bias_gradient, NotSupported,
+                  "cuBLASLt has no algorithm for a " << m << "x" << n << "x" << k << " " << dtype_name(key.input)
+                                                     << " product into " << dtype_name(key.output),
+                  ErrorScope::this_rank);
+  plan->available = returned > 0;
+  plan->algorithm = result.algo;
+  return *plans_.emplace(key, std::move(plan)).first->second;
+}
+
+void CudaGemm::execute(Plan& plan, const TensorView& a, const TensorView& b, const TensorView& c, bool accumulate) {
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  HPCTRAIN_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.operation, &alpha, b.data, plan.layout_a, a.data, plan.layout_b,
+                                       &beta, c.data, plan.layout_c, c.data, plan.layout_c, &plan.algorithm, workspace_,
+                                       workspace_bytes_, stream_));
+}
+
+namespace {
+// The shapes of c = op(a) op(b): (m, n, k), checked.
+struct Shape {
+  std::int64_t m, n, k;
+};
+Shape product_shape(const TensorView& a, bool transpose_a, const TensorView& b, bool transpose_b, const TensorView& c) {
   // a: (m, k) or stored (k, m); b: (k, n) or stored (n, k); c: (m, n).
   const std::int64_t m = transpose_a ? a.cols : a.rows;
   const std::int64_t k = transpose_a ? a.rows : a.cols;
@@ -105,97 +186,72 @@ void CudaGemm::run(const TensorView& a, bool transpose_a, const TensorView& b, b
                                                   << b.rows << "x" << b.cols << (transpose_b ? "^T" : "") << ", c "
                                                   << c.rows << "x" << c.cols);
   HPCTRAIN_ASSERT(a.dtype == b.dtype, "gemm: a is " << dtype_name(a.dtype) << ", b is " << dtype_name(b.dtype));
-  if (m == 0 || n == 0) return;
-  HPCTRAIN_ASSERT(k > 0, "gemm: empty inner dimension");
   const bool supported = c.dtype == a.dtype || c.dtype == DType::f32;
   if (!supported || a.dtype == DType::f64)
     throw NotSupported(std::string("gemm with ") + dtype_name(a.dtype) + " inputs and a " + dtype_name(c.dtype) +
                        " output on the CUDA backend");
+  return {m, n, k};
+}
+}  // namespace
 
-  const Key key{m,          n,       k,       transpose_a,          transpose_b,          bias != nullptr,
-                accumulate, a.dtype, c.dtype, alignment_of(a.data), alignment_of(b.data), alignment_of(c.data)};
-  auto found = plans_.find(key);
-  if (found == plans_.end()) {
-    auto plan = std::make_unique<Plan>();
-    const cublasComputeType_t compute =
-        a.dtype == DType::f32 && allow_tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    HPCTRAIN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->operation, compute, CUDA_R_32F));
-    // cuBLASLt's A is our b, its B our a (column-major view of row-major data).
-    const cublasOperation_t operation_a = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasOperation_t operation_b = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSA, operation_a);
-    set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSB, operation_b);
-    if (bias != nullptr) {
-      set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
-      set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-    }
-    const cudaDataType_t input = cuda_type(a.dtype), output = cuda_type(c.dtype);
-    // Stored shapes, column-major: our b is (n, k) [or (k, n) when transposed], our a (k, m) [or (m, k)].
-    const std::uint64_t rows_a = transpose_b ? k : n, cols_a = transpose_b ? n : k;
-    const std::uint64_t rows_b = transpose_a ? m : k, cols_b = transpose_a ? k : m;
-    HPCTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->layout_a, input, rows_a, cols_a, rows_a));
-    HPCTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->layout_b, input, rows_b, cols_b, rows_b));
-    HPCTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->layout_c, output, n, m, n));
-
-    cublasLtMatmulPreference_t preference = nullptr;
-    HPCTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
-    cublasLtMatmulHeuristicResult_t result{};
-    int returned = 0;
-    try {
-      set_preference(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                     static_cast<std::uint64_t>(workspace_bytes_));
-      set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b);
-      set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
-      set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
-      set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
-      // NOT_SUPPORTED means "no algorithm for this configuration": handled below like zero results.
-      const cublasStatus_t status =
-          cublasLtMatmulAlgoGetHeuristic(handle_, plan->operation, plan->layout_a, plan->layout_b, plan->layout_c,
-                                         plan->layout_c, preference, 1, &result, &returned);
-      if (status == CUBLAS_STATUS_NOT_SUPPORTED)
-        returned = 0;
-      else
-        HPCTRAIN_CUBLAS_CHECK(status);
-    } catch (...) {
-      cublasLtMatmulPreferenceDestroy(preference);
-      throw;
-    }
-    cublasLtMatmulPreferenceDestroy(preference);
-    const bool all_aligned = key.align_a >= 16 && key.align_b >= 16 && key.align_c >= 16;
-    HPCTRAIN_VERIFY(returned > 0 || !all_aligned, NotSupported,
-                    "cuBLASLt has no algorithm for a " << m << "x" << n << "x" << k << " " << dtype_name(a.dtype)
-                                                       << " product into " << dtype_name(c.dtype),
-                    ErrorScope::this_rank);
-    plan->available = returned > 0;
-    plan->algorithm = result.algo;
-    found = plans_.emplace(key, std::move(plan)).first;
-  }
-  if (!found->second->available) return run_staged(a, transpose_a, b, transpose_b, c, bias, accumulate);
-  Plan& plan = *found->second;
+void CudaGemm::run(const TensorView& a, bool transpose_a, const TensorView& b, bool transpose_b, const TensorView& c,
+                   const void* bias, bool accumulate) {
+  const Shape shape = product_shape(a, transpose_a, b, transpose_b, c);
+  if (shape.m == 0 || shape.n == 0) return;
+  HPCTRAIN_ASSERT(shape.k > 0, "gemm: empty inner dimension");
+  const Key key{shape.m,
+                shape.n,
+                shape.k,
+                transpose_a,
+                transpose_b,
+                accumulate,
+                bias != nullptr ? Epilogue::bias : Epilogue::none,
+                a.dtype,
+                c.dtype,
+                alignment_of(a.data),
+                alignment_of(b.data),
+                alignment_of(c.data),
+                bias != nullptr ? alignment_of(bias) : 0u};
+  Plan& plan = plan_for(key, bias);
+  if (!plan.available) return run_staged(a, transpose_a, b, transpose_b, c, bias, accumulate);
   if (bias != nullptr) set_attribute(plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  HPCTRAIN_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.operation, &alpha, b.data, plan.layout_a, a.data, plan.layout_b,
-                                       &beta, c.data, plan.layout_c, c.data, plan.layout_c, &plan.algorithm, workspace_,
-                                       workspace_bytes_, stream_));
+  execute(plan, a, b, c, accumulate);
+}
+
+bool CudaGemm::run_with_bias_gradient(const TensorView& a, const TensorView& b, const TensorView& c,
+                                      void* bias_gradient) {
+  const Shape shape = product_shape(a, true, b, false, c);
+  if (shape.m == 0 || shape.n == 0 || shape.k == 0) return false;
+  const Key key{shape.m,
+                shape.n,
+                shape.k,
+                true,
+                false,
+                false,
+                Epilogue::bias_gradient,
+                a.dtype,
+                c.dtype,
+                alignment_of(a.data),
+                alignment_of(b.data),
+                alignment_of(c.data),
+                alignment_of(bias_gradient)};
+  if (key.align_a < 16 || key.align_b < 16 || key.align_c < 16 || key.align_bias < 16) return false;
+  Plan& plan = plan_for(key, bias_gradient);
+  if (!plan.available) return false;
+  set_attribute(plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias_gradient));
+  execute(plan, a, b, c, false);
+  return true;
 }
 
 // Operands at addresses no algorithm accepts (views at odd offsets into a flat buffer) are copied into 256-byte
-// aligned staging buffers, and the output copied back: a fallback, cached per shape like any plan.
+// aligned staging buffers, and the output copied back: a fallback, cached per shape like any plan. The staging
+// buffers only grow and retire the blocks they replace (a captured graph may still use them).
 void CudaGemm::run_staged(const TensorView& a, bool transpose_a, const TensorView& b, bool transpose_b,
                           const TensorView& c, const void* bias, bool accumulate) {
-  const auto stage = [&](Staging& staging, const TensorView& view, bool copy_in) {
+  const auto stage = [&](DeviceScratch& staging, const TensorView& view, bool copy_in) {
     TensorView staged = view;
     if (alignment_of(view.data) >= 16) return staged;
-    if (view.bytes() > staging.bytes) {
-      if (staging.data != nullptr) {
-        HPCTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
-        HPCTRAIN_CUDA_CHECK(cudaFree(staging.data));
-        staging.data = nullptr;
-      }
-      HPCTRAIN_CUDA_CHECK(cudaMalloc(&staging.data, view.bytes()));
-      staging.bytes = view.bytes();
-    }
-    staged.data = staging.data;
+    staged.data = staging.reserve(view.bytes());
     if (copy_in)
       HPCTRAIN_CUDA_CHECK(cudaMemcpyAsync(staged.data, view.data, view.bytes(), cudaMemcpyDeviceToDevice, stream_));
     return staged;

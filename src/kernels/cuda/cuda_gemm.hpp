@@ -7,7 +7,8 @@
 // backend converts the fp32 master bias first); accumulation is beta = 1 with C = D.
 // A plan (descriptors and the heuristic's best algorithm) is made once per shape, dtypes, epilogue and operand
 // alignment, and cached; the workspace is allocated once. Operands whose alignment no algorithm accepts are staged
-// through aligned copies.
+// through aligned copies (grow-only buffers that retire instead of freeing: a captured graph may point at them).
+// A linear layer's weight gradient can carry its bias gradient in the epilogue (CUBLASLT_EPILOGUE_BGRADB).
 #pragma once
 
 #include <cublasLt.h>
@@ -17,6 +18,7 @@
 #include <memory>
 #include <unordered_map>
 
+#include "cuda_memory.hpp"
 #include "hpctrain/core/tensor.hpp"
 
 namespace hpctrain::cuda {
@@ -31,12 +33,20 @@ class CudaGemm {
   // c = op(a) op(b) [+ bias] [+ c]; bias: device vector of c.cols elements in c's dtype, 16-byte aligned, or null.
   void run(const TensorView& a, bool transpose_a, const TensorView& b, bool transpose_b, const TensorView& c,
            const void* bias, bool accumulate);
+  // c = a^T b (overwritten) and bias_gradient = column sums of a (c's dtype, c.rows elements), in one product: a
+  // linear layer's dW = dy^T x with db. False (nothing done) when cuBLASLt has no such algorithm or an operand is
+  // misaligned: the caller then runs the two separately.
+  bool run_with_bias_gradient(const TensorView& a, const TensorView& b, const TensorView& c, void* bias_gradient);
+  // TF32 tensor cores for f32 inputs (precision.tf32); plans made before are dropped.
+  void allow_tf32(bool allowed);
 
+  enum class Epilogue : std::uint8_t { none, bias, bias_gradient };
   struct Key {
     std::int64_t m = 0, n = 0, k = 0;
-    bool transpose_a = false, transpose_b = false, bias = false, accumulate = false;
+    bool transpose_a = false, transpose_b = false, accumulate = false;
+    Epilogue epilogue = Epilogue::none;
     DType input = DType::f32, output = DType::f32;
-    std::uint32_t align_a = 0, align_b = 0, align_c = 0;
+    std::uint32_t align_a = 0, align_b = 0, align_c = 0, align_bias = 0;
     bool operator==(const Key&) const = default;
   };
   struct KeyHash {
@@ -45,13 +55,12 @@ class CudaGemm {
   struct Plan;
 
  private:
+  // The cached plan of `key` (made on first use); nullptr-free: a plan with available = false has no algorithm.
+  Plan& plan_for(const Key& key, const void* bias);
+  void execute(Plan& plan, const TensorView& a, const TensorView& b, const TensorView& c, bool accumulate);
   void run_staged(const TensorView& a, bool transpose_a, const TensorView& b, bool transpose_b, const TensorView& c,
                   const void* bias, bool accumulate);
-  struct Staging {
-    void* data = nullptr;
-    std::size_t bytes = 0;
-  };
-  Staging staging_[3];  // a, b, c copies for operands no algorithm accepts (grow-only)
+  DeviceScratch staging_[3];  // a, b, c copies for operands no algorithm accepts
   cudaStream_t stream_;
   bool allow_tf32_;
   cublasLtHandle_t handle_ = nullptr;

@@ -4,9 +4,9 @@
 //   (out, in/groups, k...) weights, fp32 compute. A plan (descriptors, the heuristic's algorithm, its workspace size)
 //   is made on the first call of a (geometry, rows, dtype, pass) and cached, as the CPU backend's primitive cache; the
 //   workspace and the staging buffers are grow-only and reach their size during the warm-up steps.
-// - Pooling and group normalisation (cuda_spatial.cu): own kernels computing the CPU backend's formulas
-//   (src/kernels/cpu/cpu_spatial.cpp): the same max-pool tie rule (first maximum, NaN wins), average pooling dividing
-//   by the whole kernel size, fp32 statistics, fixed-order reductions.
+// - Pooling and group normalisation (cuda_spatial.cu, cuda_normalization.cu): own kernels computing the CPU backend's
+//   formulas (src/kernels/cpu/cpu_spatial.cpp): the same max-pool tie rule (first maximum, NaN wins), average pooling
+//   dividing by the whole kernel size, fp32 statistics, fixed-order two-pass reductions.
 // Storage f32/bf16/f16; fp64 is NotSupported (the caller's dispatch refuses it first).
 #pragma once
 
@@ -15,7 +15,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
+#include "cuda_memory.hpp"
 #include "hpctrain/kernels/backend.hpp"
 
 namespace hpctrain::cuda {
@@ -37,6 +40,10 @@ class CudaConvolution {
   void backward_weights(const SpatialGeometry& geometry, const TensorView& x, const TensorView& dy,
                         const TensorView& dweight, void* dbias, bool accumulate);
   [[nodiscard]] std::size_t cached_plans() const;
+  // The algorithm choices made since the last call, one line each (for the log).
+  std::vector<std::string> take_notes();
+  // precision.tf32: tensor-core math for f32 convolutions; plans made before are dropped.
+  void allow_tf32(bool allowed);
 
   struct Impl;
 
@@ -48,10 +55,11 @@ void pooling_forward(cudaStream_t stream, PoolingKind kind, const SpatialGeometr
                      const TensorView& y);
 void pooling_backward(cudaStream_t stream, PoolingKind kind, const SpatialGeometry& geometry, const TensorView& x,
                       const TensorView& dy, const TensorView& dx);
-void groupnorm_forward(cudaStream_t stream, std::int64_t channels, std::int64_t groups, const TensorView& x,
-                       const float* gamma, const float* beta, float eps, const TensorView& y, float* mean, float* rstd);
-void groupnorm_backward(cudaStream_t stream, std::int64_t channels, std::int64_t groups, const TensorView& x,
-                        const TensorView& dy, const float* gamma, const float* mean, const float* rstd,
-                        const TensorView& dx, float* dgamma, float* dbeta, bool accumulate);
+void groupnorm_forward(cudaStream_t stream, DeviceScratch& scratch, std::int64_t channels, std::int64_t groups,
+                       const TensorView& x, const float* gamma, const float* beta, float eps, const TensorView& y,
+                       float* mean, float* rstd);
+void groupnorm_backward(cudaStream_t stream, DeviceScratch& scratch, std::int64_t channels, std::int64_t groups,
+                        const TensorView& x, const TensorView& dy, const float* gamma, const float* mean,
+                        const float* rstd, const TensorView& dx, float* dgamma, float* dbeta, bool accumulate);
 
 }  // namespace hpctrain::cuda
