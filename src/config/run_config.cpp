@@ -153,6 +153,7 @@ const std::vector<SectionSpec>& schema() {
            {"backoff_factor", Kind::number, bind_field<&Config::precision, &PrecisionSection::backoff_factor>},
            {"growth_interval", Kind::integer, bind_field<&Config::precision, &PrecisionSection::growth_interval>},
            {"max_skipped_steps", Kind::integer, bind_field<&Config::precision, &PrecisionSection::max_skipped_steps>},
+           {"tf32", Kind::boolean, bind_field<&Config::precision, &PrecisionSection::tf32>},
        }},
       {"checkpoint",
        {

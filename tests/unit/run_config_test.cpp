@@ -1061,10 +1061,10 @@ TEST(RunConfigDocs, AcceptedKeysCoverTheSchema) {
   const std::set<std::string> accepted(keys.begin(), keys.end());
   for (const std::string key :
        {"run.seed", "model.layers", "model.layers[].type", "model.layers[].negative_slope", "data.eval_batch_size",
-        "optimizer.nesterov", "schedule.step_size", "precision.max_skipped_steps"})
+        "optimizer.nesterov", "schedule.step_size", "precision.max_skipped_steps", "precision.tf32"})
     EXPECT_TRUE(accepted.count(key)) << key;
   // per section (run: 5 keys; model: 2 keys and 13 layer keys); update when adding a key
-  EXPECT_EQ(keys.size(), 5u + 2u + 14u + 7u + 10u + 5u + 7u + 5u + 8u + 5u);
+  EXPECT_EQ(keys.size(), 5u + 2u + 14u + 7u + 10u + 5u + 8u + 5u + 8u + 5u);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "hpctrain/config/run_config.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
@@ -13,12 +14,16 @@ struct BackendChoice {
   std::unique_ptr<Backend> backend;
   bool cuda = false;
   int device = -1;             // the CUDA device index among the visible ones
-  bool shared_device = false;  // some node runs more ranks than it has GPUs (then NCCL cannot be used)
+  bool shared_device = false;  // two ranks of some node drive the same GPU (then NCCL cannot be used)
 };
 
-// "cpu": the CPU backend. "cuda": the CUDA backend on GPU (node-local rank modulo visible devices); every rank must see
-// a GPU, otherwise every rank stops with one message. "auto": CUDA when every rank sees a GPU (and the build has CUDA),
-// the CPU otherwise. Collective over the world communicator for "cuda" and "auto".
+// Whether two ranks of a node drive the same GPU, from the UUIDs of the devices the node's ranks chose (NCCL refuses
+// such a communicator, so gradients then go through host memory).
+bool ranks_share_a_device(const std::vector<DeviceUuid>& node_devices);
+
+// "cpu": the CPU backend. "cuda": the CUDA backend on GPU (node-local rank modulo visible devices, precision.tf32
+// applied); every rank must see a GPU, otherwise every rank stops with one message. "auto": CUDA when every rank sees a
+// GPU (and the build has CUDA), the CPU otherwise. Collective over the world communicator for "cuda" and "auto".
 BackendChoice choose_backend(const RunConfig& config, const MpiEnvironment& mpi);
 
 }  // namespace hpctrain
