@@ -42,10 +42,9 @@ class Linear final : public Layer {
   void backward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView&, const TensorView& dy,
                 const TensorView& dx, bool accumulate) override {
     Backend& backend = *context.backend;
-    // dW (out, in) (+)= dy^T (out, rows) x (rows, in)
+    // dW (out, in) (+)= dy^T (out, rows) x (rows, in), db (+)= column sums of dy (one product on CUDA)
     const TensorView weight_gradient = matrix(gradient(0), master_dtype(), output_width(), input_width());
-    backend.gemm(dy, true, x, false, weight_gradient, nullptr, accumulate);
-    if (bias_) backend.bias_gradient(dy, gradient(1), master_dtype(), accumulate);
+    backend.linear_weight_gradient(dy, x, weight_gradient, bias_ ? gradient(1) : nullptr, accumulate);
     // dx (rows, in) = dy (rows, out) x W (out, in); the first layer's input needs no gradient
     if (dx.data != nullptr) {
       const TensorView weight = matrix(working(0), working_dtype(), output_width(), input_width());

@@ -2,6 +2,7 @@
 #include "hpctrain/nn/model.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <iomanip>
 #include <sstream>
 
@@ -20,28 +21,53 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
     build_layers(spec, deck_path, layout_);
   }
 
-  // Lay out the parameters, in forward order.
+  // Lay out the parameters, in forward order. Each tensor starts at a multiple of the backend's alignment (CUDA: 256
+  // bytes, so no product or convolution stages a misaligned weight); the gaps hold zeros in every flat buffer, which
+  // the optimizer keeps at zero and checkpoints never see (they store tensors). No alignment (the CPU): no gaps, the
+  // layout of old.
+  const std::size_t master_size = dtype_size(buffers_.master_dtype);
+  std::size_t alignment =
+      buffers_.parameter_alignment > 0 ? buffers_.parameter_alignment : backend_.parameter_alignment();
+  // Test hook: the CUDA layout on the CPU backend (tests/cli/parameter_padding.sh checks results stay identical).
+  if (const char* forced = std::getenv("HPCTRAIN_PARAMETER_ALIGNMENT"); forced != nullptr && alignment == 0)
+    alignment = static_cast<std::size_t>(std::strtoull(forced, nullptr, 10));
+  // In elements of the smaller dtype, so that the 16-bit working copy's tensors are aligned too.
+  const std::size_t smallest = std::min(master_size, dtype_size(buffers_.activation_dtype));
+  HPCTRAIN_ASSERT(alignment % master_size == 0,
+                  "parameter alignment " << alignment << " for " << master_size << "-byte parameters");
+  const auto aligned_elements = static_cast<std::int64_t>(alignment > 0 ? alignment / smallest : 1);
+  const auto align = [aligned_elements](std::int64_t offset) {
+    return (offset + aligned_elements - 1) / aligned_elements * aligned_elements;
+  };
   std::int64_t widest = input_width_;
   std::int64_t saved_rows_blocks = 0;
   for (const auto& layer : layers_) {
+    const auto specs = layer->parameters();
+    if (!specs.empty()) parameter_count_ = align(parameter_count_);
     parameter_begin_.push_back(parameter_count_);
-    for (const ParameterSpec& parameter : layer->parameters()) {
+    for (const ParameterSpec& parameter : specs) {
       std::int64_t count = 1;
       for (auto extent : parameter.shape) count *= extent;
+      parameter_count_ = align(parameter_count_);
       entries_.push_back({layer->name(), layer->type(), parameter.name, parameter.shape, parameter_count_, count});
       parameter_count_ += count;
+      trainable_parameters_ += count;
     }
     saved_rows_blocks += layer->saved_per_row();
     widest = std::max(widest, layer->output_width());
   }
   parameter_begin_.push_back(parameter_count_);
+  padded_ = parameter_count_ != trainable_parameters_;
+  parameter_alignment_ = alignment;
 
   // Flat buffers.
-  const std::size_t master_size = dtype_size(buffers_.master_dtype);
   const std::size_t parameter_bytes =
       static_cast<std::size_t>(std::max<std::int64_t>(parameter_count_, 1)) * master_size;
   master_ = backend_.allocate(parameter_bytes);
-  if (buffers_.training) gradients_ = backend_.allocate(parameter_bytes);
+  if (buffers_.training) {
+    gradients_ = backend_.allocate(parameter_bytes);
+    if (padded_) backend_.zero(gradients_, parameter_bytes);  // layers never write the gaps
+  }
   const bool keep_working_copy = buffers_.activation_dtype != buffers_.master_dtype;
   if (keep_working_copy)
     working_ = backend_.allocate(static_cast<std::size_t>(std::max<std::int64_t>(parameter_count_, 1)) *
@@ -146,8 +172,26 @@ TensorView Model::working_copy() const {
 void Model::initialize(std::uint64_t seed) {
   // Initialise in fp32 on the host (the generator's output is fp32), then convert to the master dtype.
   std::vector<float> host(static_cast<std::size_t>(parameter_count_));
-  for (std::size_t i = 0; i < layers_.size(); ++i)
-    layers_[i]->initialize(host.data() + parameter_begin_[i], seed, static_cast<std::uint32_t>(i));
+  if (!padded_) {
+    for (std::size_t i = 0; i < layers_.size(); ++i)
+      layers_[i]->initialize(host.data() + parameter_begin_[i], seed, static_cast<std::uint32_t>(i));
+  } else {
+    // A layer initialises its tensors back to back: into a contiguous block, then into their padded places.
+    std::size_t entry = 0;
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      const std::size_t tensors = layers_[i]->parameters().size();
+      std::int64_t total = 0;
+      for (std::size_t t = 0; t < tensors; ++t) total += entries_[entry + t].count;
+      std::vector<float> block(static_cast<std::size_t>(total));
+      layers_[i]->initialize(block.data(), seed, static_cast<std::uint32_t>(i));
+      std::int64_t from = 0;
+      for (std::size_t t = 0; t < tensors; ++t, ++entry) {
+        const ParameterEntry& tensor = entries_[entry];
+        std::copy_n(block.begin() + from, tensor.count, host.begin() + tensor.offset);
+        from += tensor.count;
+      }
+    }
+  }
   if (buffers_.master_dtype == DType::f32) {
     backend_.copy_to_backend(master_, host.data(), host.size() * sizeof(float));
   } else {
@@ -199,6 +243,13 @@ void Model::backward(const StepContext& context, bool accumulate,
   }
 }
 
+std::int64_t Model::layer_parameters(std::size_t index) const {
+  std::int64_t count = 0;
+  for (const ParameterEntry& entry : entries_)
+    if (entry.offset >= parameter_begin_[index] && entry.offset < parameter_begin_[index + 1]) count += entry.count;
+  return count;
+}
+
 std::string Model::summary() const {
   std::ostringstream os;
   os << "  " << std::left << std::setw(16) << "layer" << std::setw(16) << "type" << std::setw(24) << "output"
@@ -208,9 +259,12 @@ std::string Model::summary() const {
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = *layers_[i];
     os << "  " << std::setw(16) << layer.name() << std::setw(16) << layer.type() << std::setw(24)
-       << batch_shape_text(layer.output_shape()) << (parameter_begin_[i + 1] - parameter_begin_[i]) << "\n";
+       << batch_shape_text(layer.output_shape()) << layer_parameters(i) << "\n";
   }
-  os << "  total parameters: " << parameter_count_;
+  os << "  total parameters: " << trainable_parameters_;
+  if (padded_)
+    os << " (tensors at " << parameter_alignment_ << "-byte offsets: flat buffers of " << parameter_count_
+       << " elements)";
   if (layout_ == SpatialLayout::channels_last)
     os << "\n  conv layers run channels-last (the " << backend_.name()
        << " backend's fastest layout): each batch is converted on the way in and at flatten";

@@ -1,10 +1,11 @@
 // A sequential model over flat buffers: one allocation each for the master parameters, their gradients, the 16-bit
 // working copy, the activations of every layer and the backward scratch, all made at set-up for the largest batch.
-// Parameters are laid out layer after layer in forward order, so the backward pass completes a suffix of the gradient
-// buffer after each layer: that is what lets gradient buckets be all-reduced while backward goes on.
-// Convolutional models on a backend that prefers channels-last activations (the CPU backend) run their conv stack in
-// that layout: the input batch is converted once per step into its own buffer, flatten converts back, and nothing in
-// between is reordered. Checkpoints, data files and outputs keep PyTorch's channels-first layout.
+// Parameters are laid out layer after layer in forward order (each tensor at the backend's alignment, zeros between),
+// so the backward pass completes a suffix of the gradient buffer after each layer: that is what lets gradient buckets
+// be all-reduced while backward goes on. Convolutional models on a backend that prefers channels-last activations (the
+// CPU backend) run their conv stack in that layout: the input batch is converted once per step into its own buffer,
+// flatten converts back, and nothing in between is reordered. Checkpoints, data files and outputs keep PyTorch's
+// channels-first layout.
 #pragma once
 
 #include <functional>
@@ -23,6 +24,8 @@ struct ModelBuffers {
   DType master_dtype = DType::f32;      // parameters, gradients, optimizer state
   std::int64_t max_rows = 0;            // largest batch this model will see (per rank)
   bool training = true;                 // false (inference): no gradient buffer, no backward scratch
+  // Byte alignment of each parameter tensor in the flat buffers; 0: the backend's (Backend::parameter_alignment).
+  std::size_t parameter_alignment = 0;
 };
 
 // A parameter tensor as stored in the flat buffer, for checkpoints and summaries.
@@ -53,7 +56,10 @@ class Model {
   [[nodiscard]] std::int64_t input_width() const { return input_width_; }
   [[nodiscard]] const SampleShape& input_shape() const { return input_shape_; }
   [[nodiscard]] std::int64_t output_width() const { return layers_.back()->output_width(); }
+  // Elements of each flat buffer (parameters, gradients, optimizer state), padding between tensors included.
   [[nodiscard]] std::int64_t parameter_count() const { return parameter_count_; }
+  // The model's parameters (the sum of the tensors' sizes).
+  [[nodiscard]] std::int64_t trainable_parameters() const { return trainable_parameters_; }
   [[nodiscard]] const std::vector<ParameterEntry>& parameter_entries() const { return entries_; }
   [[nodiscard]] const ModelBuffers& buffers() const { return buffers_; }
   [[nodiscard]] std::size_t layer_count() const { return layers_.size(); }
@@ -90,6 +96,7 @@ class Model {
   [[nodiscard]] bool channels_last_pays_off() const;
   // What layer `index` reads: the previous layer's output, or for layer 0 the input (converted, if channels-last).
   [[nodiscard]] TensorView layer_input(std::size_t index, std::int64_t rows) const;
+  [[nodiscard]] std::int64_t layer_parameters(std::size_t index) const;
 
   Backend& backend_;
   ModelBuffers buffers_;
@@ -99,6 +106,9 @@ class Model {
   std::vector<ParameterEntry> entries_;
   std::vector<std::int64_t> parameter_begin_;
   std::int64_t parameter_count_ = 0;
+  std::int64_t trainable_parameters_ = 0;
+  bool padded_ = false;  // some tensor starts after a gap (see the constructor)
+  std::size_t parameter_alignment_ = 0;
   void* master_ = nullptr;
   void* gradients_ = nullptr;
   void* working_ = nullptr;
