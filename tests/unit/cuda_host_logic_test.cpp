@@ -1,0 +1,234 @@
+// The host-side decisions of the CUDA backend and the NCCL exchange, checked on every machine (they need no GPU):
+// grow-only scratch that retires instead of freeing (a captured graph may still point at it), the polling host wait
+// that lets NCCL errors through, cuDNN's algorithm choice under a workspace cap, the shape-only reduction plans,
+// the 32-bit division by a fixed divisor the kernels use, the communicator's teardown rule, and the shared-GPU
+// decision by device UUID.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "hpctrain/dist/gradient_allreduce.hpp"
+#include "hpctrain/kernels/cuda/algorithm_choice.hpp"
+#include "hpctrain/kernels/cuda/host_wait.hpp"
+#include "hpctrain/kernels/cuda/launch_plan.hpp"
+#include "hpctrain/kernels/cuda/retiring_buffer.hpp"
+#include "hpctrain/kernels/math.hpp"
+#include "hpctrain/train/backend_choice.hpp"
+
+namespace hpctrain {
+namespace {
+
+// ---- item 2: scratch that grows after a capture must not free what the graph points at ----
+
+// Counts allocations and releases; releasing an unknown or already released block is a test failure.
+struct Ledger {
+  std::map<void*, std::size_t> live;
+  std::vector<void*> released;
+  int allocations = 0;
+};
+struct CountingAllocator {
+  Ledger* ledger;
+  void* allocate(std::size_t bytes) {
+    ++ledger->allocations;
+    void* block = ::operator new(bytes);
+    ledger->live[block] = bytes;
+    return block;
+  }
+  void release(void* block) noexcept {
+    EXPECT_EQ(ledger->live.count(block), 1u) << "released a block twice or never allocated";
+    ledger->live.erase(block);
+    ledger->released.push_back(block);
+    ::operator delete(block);
+  }
+};
+
+TEST(RetiringBuffer, GrowingKeepsEveryEarlierBlockAliveUntilDestruction) {
+  Ledger ledger;
+  {
+    cuda::RetiringBuffer<CountingAllocator> buffer(CountingAllocator{&ledger});
+    void* captured = buffer.reserve(1000);  // what a graph captured
+    EXPECT_EQ(buffer.capacity() % 256, 0u);
+    EXPECT_EQ(buffer.reserve(1000), captured);  // fits: the same block
+    EXPECT_EQ(buffer.reserve(10), captured);    // smaller: never shrinks
+    void* grown = buffer.reserve(70000 * 16);   // evaluation with more rows after the capture
+    EXPECT_NE(grown, captured);
+    EXPECT_TRUE(ledger.released.empty()) << "the captured block was freed while a graph may still use it";
+    EXPECT_EQ(ledger.live.count(captured), 1u);
+    EXPECT_EQ(buffer.retired_blocks(), 1u);
+    EXPECT_EQ(ledger.allocations, 2);
+  }
+  EXPECT_TRUE(ledger.live.empty()) << "destruction frees current and retired blocks";
+  EXPECT_EQ(ledger.released.size(), 2u);
+}
+
+TEST(RetiringBuffer, AFailedGrowthLeavesTheCurrentBlock) {
+  struct Failing {
+    Ledger* ledger;
+    void* allocate(std::size_t bytes) {
+      if (bytes > 4096) throw std::runtime_error("out of memory");
+      return CountingAllocator{ledger}.allocate(bytes);
+    }
+    void release(void* block) noexcept { CountingAllocator{ledger}.release(block); }
+  };
+  Ledger ledger;
+  cuda::RetiringBuffer<Failing> buffer(Failing{&ledger});
+  void* first = buffer.reserve(100);
+  EXPECT_THROW(buffer.reserve(1 << 20), std::runtime_error);
+  EXPECT_EQ(buffer.data(), first);
+  EXPECT_EQ(buffer.capacity(), 256u);
+}
+
+// ---- items 3 and 8: host waits poll, calling the NCCL error check in between ----
+
+TEST(HostWait, CallsTheMonitorWhileWaitingAndStopsWhenDone) {
+  int queries = 0, checks = 0;
+  cuda::wait_polling([&] { return ++queries == 5; }, [&] { ++checks; });
+  EXPECT_EQ(queries, 5);
+  EXPECT_EQ(checks, 4);  // between queries, not after the last
+}
+
+TEST(HostWait, AMonitorErrorEndsAWaitThatWouldNeverFinish) {
+  int checks = 0;
+  // A lost peer: the device work never completes; the monitor (NCCL's asynchronous error) ends the wait.
+  EXPECT_THROW(cuda::wait_polling([] { return false; },
+                                  [&] {
+                                    if (++checks == 3) throw std::runtime_error("ncclRemoteError");
+                                  }),
+               std::runtime_error);
+  EXPECT_EQ(checks, 3);
+}
+
+TEST(HostWait, BacksOffFromYieldingToShortSleeps) {
+  EXPECT_EQ(cuda::wait_pause(0).count(), 0);
+  EXPECT_GT(cuda::wait_pause(100).count(), 0);
+  EXPECT_LE(cuda::wait_pause(1000000).count(), 1000);  // never longer than a millisecond
+}
+
+// ---- item 6: cuDNN algorithm choice under a workspace cap ----
+
+TEST(ConvolutionAlgorithm, DeterministicWithinTheCapComesFirst) {
+  const std::size_t cap = std::size_t{256} << 20;
+  const std::vector<cuda::AlgorithmCandidate> results = {
+      {1, true, true, false, 1 << 20},              // fastest, not deterministic
+      {0, true, true, true, std::size_t{4} << 30},  // deterministic, wants 4 GiB
+      {6, true, false, true, 0},                    // deterministic, imprecise math
+      {2, true, true, true, 64 << 20},              // deterministic, fits
+  };
+  const auto choice = cuda::choose_algorithm(results, cap);
+  EXPECT_EQ(choice.index, 3);
+  EXPECT_TRUE(choice.deterministic);
+}
+
+TEST(ConvolutionAlgorithm, FallsBackToNonDeterministicAndSaysWhy) {
+  const std::vector<cuda::AlgorithmCandidate> results = {
+      {0, true, true, true, std::size_t{3} << 30},  // the only deterministic one: over the cap
+      {1, false, true, true, 0},                    // failed status
+      {5, true, true, false, 8 << 20},
+  };
+  const auto choice = cuda::choose_algorithm(results, std::size_t{512} << 20);
+  EXPECT_EQ(choice.index, 2);
+  EXPECT_FALSE(choice.deterministic);
+  EXPECT_TRUE(choice.deterministic_over_cap);
+  EXPECT_EQ(cuda::choose_algorithm({{0, true, false, true, 0}}, 1 << 30).index, -1);  // nothing precise
+}
+
+TEST(ConvolutionAlgorithm, WorkspaceCapFollowsFreeMemoryWithinBounds) {
+  EXPECT_EQ(cuda::convolution_workspace_cap(0), std::size_t{64} << 20);
+  EXPECT_EQ(cuda::convolution_workspace_cap(std::size_t{4} << 30), std::size_t{512} << 20);
+  EXPECT_EQ(cuda::convolution_workspace_cap(std::size_t{140} << 30), std::size_t{1} << 30);
+}
+
+// ---- item 9: shape-only plans of the two-pass reductions ----
+
+TEST(ReductionPlans, ColumnSumsCoverEveryRowOnceWithEnoughBlocks) {
+  for (const auto [rows, cols] : std::vector<std::pair<std::int64_t, std::int64_t>>{
+           {1, 1}, {64, 3}, {256, 4096}, {70000, 10}, {70000, 4096}, {1 << 22, 7}}) {
+    const cuda::ColumnSumPlan plan = cuda::plan_column_sums(rows, cols);
+    EXPECT_EQ(plan.column_tiles, (cols + 31) / 32);
+    EXPECT_GE(plan.row_chunks * plan.rows_per_chunk, rows) << rows << "x" << cols;
+    EXPECT_LT((plan.row_chunks - 1) * plan.rows_per_chunk, rows) << "an empty chunk";
+    EXPECT_LE(plan.row_chunks, cuda::max_row_chunks);
+    EXPECT_EQ(plan.rows_per_chunk % 8, 0);
+  }
+  // A narrow layer's bias gradient over a large batch: many blocks, not one per 32 columns.
+  const auto narrow = cuda::plan_column_sums(70000, 10);
+  EXPECT_GE(narrow.column_tiles * narrow.row_chunks, 500);
+  EXPECT_FALSE(cuda::plan_column_sums(100, 4096).two_pass());
+}
+
+TEST(ReductionPlans, SegmentsAreCutSoFewLongOnesFillTheGpu) {
+  for (const auto [segments, length] : std::vector<std::pair<std::int64_t, std::int64_t>>{
+           {1, 1}, {32, 4 * 128 * 128 * 128}, {8192, 4096}, {4, 70000}, {100000, 64}, {3, 1025}}) {
+    const cuda::SegmentPlan plan = cuda::plan_segments(segments, length);
+    EXPECT_GE(plan.chunks * plan.chunk_length, length);
+    EXPECT_LT((plan.chunks - 1) * plan.chunk_length, length) << "an empty chunk";
+    EXPECT_LE(plan.chunks, cuda::max_segment_chunks);
+    EXPECT_GE(plan.chunk_length, std::min<std::int64_t>(length, cuda::min_chunk_length));
+  }
+  // CosmoFlow's groupnorm: 4 samples x 8 groups of 8 channels x 128^3 used to be 32 blocks.
+  const auto groups = cuda::plan_segments(32, 8 * 128 * 128 * 128);
+  EXPECT_GE(32 * groups.chunks, 1024);
+  EXPECT_FALSE(cuda::layernorm_uses_segments(8192, 256));  // many short rows: a warp each
+  EXPECT_TRUE(cuda::layernorm_uses_segments(8, 70000));    // few long rows: chunks
+  EXPECT_TRUE(cuda::fits_32bit_indexing((std::int64_t{1} << 31) - 1));
+  EXPECT_FALSE(cuda::fits_32bit_indexing(std::int64_t{1} << 31));
+}
+
+// ---- item 13: the kernels' division by a fixed divisor is exact ----
+
+TEST(FastDivisor, EqualsIntegerDivisionForEveryNumeratorBelowTwoToThe31) {
+  std::mt19937 random(7);
+  std::vector<std::uint32_t> divisors = {1,   2,    3,    5,     7,     10,       16,          27,         64,
+                                         125, 1000, 4096, 65535, 65536, 1u << 20, 2147483647u, 2147483648u};
+  for (int i = 0; i < 200; ++i) divisors.push_back(1u + random() % 1000000u);
+  for (const std::uint32_t d : divisors) {
+    const kernel_math::FastDivisor divisor(d);
+    std::vector<std::uint32_t> numerators = {0, 1, d - 1, d, d + 1, 2 * d - 1, 2147483647u, 2147483646u};
+    for (int i = 0; i < 2000; ++i) numerators.push_back(static_cast<std::uint32_t>(random()) & 0x7fffffffu);
+    for (const std::uint32_t n : numerators) {
+      if (n > 2147483647u) continue;
+      const std::uint32_t q = divisor.quotient(n);
+      ASSERT_EQ(q, n / d) << n << " / " << d;
+      ASSERT_EQ(divisor.remainder(n, q), n % d) << n << " % " << d;
+    }
+  }
+}
+
+// ---- item 1: how the NCCL communicator ends ----
+
+TEST(CommunicatorEnd, GraphsFirstAndNoAbortUnderALiveGraph) {
+  EXPECT_EQ(communicator_end(false, false), CommunicatorEnd::destroy);
+  EXPECT_EQ(communicator_end(false, true), CommunicatorEnd::abort);
+  // A live graph holds NCCL operations of the communicator: destroying or aborting it would wait for the graph.
+  EXPECT_EQ(communicator_end(true, true), CommunicatorEnd::leave);
+  EXPECT_EQ(communicator_end(true, false), CommunicatorEnd::leave);
+}
+
+// ---- item 4: ranks share a GPU only when their devices' UUIDs say so ----
+
+DeviceUuid uuid(unsigned char tag) {
+  DeviceUuid id{};
+  id.fill(0x5a);
+  id[15] = tag;
+  return id;
+}
+
+TEST(SharedDevice, DecidedByUuidsNotByCounting) {
+  // --gpus-per-task=1: four ranks, each sees one device (index 0) but a different GPU. `local ranks > visible
+  // devices` (4 > 1) called this shared and sent the run through host memory.
+  EXPECT_FALSE(ranks_share_a_device({uuid(1), uuid(2), uuid(3), uuid(4)}));
+  // --gpus-per-node=4: each rank sees all four and takes local rank mod 4.
+  EXPECT_FALSE(ranks_share_a_device({uuid(1), uuid(2), uuid(3), uuid(4)}));
+  // Eight ranks on four GPUs, or two ranks given the same device.
+  EXPECT_TRUE(ranks_share_a_device({uuid(1), uuid(2), uuid(3), uuid(4), uuid(1), uuid(2), uuid(3), uuid(4)}));
+  EXPECT_TRUE(ranks_share_a_device({uuid(9), uuid(9)}));
+  EXPECT_FALSE(ranks_share_a_device({uuid(9)}));
+  EXPECT_FALSE(ranks_share_a_device({}));
+}
+
+}  // namespace
+}  // namespace hpctrain
