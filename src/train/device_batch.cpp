@@ -1,30 +1,34 @@
 // Moving a host batch to the backend, and the loss.
 #include "hpctrain/train/device_batch.hpp"
 
+#include <algorithm>
+
 #include "hpctrain/nn/model.hpp"
 
 namespace hpctrain {
 
 DeviceBatch::DeviceBatch(Backend& backend, const Model& model, TaskKind task, std::int64_t max_rows)
     : backend_(backend), task_(task) {
-  if (model.buffers().activation_dtype != DType::f32)
-    staging_ = BackendBuffer(backend, static_cast<std::size_t>(max_rows * model.input_width()) * sizeof(float));
   labels_ = BackendBuffer(backend, static_cast<std::size_t>(max_rows) * sizeof(std::int32_t));
   targets_ = BackendBuffer(backend, static_cast<std::size_t>(max_rows * model.output_width()) * sizeof(float));
   sample_ids_ = BackendBuffer(backend, static_cast<std::size_t>(max_rows) * sizeof(std::int64_t));
 }
 
-void DeviceBatch::upload(const HostBatch& batch, std::int64_t first, std::int64_t rows, Model& model) {
+DeviceBatch::~DeviceBatch() {
+  for (const void* pointer : pinned_) backend_.unpin_host_memory(pointer);
+}
+
+void DeviceBatch::upload(const HostBatch& batch, std::int64_t first, std::int64_t rows, Model& model,
+                         BatchSource source_kind) {
   const std::int64_t features = model.input_width();
   const TensorView input = model.input(rows);
-  const float* source = batch.features.data() + first * features;
-  const std::size_t feature_bytes = static_cast<std::size_t>(rows * features) * sizeof(float);
-  if (input.dtype == DType::f32) {
-    backend_.copy_to_backend(input.data, source, feature_bytes);
-  } else {
-    backend_.copy_to_backend(staging_.data, source, feature_bytes);
-    backend_.cast({staging_.data, DType::f32, rows, features}, input);
+  const void* buffer = batch.features.data();
+  if (source_kind == BatchSource::loader_ring && buffer != nullptr &&
+      std::find(seen_.begin(), seen_.end(), buffer) == seen_.end()) {  // once per ring slot
+    seen_.push_back(buffer);
+    if (backend_.pin_host_memory(buffer, batch.features.capacity() * sizeof(float))) pinned_.push_back(buffer);
   }
+  backend_.upload_cast(batch.features.data() + first * features, input);
   if (task_ == TaskKind::classification && !batch.labels.empty()) {  // predictions need no labels
     backend_.copy_to_backend(labels_.data, batch.labels.data() + first,
                              static_cast<std::size_t>(rows) * sizeof(std::int32_t));

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -66,6 +67,7 @@ constexpr std::int64_t graph_warmup_steps = 3;
 class Trainer::Impl {
  public:
   Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOptions options);
+  ~Impl();
   TrainSummary run();
 
  private:
@@ -483,7 +485,7 @@ void Trainer::Impl::train_step(const HostBatch& batch, std::int64_t step, double
     const std::int64_t rows = std::min(micro_batch_, batch.rows - first);
     const bool last_micro = micro + 1 == micro_batches;
     timer_.begin(Phase::forward);
-    device_batch_->upload(batch, first, rows, *model_);
+    device_batch_->upload(batch, first, rows, *model_, BatchSource::loader_ring);  // CUDA: DMA from the ring
     if (micro == 0) {
       if (graph_step && graph_ready_) {
         backend_->replay_capture();
@@ -612,7 +614,7 @@ TrainSummary Trainer::Impl::run() {
     return summary;
   }
   const int ranks = mpi_.size();
-  timer_ = PhaseTimer(config_.train.profile);
+  timer_ = PhaseTimer(config_.train.profile, backend_.get());  // CUDA: device time from events
   if (mpi_.is_root()) {
     std::ostringstream head;
     head << "hpctrain " << HPCTRAIN_VERSION << ": " << ranks << " rank" << (ranks > 1 ? "s" : "") << " x " << threads_
@@ -652,6 +654,7 @@ TrainSummary Trainer::Impl::run() {
     timer_.begin(Phase::data);
     const HostBatch& batch = loader_->next();
     train_step(batch, step, step_start, decided_at);
+    for (const std::string& note : backend_->take_notes()) log(note);  // CUDA: cuDNN algorithm choices
     clock_.step_finished();
     const double after_step = MPI_Wtime();
     interval_samples += batch.rows * ranks;
@@ -744,6 +747,15 @@ TrainSummary Trainer::Impl::run() {
   if (mpi_.is_root())
     status_.write(summary.exit_code == exit_checkpointed ? "checkpointed" : "complete", summary.exit_code, step);
   return summary;
+}
+
+// ---- CUDA teardown order (issue 15, item 1) ----
+// The captured graphs go first, then the NCCL communicator they use: NCCL 2.28's ncclCommDestroy waits until no graph
+// uses it. On an error path neither happens (release() does nothing then): MPI_Abort ends the processes.
+Trainer::Impl::~Impl() {
+  if (std::uncaught_exceptions() > 0) return;
+  if (backend_) backend_->release_graphs();
+  if (allreduce_) allreduce_->release();
 }
 
 Trainer::Trainer(const RunConfig& config, const MpiEnvironment& mpi, const TrainOptions& options)

@@ -2,6 +2,9 @@
 // filled from a host batch (or a slice of it: a micro-batch), and the loss computed on the model's output.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "hpctrain/data/training_data.hpp"
 #include "hpctrain/kernels/backend_buffer.hpp"
 
@@ -9,12 +12,21 @@ namespace hpctrain {
 
 class Model;
 
+// Where a host batch lives. loader_ring: in a BatchLoader's ring, allocated at the same address for as long as this
+// DeviceBatch lives, so the backend may page-lock it once and upload from it by DMA (CUDA: no host-side copy).
+enum class BatchSource : std::uint8_t { transient, loader_ring };
+
 class DeviceBatch {
  public:
   DeviceBatch(Backend& backend, const Model& model, TaskKind task, std::int64_t max_rows);
+  ~DeviceBatch();
+  DeviceBatch(const DeviceBatch&) = delete;
+  DeviceBatch& operator=(const DeviceBatch&) = delete;
 
   // Rows [first, first + rows) of a host batch -> the model's input (cast to the activation dtype) and the loss inputs.
-  void upload(const HostBatch& batch, std::int64_t first, std::int64_t rows, Model& model);
+  // The features go through Backend::upload_cast (CUDA: a copy stream overlapping the step before).
+  void upload(const HostBatch& batch, std::int64_t first, std::int64_t rows, Model& model,
+              BatchSource source = BatchSource::transient);
   // sums += the loss of `output`; with gradient_scale (backend memory) != nullptr the loss gradient (times the scale)
   // is written over output.
   void loss(const TensorView& output, const float* gradient_scale, LossSums* sums) const;
@@ -24,7 +36,9 @@ class DeviceBatch {
  private:
   Backend& backend_;
   TaskKind task_;
-  BackendBuffer staging_, labels_, targets_, sample_ids_;
+  BackendBuffer labels_, targets_, sample_ids_;
+  std::vector<const void*> seen_;    // loader buffers offered to the backend for pinning
+  std::vector<const void*> pinned_;  // those it page-locked (unpinned at destruction)
 };
 
 }  // namespace hpctrain
