@@ -28,13 +28,33 @@ void forward_split(const TrainingData& data, Model& model, Backend& backend, Dev
   StepContext step = context;
   step.training = false;
   step.sample_ids = device.sample_ids();
+  // ---- CUDA graphs (issue 15, item 16): after one eager full batch (it sizes the scratch and picks the
+  // algorithms), the forward pass of a full batch is captured once per split and replayed; uploads and read-backs
+  // stay outside. A partial last batch runs eagerly.
+  std::int64_t full_batches = 0;
+  bool captured = false;
+  TensorView captured_output{};
   for (std::size_t begin = 0; begin < mine.size(); begin += static_cast<std::size_t>(local_batch)) {
     const auto rows = static_cast<std::int64_t>(std::min<std::size_t>(local_batch, mine.size() - begin));
     data.read(mine.data() + begin, rows, batch);
     device.upload(batch, 0, rows, model);
     step.rows = rows;
-    const TensorView output = model.forward(step);
-    backend.cast(output, {wide.data, DType::f32, rows, width});
+    const bool replay = backend.supports_capture() && rows == local_batch && full_batches++ > 0;
+    if (replay && !captured) backend.begin_capture(CaptureSlot::inference);
+    TensorView output{};
+    if (!replay || !captured) {
+      output = model.forward(step);
+      backend.cast(output, {wide.data, DType::f32, rows, width});
+    }
+    if (replay) {
+      if (!captured) {
+        backend.end_capture(CaptureSlot::inference);
+        captured_output = output;  // the model's output buffer: the same at every replay
+        captured = true;
+      }
+      backend.replay_capture(CaptureSlot::inference);
+      output = captured_output;
+    }
     backend.copy_to_host(host.data(), wide.data, static_cast<std::size_t>(rows * width) * sizeof(float));
     visit(batch, output, host.data());
   }

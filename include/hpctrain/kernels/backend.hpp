@@ -171,6 +171,17 @@ class Backend {
   // dx overwritten; max pooling sends the gradient to the first maximum of each window (recomputed from x).
   virtual void pooling_backward(PoolingKind kind, const SpatialGeometry& geometry, const TensorView& x,
                                 const TensorView& dy, const TensorView& dx);
+  // Max pooling that may keep each output's first maximum for its backward (argmax: (rows, channels x output
+  // positions) int32, reserved by the layer), instead of recomputing every window. Defaults: the plain operations,
+  // argmax unused (the CPU backend). The results are the plain operations' either way.
+  virtual void max_pooling_forward(const SpatialGeometry& geometry, const TensorView& x, const TensorView& y,
+                                   std::int32_t* /*argmax*/) {
+    pooling_forward(PoolingKind::max, geometry, x, y);
+  }
+  virtual void max_pooling_backward(const SpatialGeometry& geometry, const TensorView& x, const TensorView& dy,
+                                    const std::int32_t* /*argmax*/, const TensorView& dx) {
+    pooling_backward(PoolingKind::max, geometry, x, dy, dx);
+  }
   // Group normalisation of rows holding `channels` channels of cols / channels elements each, in `layout` order:
   // statistics per (row, group) in fp32 (fp64 for f64); gamma, beta per channel (master dtype); mean, rstd: (rows,
   // groups) master dtype.
@@ -226,6 +237,7 @@ class Backend {
   virtual void begin_capture(CaptureSlot slot = CaptureSlot::step);
   virtual void end_capture(CaptureSlot slot = CaptureSlot::step);
   virtual void replay_capture(CaptureSlot slot = CaptureSlot::step);
+  [[nodiscard]] virtual bool supports_capture() const { return false; }
   [[nodiscard]] virtual bool has_capture(CaptureSlot /*slot*/) const { return false; }
   // Destroys every recording. Call before the NCCL communicator a recording uses is destroyed: NCCL 2.28's
   // ncclCommDestroy waits until no graph uses the communicator (GradientExchange::release, then the exchange).

@@ -258,6 +258,16 @@ class CudaBackend final : public Backend {
     require_channels_first(geometry.layout);
     cuda::pooling_backward(stream_, kind, geometry, x, dy, dx);
   }
+  void max_pooling_forward(const SpatialGeometry& geometry, const TensorView& x, const TensorView& y,
+                           std::int32_t* argmax) override {
+    require_channels_first(geometry.layout);
+    cuda::pooling_forward(stream_, PoolingKind::max, geometry, x, y, argmax);
+  }
+  void max_pooling_backward(const SpatialGeometry& geometry, const TensorView& x, const TensorView& dy,
+                            const std::int32_t* argmax, const TensorView& dx) override {
+    require_channels_first(geometry.layout);
+    cuda::pooling_backward(stream_, PoolingKind::max, geometry, x, dy, dx, argmax);
+  }
   void groupnorm_forward(std::int64_t channels, std::int64_t groups, SpatialLayout layout, const TensorView& x,
                          const void* gamma, const void* beta, float eps, const TensorView& y, void* mean,
                          void* rstd) override {
@@ -353,6 +363,7 @@ class CudaBackend final : public Backend {
     HPCTRAIN_ASSERT(executable != nullptr, "replay_capture: nothing captured");
     HPCTRAIN_CUDA_CHECK(cudaGraphLaunch(executable, stream_));
   }
+  [[nodiscard]] bool supports_capture() const override { return true; }
   [[nodiscard]] bool has_capture(CaptureSlot slot) const override {
     return graphs_[static_cast<std::size_t>(slot)] != nullptr;
   }
