@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# Everything GPU-side in one go, on a machine with a GPU (under 5 minutes on one H200): the CUDA kernel tests against
-# the CPU backend, the device gradient all-reduce on 1 and 2 ranks, 20 training steps on run.device = cuda against the
-# same deck on the CPU (fp32 and bf16, 1 rank; fp32 on 2 ranks), 20 steps of CNNs the same way (inputs/cnn2d.toml,
-# inputs/cosmoflow-small.toml, a deck with groupnorm, average pooling and grouped/dilated convolutions), CUDA graph
-# replay against eager steps, and the throughput of a GEMM-bound bf16 MLP against its PyTorch twin
-# (bench/torch_twin.py, when torch with CUDA is installed). Prints a table at the end; exits non-zero when a check
-# failed.
+# Everything GPU-side in one go, on a machine with a GPU (under 8 minutes on one H200): the CUDA kernel tests against
+# the CPU backend (and one large shape per kernel, the fused and copy-stream paths, graph slots), compute-sanitizer
+# (memcheck, racecheck, synccheck) where installed, the device gradient all-reduce on 1 and 2 ranks (with a captured
+# graph and the trainer's teardown order), 20 training steps on run.device = cuda against the same deck on the CPU
+# (fp32 and bf16, 1 rank; fp32 on 2 ranks), 20 steps of CNNs the same way, an fp16 loss-scale trajectory against the
+# CPU's, a bf16 deck of odd widths with batches over 8 MiB, CUDA graphs with evaluation, a checkpoint and --resume
+# against the eager run bit for bit, two identical runs diffed, --profile phases from CUDA events, the throughput of a
+# GEMM-bound bf16 MLP against the cuBLASLt ceiling and its PyTorch twin (bench/torch_twin.py, when torch with CUDA is
+# installed), and with 2 or more GPUs 2-rank NCCL runs with and without graphs. Prints a table at the end; exits
+# non-zero when a check failed.
 #
 #   tools/gpu-check.sh                 uses .device/rt.tar.xz (tools/pack-gpu.sh) when present, else build-gpu/
 #   HPCTRAIN_BIN=DIR tools/gpu-check.sh   takes the programs from DIR (hpctrain and the test programs)
 #
-# Test programs run directly, not through CTest: CTest's files hold the build machine's absolute paths.
+# Test programs run directly, not through CTest: CTest's files hold the build machine's absolute paths. Bit-for-bit
+# comparisons of metrics and checkpoints use h5diff (packed by tools/pack-gpu.sh).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/hpctrain-gpu-check.XXXXXX")
@@ -37,7 +41,7 @@ mpiexec_line=(mpiexec --oversubscribe)
 
 rows=() failures=0
 record() { # record NAME RESULT SECONDS DETAIL
-  rows+=("$(printf '%-34s %-7s %6ss  %s' "$1" "$2" "$3" "$4")")
+  rows+=("$(printf '%-36s %-7s %6ss  %s' "$1" "$2" "$3" "$4")")
   [[ $2 == FAIL ]] && failures=$((failures + 1))
   echo "== $1: $2 ($3 s) $4"
 }
@@ -52,19 +56,23 @@ timed() { # timed SECONDS_VAR COMMAND...: runs, stores the wall seconds, returns
 echo "== machine: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
 echo "== hpctrain: $hpctrain"
 
-# ---- 1. kernels against the CPU backend ----
+# ---- 1. kernels against the CPU backend; large shapes, fused and copy-stream paths, graph slots ----
 gtest_result() { # gtest_result LOG STATUS: PASS / FAIL / SKIP and the summary
   if (($2 == 77)); then echo "SKIP"; elif (($2 == 0)); then echo "PASS"; else echo "FAIL"; fi
 }
-if program=$(find_program cuda_kernels_test); then
-  status=0
-  timed seconds timeout 240 "$program" --gtest_color=no >"$work/kernels.log" 2>&1 || status=$?
-  summary="$(grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\] [0-9]+ test' "$work/kernels.log" | tr -s ' ' | tr '\n' ' ')"
-  record "cuda kernels vs CPU" "$(gtest_result "$work/kernels.log" $status)" "$seconds" "$summary"
-  ((status != 0 && status != 77)) && grep -E "Failure|Expected|Which is|error|FAILED" "$work/kernels.log" | head -40
-else
-  record "cuda kernels vs CPU" FAIL 0 "cuda_kernels_test not found"
-fi
+gtest_row() { # gtest_row NAME PROGRAM TIMEOUT [ARGS...]
+  local name=$1 program=$2 limit=$3 status=0 log="$work/$2.log"
+  shift 3
+  if ! program=$(find_program "$program"); then record "$name" FAIL 0 "$(basename "$log" .log) not found"; return; fi
+  timed seconds timeout "$limit" "$program" --gtest_color=no "$@" >"$log" 2>&1 || status=$?
+  record "$name" "$(gtest_result "$log" $status)" "$seconds" \
+    "$( ((status == 124)) && echo "timeout ${limit}s; ")$(grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\] [0-9]+ test' "$log" | tr -s ' ' | tr '\n' ' ')"
+  ((status != 0 && status != 77)) && grep -E "Failure|Expected|Which is|error|FAILED" "$log" | head -40
+}
+gtest_row "cuda kernels vs CPU" cuda_kernels_test 240
+# >= 70,000 rows / >= 4,096 columns per kernel, BGRADB, uploads, graph slots, scratch growing after a capture,
+# bookkeeping replays, event timing, TF32
+gtest_row "large shapes, fused, uploads, graphs" cuda_paths_test 240
 
 # ---- 2. device gradient all-reduce (NCCL, or through the host when ranks share a GPU) ----
 if program=$(find_program device_allreduce_mpi_test); then
@@ -79,10 +87,40 @@ else
   record "gradient all-reduce" FAIL 0 "device_allreduce_mpi_test not found"
 fi
 
-# ---- 3. training on cuda against the CPU ----
+# ---- 2b. compute-sanitizer over the kernel tests and a 5-step run (where the tool is installed) ----
 cd "$work"
 "$hpctrain" data generate spirals --samples 16384 --classes 3 --noise 0.05 --seed 1 --output train.h5 >/dev/null
 "$hpctrain" data generate spirals --samples 2048 --classes 3 --noise 0.05 --seed 2 --output validation.h5 >/dev/null
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+if [[ -n $sanitizer ]] && program=$(find_program cuda_kernels_test); then
+  # memcheck over every kernel but cuDNN's (slow under the tool, and not ours); racecheck and synccheck over the
+  # kernels with shared memory, warp shuffles and barriers.
+  for case in "memcheck CudaVsCpu.*:-*Convolution*" \
+    "racecheck *Layernorm*:*SoftmaxCrossEntropy*:*BiasGradient*:*GradientStatistics*:*Groupnorm*:*MeanSquared*" \
+    "synccheck *Layernorm*:*SoftmaxCrossEntropy*:*BiasGradient*:*GradientStatistics*:*Groupnorm*:*MeanSquared*"; do
+    read -r tool filter <<<"$case"
+    status=0
+    timed seconds timeout 150 "$sanitizer" --tool "$tool" --error-exitcode 99 "$program" --gtest_color=no \
+      "--gtest_filter=$filter" >"sanitizer-$tool.log" 2>&1 || status=$?
+    result=$(gtest_result "sanitizer-$tool.log" $status)
+    record "compute-sanitizer $tool, kernels" "$result" "$seconds" \
+      "$(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' "sanitizer-$tool.log" | tail -1)$( ((status == 124)) && echo ' (timeout)')"
+    [[ $result == FAIL ]] && grep -m 20 -E "=========  |Failure" "sanitizer-$tool.log"
+  done
+  printf '[data]\ntrain = "train.h5"\nvalidation = "validation.h5"\nbatch_size = 128\n[model]\nlayers = [{ type = "linear", out = 64 }, { type = "layernorm" }, { type = "gelu" }, { type = "linear", out = 3 }]\n[train]\nsteps = 5\nlog_every = 1\n' >sanitize.toml
+  status=0
+  timed seconds timeout 180 "$sanitizer" --tool memcheck --error-exitcode 99 "$hpctrain" train sanitize.toml \
+    --set run.device=cuda --set precision.mode=bf16 --output sanitize >sanitizer-run.log 2>&1 || status=$?
+  result=PASS
+  ((status != 0)) && result=FAIL
+  record "compute-sanitizer memcheck, 5 steps" $result "$seconds" \
+    "exit $status; $(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' sanitizer-run.log | tail -1)"
+  [[ $result == FAIL ]] && tail -30 sanitizer-run.log
+else
+  record "compute-sanitizer" SKIP 0 "compute-sanitizer not installed"
+fi
+
+# ---- 3. training on cuda against the CPU ----
 cat >deck.toml <<'TOML'
 [run]
 seed = 5
@@ -195,6 +233,83 @@ for case in "cnn2d fp32 $root/inputs/cnn2d.toml images.h5 1e-3" "cnn2d bf16 $roo
   fi
 done
 
+# ---- 3c. determinism, the fp16 loss-scale trajectory, odd widths with batches over 8 MiB ----
+h5same() { # h5same A.h5 B.h5 OBJECT...: every named dataset/group identical bit for bit (h5diff, no tolerance)
+  local a=$1 b=$2 object
+  shift 2
+  command -v h5diff >/dev/null || { echo "no h5diff"; return 2; }
+  for object in "$@"; do h5diff -q "$a" "$b" "$object" "$object" >/dev/null 2>&1 || { echo "$object differs"; return 1; }; done
+}
+# Two identical runs of a CNN (cuDNN's algorithm choices must be deterministic): section 3b's cnn2d fp32 run and one
+# more.
+status=0
+seconds=0
+if [[ -f out-cnn2d-cuda-fp32/metrics.h5 ]]; then
+  mv out-cnn2d-cuda-fp32 cnn-first
+  timed seconds cnn "$root/inputs/cnn2d.toml" images.h5 cuda fp32 >cnn-again.log 2>&1 || status=$?
+else
+  status=1
+fi
+if ((status != 0)); then
+  record "determinism: two identical runs" FAIL "$seconds" "exit $status (or no first run)"
+elif detail=$(h5same cnn-first/metrics.h5 out-cnn2d-cuda-fp32/metrics.h5 /train/loss /train/grad_norm); then
+  record "determinism: two identical runs" PASS "$seconds" \
+    "cnn2d fp32, 20 steps: losses and gradient norms identical; $(grep -c 'NOT deterministic' cnn-again.log) non-deterministic cuDNN choices logged"
+else
+  record "determinism: two identical runs" "$([[ $detail == 'no h5diff' ]] && echo SKIP || echo FAIL)" "$seconds" "$detail"
+fi
+
+# fp16 with a huge initial scale (about 25 skipped steps halve it into range) and a short growth interval (it then
+# grows into overflow and backs off again): the steps skipped and the scale of each step must match the CPU's exactly
+# (the scaler runs on the device, read back in windows of 7 steps).
+for device in cpu cuda; do
+  timeout 120 "$hpctrain" train deck.toml --set run.device=$device --set precision.mode=fp16 \
+    --set precision.init_scale=1e12 --set precision.growth_interval=3 --set train.steps=60 --set train.log_every=7 \
+    --set 'model.layers=[{type="linear", out=64}, {type="gelu"}, {type="linear", out=3}]' \
+    --output "fp16-$device" >"fp16-$device.log" 2>&1
+done
+if detail=$(h5same fp16-cpu/metrics.h5 fp16-cuda/metrics.h5 /train/skipped /train/loss_scale); then
+  record "fp16 scale trajectory vs cpu" PASS 0 "skipped steps and loss scales of 60 steps identical"
+else
+  record "fp16 scale trajectory vs cpu" "$([[ $detail == 'no h5diff' ]] && echo SKIP || echo FAIL)" 0 "$detail"
+  tail -5 fp16-cpu.log fp16-cuda.log
+fi
+
+# bf16, widths that are not multiples of 8 (odd leading dimensions: cuBLASLt alignment, unvectorised element-wise
+# tails), and batches of 2304 x 1001 fp32 features = 9.2 MB per step: the upload goes through the copy stream.
+"$hpctrain" data generate blobs --samples 4608 --features 1001 --classes 10 --noise 20 --seed 3 --output wide.h5 \
+  >/dev/null
+cat >wide.toml <<'TOML'
+[run]
+seed = 2
+[data]
+train = "wide.h5"
+batch_size = 2304
+[model]
+layers = [
+  { type = "linear", out = 777 }, { type = "layernorm" }, { type = "relu" }, { type = "linear", out = 333 },
+  { type = "gelu" }, { type = "linear", out = 10 },
+]
+[precision]
+mode = "bf16"
+[optimizer]
+type = "adamw"
+lr = 0.001
+[train]
+steps = 20
+log_every = 1
+TOML
+timeout 240 "$hpctrain" train wide.toml --set run.device=cpu --output wide-cpu >wide-cpu.log 2>&1 || true
+status=0
+timed seconds timeout 120 "$hpctrain" train wide.toml --set run.device=cuda --output wide-cuda >wide-cuda.log 2>&1 ||
+  status=$?
+if ((status != 0)); then
+  record "bf16 odd widths, 9 MB batches" FAIL "$seconds" "exit $status: $(grep error wide-cuda.log | head -1)"
+  tail -20 wide-cuda.log
+else
+  compare_losses "bf16 odd widths, 9 MB batches" wide-cpu.log wide-cuda.log 3e-2 "$seconds"
+fi
+
 # ---- 4. CUDA graphs: replay must give exactly the eager losses, and be faster for a small model ----
 cat >small.toml <<'TOML'
 [run]
@@ -238,6 +353,32 @@ else
   grep -q "captured after" graph.log || result=FAIL
   record "cuda graphs: replay vs eager" $result "$((seconds_eager + seconds_graph))" \
     "losses identical: $identical; $rate_graph vs $rate_eager samples/s = ${speedup}x (goal 2x)"
+fi
+
+# Graphs with evaluation every 50 steps (its own captured forward), a checkpoint at step 100 and a --resume from it:
+# metrics and the final checkpoint must equal the eager run's bit for bit.
+graph_sets=(--set data.validation=validation.h5 --set train.eval_every=50 --set checkpoint.every_steps=100
+  --set train.log_every=50)
+status=0
+timed seconds timeout 120 "$hpctrain" train small.toml "${graph_sets[@]}" --set train.steps=200 --output eval-eager \
+  >eval-eager.log 2>&1 || status=$?
+timeout 120 "$hpctrain" train small.toml "${graph_sets[@]}" --set train.steps=100 --set run.cuda_graphs=true \
+  --output eval-graph >eval-graph-1.log 2>&1 || status=$?
+timeout 120 "$hpctrain" train small.toml "${graph_sets[@]}" --set train.steps=200 --set run.cuda_graphs=true \
+  --output eval-graph --resume auto >eval-graph-2.log 2>&1 || status=$?
+name="cuda graphs + eval + resume vs eager"
+if ((status != 0)); then
+  record "$name" FAIL "$seconds" "exit $status: $(grep -h error eval-*.log | head -1)"
+  tail -10 eval-graph-2.log
+elif detail=$(h5same eval-eager/metrics.h5 eval-graph/metrics.h5 /train/loss /train/grad_norm /eval/loss /eval/accuracy &&
+  h5same eval-eager/checkpoints/step-00000200.h5 eval-graph/checkpoints/step-00000200.h5 /model /optimizer); then
+  if grep -q "resumed from" eval-graph-2.log && grep -q "captured after" eval-graph-2.log; then
+    record "$name" PASS "$seconds" "200 steps, 4 evaluations, resumed at 100: metrics and checkpoint identical"
+  else
+    record "$name" FAIL "$seconds" "the graph run did not resume or capture"
+  fi
+else
+  record "$name" "$([[ $detail == 'no h5diff' ]] && echo SKIP || echo FAIL)" "$seconds" "$detail"
 fi
 
 # ---- 5. throughput: a GEMM-bound MLP in bf16, hpctrain against its PyTorch twin (when torch with CUDA is here) ----
@@ -293,9 +434,67 @@ else
   tail -20 bench.log
 fi
 
+# The step's GEMM rate against cuBLASLt's on the same products (goal >= 60%), and the optimizer's bandwidth against
+# the copy bandwidth; the optimizer phase from an eager --profile run (a replayed graph has no phases inside it),
+# timed on CUDA events.
+ceiling=""
+if program=$(find_program cuda_throughput_test); then
+  timeout 120 "$program" --gtest_color=no >ceiling.log 2>&1 || true
+  ceiling=$(grep '^CEILING' ceiling.log | head -1)
+fi
+status=0
+timed seconds timeout 180 "$hpctrain" train bench.toml --set run.cuda_graphs=false --set train.steps=60 \
+  --set train.log_every=20 --profile --output profile >profile.log 2>&1 || status=$?
+if ((status != 0)) || ! grep -q "device time from CUDA events" profile.log; then
+  record "--profile on CUDA events" FAIL "$seconds" "exit $status; $(grep -m1 '^profile' profile.log)"
+  tail -20 profile.log
+else
+  phases=$(awk '/^profile/ { on = 1; next } on && NF >= 4 { printf "%s%s %s ms, ", $1, ($2 ~ /^[0-9.]+$/ ? "" : " " $2), $(NF - 1) }' \
+    profile.log)
+  record "--profile on CUDA events" PASS "$seconds" "per step: ${phases%, }"
+fi
+if [[ -n $ceiling && ${rate:-} && ${parameters:-} ]]; then
+  gemm_ceiling=$(sed -n 's/.*gemm_tflops=\([0-9.]*\).*/\1/p' <<<"$ceiling")
+  copy_gbs=$(sed -n 's/.*copy_gbs=\([0-9.]*\).*/\1/p' <<<"$ceiling")
+  share=$(awk -v t="$tflops" -v c="$gemm_ceiling" 'BEGIN { printf "%.2f", (c > 0 ? t / c : 0) }')
+  result=$(awk -v s="$share" 'BEGIN { print (s >= 0.6 ? "PASS" : "INFO") }')
+  record "GEMM TFLOP/s vs cuBLASLt ceiling" "$result" 0 "$tflops of $gemm_ceiling TFLOP/s = $share (goal 0.6)"
+  # AdamW with a bf16 working copy: reads parameter, gradient, two moments (16 B), writes parameter and moments
+  # (12 B) and the bf16 copy (2 B): 30 bytes per parameter.
+  optimizer_ms=$(awk '/^profile/ { on = 1; next } on && $1 == "optimizer" { print $(NF - 1) }' profile.log)
+  gbs=$(awk -v p="$parameters" -v ms="${optimizer_ms:-0}" 'BEGIN { if (ms > 0) printf "%.0f", 30 * p / (ms / 1e3) / 1e9; else print 0 }')
+  record "optimizer GB/s vs copy bandwidth" INFO 0 \
+    "$gbs of $copy_gbs GB/s = $(awk -v a="$gbs" -v b="$copy_gbs" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }') (${optimizer_ms:-?} ms/step)"
+else
+  record "GEMM TFLOP/s vs cuBLASLt ceiling" SKIP 0 "no ceiling measured ($(tail -1 ceiling.log 2>/dev/null))"
+fi
+
+# ---- 6. with 2 or more GPUs: 2-rank NCCL runs, eager and with graphs, that name NCCL and exit in time ----
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if ((gpus >= 2)); then
+  for graphs in false true; do
+    status=0
+    name="2 ranks NCCL, cuda_graphs=$graphs"
+    timed seconds timeout 120 "${mpiexec_line[@]}" -n 2 "$hpctrain" train deck.toml --set run.device=cuda \
+      --set run.cuda_graphs=$graphs --set 'model.layers=[{type="linear", out=256}, {type="layernorm"}, {type="gelu"}, {type="linear", out=3}]' \
+      --output "nccl-$graphs" >"nccl-$graphs.log" 2>&1 || status=$?
+    if ((status == 124)); then
+      record "$name" FAIL "$seconds" "did not exit within 120 s (teardown hang?)"
+    elif ((status != 0)); then
+      record "$name" FAIL "$seconds" "exit $status: $(grep error "nccl-$graphs.log" | head -1)"
+    elif grep -q "all-reduced with NCCL" "nccl-$graphs.log"; then
+      record "$name" PASS "$seconds" "$(grep -o 'done: .*' "nccl-$graphs.log" | cut -c1-80)"
+    else
+      record "$name" FAIL "$seconds" "log does not name NCCL: $(grep -o 'all-reduced with [^,]*' "nccl-$graphs.log")"
+    fi
+  done
+else
+  record "2 ranks NCCL (eager, graphs)" SKIP 0 "$gpus GPU(s) here: needs 2 (2 ranks on one GPU go through the host)"
+fi
+
 echo
 echo "hpctrain GPU check, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
-printf '%-34s %-7s %7s  %s\n' check result time detail
+printf '%-36s %-7s %7s  %s\n' check result time detail
 printf '%s\n' "${rows[@]}"
 ((failures == 0)) || { echo "$failures check(s) failed"; exit 1; }
 echo "all checks passed"

@@ -14,9 +14,12 @@ export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(dirname "$root")}
 
 cmake -S "$root" -B "$root/build-gpu" -DCMAKE_BUILD_TYPE=Release -DHPCTRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DHPCTRAIN_BENCHMARKS=OFF >/dev/null
-programs=(hpctrain cuda_kernels_test device_allreduce_mpi_test)
-cmake --build "$root/build-gpu" -j"${JOBS:-2}" --target "${programs[@]}"
+tests=(cuda_kernels_test cuda_paths_test cuda_throughput_test device_allreduce_mpi_test)
+cmake --build "$root/build-gpu" -j"${JOBS:-2}" --target hpctrain "${tests[@]}"
 mkdir -p "$(dirname "$out")"
-"$pack" "$out" "$root/build-gpu/bin/hpctrain" "$root/build-gpu/tests/cuda_kernels_test" \
-  "$root/build-gpu/tests/device_allreduce_mpi_test"
+# h5diff: gpu-check.sh compares metrics and checkpoints bit for bit with it (the GPU machine has no HDF5 tools).
+extra_programs=()
+h5diff=$(command -v h5diff || true)
+[[ -n $h5diff ]] && extra_programs+=("$h5diff")
+"$pack" "$out" "$root/build-gpu/bin/hpctrain" "${tests[@]/#/$root/build-gpu/tests/}" "${extra_programs[@]}"
 echo "packed $(du -h "$out" | cut -f1) into $out"

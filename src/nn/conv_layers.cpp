@@ -135,12 +135,22 @@ class Pooling final : public Layer {
   [[nodiscard]] std::string type() const override { return type_; }
   [[nodiscard]] bool uses_spatial_operations() const override { return true; }
   [[nodiscard]] bool takes_any_layout() const override { return true; }
+  // Max pooling keeps each output's first maximum (int32, in the saved rows) for its backward, on backends that use
+  // it (CUDA); the CPU recomputes the windows.
+  [[nodiscard]] std::int64_t saved_per_row() const override { return kind_ == PoolingKind::max ? output_width() : 0; }
   void forward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView& y) override {
-    context.backend->pooling_forward(kind_, geometry_, x, y);
+    if (kind_ == PoolingKind::max)
+      context.backend->max_pooling_forward(geometry_, x, y, static_cast<std::int32_t*>(saved(0)));
+    else
+      context.backend->pooling_forward(kind_, geometry_, x, y);
   }
   void backward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView&, const TensorView& dy,
                 const TensorView& dx, bool) override {
-    if (dx.data != nullptr) context.backend->pooling_backward(kind_, geometry_, x, dy, dx);
+    if (dx.data == nullptr) return;
+    if (kind_ == PoolingKind::max)
+      context.backend->max_pooling_backward(geometry_, x, dy, static_cast<const std::int32_t*>(saved(0)), dx);
+    else
+      context.backend->pooling_backward(kind_, geometry_, x, dy, dx);
   }
 
  private:

@@ -12,6 +12,8 @@ DeviceBatch::DeviceBatch(Backend& backend, const Model& model, TaskKind task, st
   labels_ = BackendBuffer(backend, static_cast<std::size_t>(max_rows) * sizeof(std::int32_t));
   targets_ = BackendBuffer(backend, static_cast<std::size_t>(max_rows * model.output_width()) * sizeof(float));
   sample_ids_ = BackendBuffer(backend, static_cast<std::size_t>(max_rows) * sizeof(std::int64_t));
+  seen_.reserve(16);  // a loader's ring slots: nothing allocated in a step
+  pinned_.reserve(16);
 }
 
 DeviceBatch::~DeviceBatch() {

@@ -122,10 +122,10 @@ HPCTRAIN_HD T pooling_output(bool max_pooling, const Box& b, const T* in, std::i
 // order, each adding its gradient (max: only where i is the window's first maximum; average: divided by the kernel
 // size), rounded once. The CPU loops scatter every output's gradient in output order, so this gather makes the same
 // additions in the same order; the CUDA backward kernel runs it per input element (no atomics).
-// position: i's (d, h, w) in the plane.
-template <class T>
-HPCTRAIN_HD T pooling_input_gradient_at(bool max_pooling, const Box& b, const T* in, const T* gradient, std::int64_t i,
-                                        const std::int64_t (&position)[3]) {
+// position: i's (d, h, w) in the plane. winner(od, oh, ow): the input offset a max window chose (its first maximum).
+template <class T, class Winner>
+HPCTRAIN_HD T pooling_input_gradient_at(bool max_pooling, const Box& b, const T* gradient, std::int64_t i,
+                                        const std::int64_t (&position)[3], Winner winner) {
   using C = compute_t<T>;
   const C divisor = static_cast<C>(b.kernel[0] * b.kernel[1] * b.kernel[2]);
   // Along an axis, output o reads tap k at o * stride - padding + k * dilation: for each tap k, descending so that o
@@ -148,17 +148,20 @@ HPCTRAIN_HD T pooling_input_gradient_at(bool max_pooling, const Box& b, const T*
         const C upstream = load(gradient[(od * b.out[1] + oh) * b.out[2] + ow]);
         if (!max_pooling)
           sum += upstream / divisor;
-        else if (window_argmax(b, in, od, oh, ow) == i)
+        else if (winner(od, oh, ow) == i)
           sum += upstream;
       }
     }
   }
   return store<T>(sum);
 }
+// The same, recomputing each window's first maximum from the input (the CPU loops' rule).
 template <class T>
 HPCTRAIN_HD T pooling_input_gradient(bool max_pooling, const Box& b, const T* in, const T* gradient, std::int64_t i) {
   const std::int64_t position[3] = {i / (b.in[2] * b.in[1]), i / b.in[2] % b.in[1], i % b.in[2]};
-  return pooling_input_gradient_at(max_pooling, b, in, gradient, i, position);
+  return pooling_input_gradient_at(
+      max_pooling, b, gradient, i, position,
+      [&](std::int64_t od, std::int64_t oh, std::int64_t ow) { return window_argmax(b, in, od, oh, ow); });
 }
 
 // Mixes a geometry into a hash (boost::hash_combine's recipe): the convolution caches' keys on both backends.

@@ -4,7 +4,8 @@
 // - Pooling: one thread per output element (forward) or per input element (backward, a gather: no atomics), each
 //   running the per-element functions of kernels/spatial_taps.hpp (spatial::pooling_output_at,
 //   pooling_input_gradient_at): the CPU's taps, tie rule and addition order, so the results equal the CPU's bit for
-//   bit. The CPU unit tests check those functions against the CPU loops on every machine
+//   bit. Max pooling can keep each output's argmax from the forward pass, so the backward reads one index per window
+//   instead of recomputing its maximum. The CPU unit tests check those functions against the CPU loops on every machine
 //   (tests/unit/spatial_taps_test.cpp). Indices are 32-bit with precomputed divisors (kernel_math::FastDivisor) below
 //   2^31 elements, 64-bit beyond.
 // - Group normalisation (channels-first): the (sample, group) blocks are contiguous segments, cut into chunks of a
@@ -73,27 +74,43 @@ __device__ __forceinline__ void decompose(Index index, const std::array<std::int
   }
 }
 
+// argmax (may be null): each output's first maximum, an offset in its input plane (-1: the window lies in the padding).
 template <class T, class Index>
-__global__ void pooling_forward_kernel(bool max_pooling, Box b, const T* x, T* y, Index count, PlaneDivisors by) {
+__global__ void pooling_forward_kernel(bool max_pooling, Box b, const T* x, T* y, std::int32_t* argmax, Index count,
+                                       PlaneDivisors by) {
   const std::int64_t in_size = b.in[0] * b.in[1] * b.in[2];
   for (Index index = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; index < count;
        index += static_cast<Index>(gridDim.x) * blockDim.x) {
     std::int64_t plane, within, position[3];
     decompose(index, b.out, by, plane, within, position);
-    y[index] = spatial::pooling_output_at(max_pooling, b, x + plane * in_size, position[0], position[1], position[2]);
+    const T* in = x + plane * in_size;
+    if (argmax == nullptr) {
+      y[index] = spatial::pooling_output_at(max_pooling, b, in, position[0], position[1], position[2]);
+    } else {
+      const std::int64_t best = spatial::window_argmax(b, in, position[0], position[1], position[2]);
+      argmax[index] = static_cast<std::int32_t>(best);
+      y[index] = best >= 0 ? in[best] : store<T>(-std::numeric_limits<float>::infinity());
+    }
   }
 }
 
+// argmax (may be null, then the windows are recomputed from x): the forward's first maxima.
 template <class T, class Index>
-__global__ void pooling_backward_kernel(bool max_pooling, Box b, const T* x, const T* dy, T* dx, Index count,
-                                        PlaneDivisors by) {
+__global__ void pooling_backward_kernel(bool max_pooling, Box b, const T* x, const T* dy, const std::int32_t* argmax,
+                                        T* dx, Index count, PlaneDivisors by) {
   const std::int64_t in_size = b.in[0] * b.in[1] * b.in[2], out_size = b.out[0] * b.out[1] * b.out[2];
   for (Index index = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; index < count;
        index += static_cast<Index>(gridDim.x) * blockDim.x) {
     std::int64_t plane, within, position[3];
     decompose(index, b.in, by, plane, within, position);
-    dx[index] = spatial::pooling_input_gradient_at(max_pooling, b, x + plane * in_size, dy + plane * out_size, within,
-                                                   position);
+    const T* in = x + plane * in_size;
+    const std::int32_t* kept = argmax != nullptr ? argmax + plane * out_size : nullptr;
+    dx[index] =
+        spatial::pooling_input_gradient_at(max_pooling, b, dy + plane * out_size, within, position,
+                                           [&](std::int64_t od, std::int64_t oh, std::int64_t ow) -> std::int64_t {
+                                             if (kept != nullptr) return kept[(od * b.out[1] + oh) * b.out[2] + ow];
+                                             return spatial::window_argmax(b, in, od, oh, ow);
+                                           });
   }
 }
 
@@ -120,8 +137,10 @@ bool have_convolutions() {
 }
 
 void pooling_forward(cudaStream_t stream, PoolingKind kind, const SpatialGeometry& g, const TensorView& x,
-                     const TensorView& y) {
+                     const TensorView& y, std::int32_t* argmax) {
   check_pooling(g, x, y, "pooling_forward");
+  HPCTRAIN_ASSERT(argmax == nullptr || (kind == PoolingKind::max && fits_32bit_indexing(g.input_size())),
+                  "pooling_forward: argmax for max pooling of planes below 2^31 elements");
   const std::int64_t count = x.rows * g.in_channels * g.output_size();
   if (count == 0) return;
   const Box b = box_of(g);
@@ -130,16 +149,16 @@ void pooling_forward(cudaStream_t stream, PoolingKind kind, const SpatialGeometr
     auto* out = static_cast<T*>(y.data);
     if (fits_32bit_indexing(count))
       pooling_forward_kernel<T, std::uint32_t><<<blocks_for(count), spatial_threads, 0, stream>>>(
-          kind == PoolingKind::max, b, in, out, static_cast<std::uint32_t>(count), divisors_of(b.out));
+          kind == PoolingKind::max, b, in, out, argmax, static_cast<std::uint32_t>(count), divisors_of(b.out));
     else
       pooling_forward_kernel<T, std::int64_t><<<blocks_for(count), spatial_threads, 0, stream>>>(
-          kind == PoolingKind::max, b, in, out, count, PlaneDivisors{});
+          kind == PoolingKind::max, b, in, out, argmax, count, PlaneDivisors{});
     HPCTRAIN_CUDA_CHECK_LAUNCH();
   });
 }
 
 void pooling_backward(cudaStream_t stream, PoolingKind kind, const SpatialGeometry& g, const TensorView& x,
-                      const TensorView& dy, const TensorView& dx) {
+                      const TensorView& dy, const TensorView& dx, const std::int32_t* argmax) {
   check_pooling(g, x, dy, "pooling_backward");
   HPCTRAIN_ASSERT(dx.dtype == x.dtype && dx.rows == x.rows && dx.cols == x.cols, "pooling_backward: dx shape");
   const std::int64_t count = x.rows * g.in_channels * g.input_size();
@@ -151,10 +170,10 @@ void pooling_backward(cudaStream_t stream, PoolingKind kind, const SpatialGeomet
     auto* out = static_cast<T*>(dx.data);
     if (fits_32bit_indexing(count))
       pooling_backward_kernel<T, std::uint32_t><<<blocks_for(count), spatial_threads, 0, stream>>>(
-          kind == PoolingKind::max, b, in, gradient, out, static_cast<std::uint32_t>(count), divisors_of(b.in));
+          kind == PoolingKind::max, b, in, gradient, argmax, out, static_cast<std::uint32_t>(count), divisors_of(b.in));
     else
       pooling_backward_kernel<T, std::int64_t><<<blocks_for(count), spatial_threads, 0, stream>>>(
-          kind == PoolingKind::max, b, in, gradient, out, count, PlaneDivisors{});
+          kind == PoolingKind::max, b, in, gradient, argmax, out, count, PlaneDivisors{});
     HPCTRAIN_CUDA_CHECK_LAUNCH();
   });
 }

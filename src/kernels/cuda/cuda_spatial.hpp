@@ -51,10 +51,12 @@ class CudaConvolution {
   std::unique_ptr<Impl> impl_;
 };
 
+// argmax: null, or (rows, channels, output positions) int32 first maxima kept by max pooling's forward for its
+// backward.
 void pooling_forward(cudaStream_t stream, PoolingKind kind, const SpatialGeometry& geometry, const TensorView& x,
-                     const TensorView& y);
+                     const TensorView& y, std::int32_t* argmax = nullptr);
 void pooling_backward(cudaStream_t stream, PoolingKind kind, const SpatialGeometry& geometry, const TensorView& x,
-                      const TensorView& dy, const TensorView& dx);
+                      const TensorView& dy, const TensorView& dx, const std::int32_t* argmax = nullptr);
 void groupnorm_forward(cudaStream_t stream, DeviceScratch& scratch, std::int64_t channels, std::int64_t groups,
                        const TensorView& x, const float* gamma, const float* beta, float eps, const TensorView& y,
                        float* mean, float* rstd);
