@@ -771,9 +771,7 @@ int split_command(const Arguments& args, const MpiEnvironment& mpi) {
 
 // --- data plan ---
 
-TaskKind task_of(const RunConfig& config) {
-  return config.model.loss == "mse" ? TaskKind::regression : TaskKind::classification;
-}
+TaskKind task_of(const RunConfig& config) { return task_of(config.model.loss); }
 
 // data.batch_size split among `ranks`, with the trainer's message when it does not divide.
 std::int64_t local_batch_of(const RunConfig& config, int ranks) {
@@ -810,7 +808,7 @@ int plan_command(const Arguments& args, const MpiEnvironment& mpi) {
     const TrainingData data(config, "data.train", config.data.train, task_of(config));
     const int rank_count = static_cast<int>(ranks);
     const std::int64_t local_batch = local_batch_of(config, rank_count);
-    const ShuffleMode mode = parse_shuffle_mode(config.data.shuffle);
+    const ShuffleMode mode = config.data.shuffle;
     std::vector<std::unique_ptr<Sampler>> samplers;
     std::vector<std::vector<std::int64_t>> orders;
     for (int rank = 0; rank < rank_count; ++rank) {
@@ -826,8 +824,8 @@ int plan_command(const Arguments& args, const MpiEnvironment& mpi) {
         "data.drop_last = %s; run.seed = %llu\n",
         data.file().c_str(), static_cast<long long>(data.samples()), static_cast<long long>(ranks),
         static_cast<long long>(config.data.batch_size), static_cast<long long>(ranks),
-        static_cast<long long>(local_batch), shuffle_mode_name(mode), config.data.drop_last ? "true" : "false",
-        static_cast<unsigned long long>(config.run.seed));
+        static_cast<long long>(local_batch), std::string(word_of(mode)).c_str(),
+        config.data.drop_last ? "true" : "false", static_cast<unsigned long long>(config.run.seed));
     std::printf("# %lld steps per epoch; %lld samples per rank", static_cast<long long>(steps),
                 static_cast<long long>(per_rank));
     if (visited > data.samples()) {
@@ -912,8 +910,8 @@ int bench_command(const Arguments& args, const MpiEnvironment& mpi) {
         "data.shuffle = %s, data.prefetch = %lld, data.in_memory = %s\n",
         parsed.positionals[0].c_str(), data.file().c_str(), static_cast<long long>(data.samples()),
         static_cast<long long>(row_bytes), mpi.size(), static_cast<long long>(steps),
-        static_cast<long long>(local_batch), config.data.shuffle.c_str(), static_cast<long long>(config.data.prefetch),
-        config.data.in_memory ? "true" : "false");
+        static_cast<long long>(local_batch), std::string(word_of(config.data.shuffle)).c_str(),
+        static_cast<long long>(config.data.prefetch), config.data.in_memory ? "true" : "false");
     std::vector<double> rates, staging_rates;
     for (int rank = 0; rank < mpi.size(); ++rank) {
       const double* figures = all.data() + figures_per_rank * rank;

@@ -17,9 +17,9 @@
 #include "hpctrain/io/hdf5.hpp"
 #include "hpctrain/io/metrics_writer.hpp"
 #include "hpctrain/nn/model.hpp"
+#include "hpctrain/precision/policy.hpp"
 #include "hpctrain/train/device_batch.hpp"
 #include "hpctrain/train/evaluation.hpp"
-#include "hpctrain/train/precision_choice.hpp"
 #include "hpctrain/train/rank_resources.hpp"
 
 namespace hpctrain {
@@ -85,16 +85,12 @@ RunConfig checkpoint_config(const InferenceArguments& arguments) {
   return parse_run_config(checkpoint_deck(arguments.checkpoint), arguments.checkpoint, arguments.overrides);
 }
 
-TaskKind task_of(const RunConfig& config) {
-  return config.model.loss == "mse" ? TaskKind::regression : TaskKind::classification;
-}
-
 InferenceSetup set_up(const InferenceArguments& arguments, const RunConfig& config, const SampleShape& data_shape,
                       const MpiEnvironment& mpi) {
   const std::int64_t data_width = shape_size(data_shape);
   InferenceSetup setup;
   setup.config = config;
-  setup.task = task_of(config);
+  setup.task = task_of(config.model.loss);
   std::int64_t trained_width = 0;
   {
     const auto lock = lock_hdf5();
@@ -110,10 +106,10 @@ InferenceSetup set_up(const InferenceArguments& arguments, const RunConfig& conf
   const std::int64_t batch =
       setup.config.data.eval_batch_size > 0 ? setup.config.data.eval_batch_size : setup.config.data.batch_size;
   setup.local_batch = std::max<std::int64_t>(1, (batch + mpi.size() - 1) / mpi.size());
-  const DType activation = activation_dtype_of(setup.config.precision.mode);
-  setup.model =
-      std::make_unique<Model>(setup.config.model, data_shape, *setup.backend,
-                              ModelBuffers{activation, DType::f32, setup.local_batch, false}, arguments.checkpoint);
+  const PrecisionPolicy precision = PrecisionPolicy::of(setup.config.precision.mode);
+  setup.model = std::make_unique<Model>(setup.config.model, data_shape, *setup.backend,
+                                        ModelBuffers{precision.activations, precision.master, setup.local_batch, false},
+                                        arguments.checkpoint);
   load_parameters(arguments.checkpoint, *setup.model, *setup.backend, mpi);
   return setup;
 }
@@ -153,12 +149,12 @@ int predict_command(const Arguments& args, const MpiEnvironment& mpi) {
   refuse_to_overwrite(output, arguments.force, mpi);
   // The reader training and evaluation use (so the deck's data.log1p/scale/shift apply), without labels.
   const RunConfig deck = checkpoint_config(arguments);
-  const TrainingData data(deck, "--data", arguments.data, task_of(deck), DataContents::features_only);
+  const TrainingData data(deck, "--data", arguments.data, task_of(deck.model.loss), DataContents::features_only);
   InferenceSetup setup = set_up(arguments, deck, data.model_input_shape(), mpi);
   data.validate(mpi, 0);
   Model& model = *setup.model;
   Backend& backend = *setup.backend;
-  DeviceBatch device(backend, model, setup.task, setup.local_batch);
+  DeviceBatch device(backend, model, setup.local_batch);
   const std::int64_t samples = data.samples(), width = model.output_width();
 
   // Forward over this rank's samples (rank, rank + R, ...), in that order.
@@ -233,11 +229,11 @@ int evaluate_command(const Arguments& args, const MpiEnvironment& mpi) {
   if (help) return 0;
   if (!arguments.output.empty()) refuse_to_overwrite(arguments.output, arguments.force, mpi);
   const RunConfig deck = checkpoint_config(arguments);
-  const TaskKind task = task_of(deck);
+  const TaskKind task = task_of(deck.model.loss);
   const TrainingData data(deck, "--data", arguments.data, task);
   InferenceSetup setup = set_up(arguments, deck, data.model_input_shape(), mpi);
   data.validate(mpi, task == TaskKind::classification ? setup.model->output_width() : 0);
-  DeviceBatch device(*setup.backend, *setup.model, task, setup.local_batch);
+  DeviceBatch device(*setup.backend, *setup.model, setup.local_batch);
   const StepContext context{setup.backend.get(), false, deck.run.seed, 0, nullptr, 0};
   const EvalMetrics metrics =
       evaluate_split(data, *setup.model, *setup.backend, device, task, setup.local_batch, context, mpi);

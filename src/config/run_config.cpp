@@ -23,10 +23,12 @@
 #include <fstream>
 #include <optional>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string_view>
 #include <system_error>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <variant>
 
@@ -47,18 +49,70 @@ namespace {
 // `extents` is an integer or an array of integers (conv/pool windows).
 enum class ValueKind { integer, number, boolean, string, string_array, shuffle, loss_scale, layers, extents };
 
+// An enumeration field seen through its words (config/choices.hpp): the reader sets it from a word, to_toml writes
+// the word back. `get`/`set` convert between the enum and its index in `words`.
+struct ChoiceRef {
+  void* field;
+  std::span<const std::string_view> words;
+  int (*get)(const void* field);
+  void (*set)(void* field, int index);
+  [[nodiscard]] std::string_view word() const { return words[static_cast<std::size_t>(get(field))]; }
+};
+
+// A list of enumeration values (checkpoint.on_signal).
+struct ChoiceListRef {
+  void* field;
+  std::span<const std::string_view> words;
+  std::vector<int> (*get)(const void* field);
+  void (*set)(void* field, const std::vector<int>& indices);
+};
+
+template <class Choice>
+ChoiceRef choice_ref(Choice* field) {
+  return {field, choice_words<Choice>(), [](const void* f) { return static_cast<int>(*static_cast<const Choice*>(f)); },
+          [](void* f, int index) { *static_cast<Choice*>(f) = static_cast<Choice>(index); }};
+}
+
+template <class Choice>
+ChoiceListRef choice_list_ref(std::vector<Choice>* field) {
+  return {field, choice_words<Choice>(),
+          [](const void* f) {
+            std::vector<int> indices;
+            for (const Choice value : *static_cast<const std::vector<Choice>*>(f))
+              indices.push_back(static_cast<int>(value));
+            return indices;
+          },
+          [](void* f, const std::vector<int>& indices) {
+            auto& values = *static_cast<std::vector<Choice>*>(f);
+            values.clear();
+            for (const int index : indices) values.push_back(static_cast<Choice>(index));
+          }};
+}
+
 // Where a key's value lives inside a RunConfig (or a LayerSpec). monostate for model.layers, which is read separately.
-using FieldRef = std::variant<std::monostate, std::int64_t*, std::uint64_t*, double*, bool*, std::string*,
-                              std::vector<std::string>*, std::vector<std::int64_t>*>;
+using FieldRef =
+    std::variant<std::monostate, std::int64_t*, std::uint64_t*, double*, bool*, std::string*, std::vector<std::string>*,
+                 std::vector<std::int64_t>*, ChoiceRef, ChoiceListRef, LossScaleSetting*, TimeLimit*>;
+
+template <class T>
+FieldRef field_ref(T* field) {
+  if constexpr (std::is_enum_v<T>) {
+    return choice_ref(field);
+  } else if constexpr (requires { requires std::is_enum_v<typename T::value_type>; }) {
+    return choice_list_ref(field);
+  } else {
+    return field;
+  }
+}
 
 template <auto section_member, auto field_member>
 FieldRef bind_field(RunConfig& config) {
-  return &((config.*section_member).*field_member);
+  return field_ref(&((config.*section_member).*field_member));
 }
 
 template <auto field_member>
 FieldRef bind_layer_field(LayerSpec& layer) {
-  return &(layer.*field_member);
+  return field_ref(&(layer.*field_member));
 }
 
 FieldRef bind_nothing(RunConfig&) { return std::monostate{}; }
@@ -67,7 +121,6 @@ struct FieldSpec {
   std::string_view key;  // within its section
   ValueKind kind;
   FieldRef (*bind)(RunConfig&);
-  std::vector<std::string_view> allowed_words = {};  // enumerations (each element, for arrays): the only valid values
 };
 
 struct SectionSpec {
@@ -84,14 +137,14 @@ const std::vector<SectionSpec>& schema() {
        {
            {"seed", Kind::integer, bind_field<&Config::run, &RunSection::seed>},
            {"output", Kind::string, bind_field<&Config::run, &RunSection::output>},
-           {"device", Kind::string, bind_field<&Config::run, &RunSection::device>, {"cpu", "cuda", "auto"}},
+           {"device", Kind::string, bind_field<&Config::run, &RunSection::device>},
            {"threads", Kind::integer, bind_field<&Config::run, &RunSection::threads>},
            {"cuda_graphs", Kind::boolean, bind_field<&Config::run, &RunSection::cuda_graphs>},
        }},
       {"model",
        {
            {"layers", Kind::layers, bind_nothing},
-           {"loss", Kind::string, bind_field<&Config::model, &ModelSection::loss>, {"cross_entropy", "mse"}},
+           {"loss", Kind::string, bind_field<&Config::model, &ModelSection::loss>},
        }},
       {"data",
        {
@@ -102,7 +155,7 @@ const std::vector<SectionSpec>& schema() {
            {"targets", Kind::string, bind_field<&Config::data, &DataSection::targets>},
            {"batch_size", Kind::integer, bind_field<&Config::data, &DataSection::batch_size>},
            {"eval_batch_size", Kind::integer, bind_field<&Config::data, &DataSection::eval_batch_size>},
-           {"shuffle", Kind::shuffle, bind_field<&Config::data, &DataSection::shuffle>, {"global", "none", "local"}},
+           {"shuffle", Kind::shuffle, bind_field<&Config::data, &DataSection::shuffle>},
            {"drop_last", Kind::boolean, bind_field<&Config::data, &DataSection::drop_last>},
            {"prefetch", Kind::integer, bind_field<&Config::data, &DataSection::prefetch>},
            {"in_memory", Kind::boolean, bind_field<&Config::data, &DataSection::in_memory>},
@@ -122,7 +175,7 @@ const std::vector<SectionSpec>& schema() {
        }},
       {"optimizer",
        {
-           {"type", Kind::string, bind_field<&Config::optimizer, &OptimizerSection::type>, {"adamw", "sgd"}},
+           {"type", Kind::string, bind_field<&Config::optimizer, &OptimizerSection::type>},
            {"lr", Kind::number, bind_field<&Config::optimizer, &OptimizerSection::lr>},
            {"weight_decay", Kind::number, bind_field<&Config::optimizer, &OptimizerSection::weight_decay>},
            {"beta1", Kind::number, bind_field<&Config::optimizer, &OptimizerSection::beta1>},
@@ -135,10 +188,7 @@ const std::vector<SectionSpec>& schema() {
        }},
       {"schedule",
        {
-           {"type",
-            Kind::string,
-            bind_field<&Config::schedule, &ScheduleSection::type>,
-            {"constant", "cosine", "step"}},
+           {"type", Kind::string, bind_field<&Config::schedule, &ScheduleSection::type>},
            {"warmup_steps", Kind::integer, bind_field<&Config::schedule, &ScheduleSection::warmup_steps>},
            {"min_lr", Kind::number, bind_field<&Config::schedule, &ScheduleSection::min_lr>},
            {"step_size", Kind::integer, bind_field<&Config::schedule, &ScheduleSection::step_size>},
@@ -146,7 +196,7 @@ const std::vector<SectionSpec>& schema() {
        }},
       {"precision",
        {
-           {"mode", Kind::string, bind_field<&Config::precision, &PrecisionSection::mode>, {"fp32", "bf16", "fp16"}},
+           {"mode", Kind::string, bind_field<&Config::precision, &PrecisionSection::mode>},
            {"loss_scale", Kind::loss_scale, bind_field<&Config::precision, &PrecisionSection::loss_scale>},
            {"init_scale", Kind::number, bind_field<&Config::precision, &PrecisionSection::init_scale>},
            {"growth_factor", Kind::number, bind_field<&Config::precision, &PrecisionSection::growth_factor>},
@@ -160,10 +210,7 @@ const std::vector<SectionSpec>& schema() {
            {"every_seconds", Kind::number, bind_field<&Config::checkpoint, &CheckpointSection::every_seconds>},
            {"keep", Kind::integer, bind_field<&Config::checkpoint, &CheckpointSection::keep>},
            {"at_end", Kind::boolean, bind_field<&Config::checkpoint, &CheckpointSection::at_end>},
-           {"on_signal",
-            Kind::string_array,
-            bind_field<&Config::checkpoint, &CheckpointSection::on_signal>,
-            {"USR1", "USR2", "TERM", "INT", "HUP"}},
+           {"on_signal", Kind::string_array, bind_field<&Config::checkpoint, &CheckpointSection::on_signal>},
        }},
   };
   return sections;
@@ -204,28 +251,29 @@ const std::vector<LayerFieldSpec>& layer_fields() {
 
 // Which keys each layer type takes besides `type` and `name` (which every layer takes).
 struct LayerTypeSpec {
-  std::string_view type;
+  LayerType type;
   std::vector<std::string_view> keys;
 };
 
 const std::vector<LayerTypeSpec>& layer_types() {
+  using enum LayerType;
   static const std::vector<LayerTypeSpec> types = {
-      {"linear", {"out", "in", "bias"}},
-      {"relu", {}},
-      {"gelu", {}},
-      {"tanh", {}},
-      {"leaky_relu", {"negative_slope"}},
-      {"layernorm", {"eps"}},
-      {"dropout", {"p"}},
-      {"conv2d", {"out", "kernel", "stride", "padding", "dilation", "groups", "bias"}},
-      {"conv3d", {"out", "kernel", "stride", "padding", "dilation", "groups", "bias"}},
-      {"maxpool2d", {"kernel", "stride", "padding"}},
-      {"maxpool3d", {"kernel", "stride", "padding"}},
-      {"avgpool2d", {"kernel", "stride", "padding"}},
-      {"avgpool3d", {"kernel", "stride", "padding"}},
-      {"global_avgpool", {}},
-      {"flatten", {}},
-      {"groupnorm", {"groups", "eps"}},
+      {linear, {"out", "in", "bias"}},
+      {relu, {}},
+      {gelu, {}},
+      {tanh, {}},
+      {leaky_relu, {"negative_slope"}},
+      {layernorm, {"eps"}},
+      {dropout, {"p"}},
+      {conv2d, {"out", "kernel", "stride", "padding", "dilation", "groups", "bias"}},
+      {conv3d, {"out", "kernel", "stride", "padding", "dilation", "groups", "bias"}},
+      {maxpool2d, {"kernel", "stride", "padding"}},
+      {maxpool3d, {"kernel", "stride", "padding"}},
+      {avgpool2d, {"kernel", "stride", "padding"}},
+      {avgpool3d, {"kernel", "stride", "padding"}},
+      {global_avgpool, {}},
+      {flatten, {}},
+      {groupnorm, {"groups", "eps"}},
   };
   return types;
 }
@@ -248,7 +296,7 @@ const LayerFieldSpec* find_layer_field(std::string_view key) {
   return nullptr;
 }
 
-const LayerTypeSpec* find_layer_type(std::string_view type) {
+const LayerTypeSpec* find_layer_type(LayerType type) {
   for (const auto& spec : layer_types())
     if (spec.type == type) return &spec;
   return nullptr;
@@ -278,12 +326,6 @@ std::vector<std::string_view> all_layer_keys() {
   std::vector<std::string_view> keys;
   for (const auto& field : layer_fields()) keys.push_back(field.key);
   return keys;
-}
-
-std::vector<std::string_view> all_layer_type_names() {
-  std::vector<std::string_view> names;
-  for (const auto& spec : layer_types()) names.push_back(spec.type);
-  return names;
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
@@ -358,6 +400,26 @@ std::string toml_literal(const FieldRef& target) {
       for (std::size_t i = 0; i < values->size(); ++i) text += (i > 0 ? ", " : "") + std::to_string((*values)[i]);
       return text + "]";
     }
+    std::string operator()(const ChoiceRef& choice) const { return toml_string(choice.word()); }
+    std::string operator()(const ChoiceListRef& choices) const {
+      std::string text = "[";
+      const std::vector<int> indices = choices.get(choices.field);
+      for (std::size_t i = 0; i < indices.size(); ++i)
+        text += (i > 0 ? ", " : "") + toml_string(choices.words[static_cast<std::size_t>(indices[i])]);
+      return text + "]";
+    }
+    std::string operator()(const LossScaleSetting* setting) const {
+      return toml_string(std::visit(
+          [](const auto& value) -> std::string {
+            using Setting = std::decay_t<decltype(value)>;
+            if constexpr (std::is_same_v<Setting, AutoLossScale>) return "auto";
+            if constexpr (std::is_same_v<Setting, DynamicLossScale>) return "dynamic";
+            if constexpr (std::is_same_v<Setting, NoLossScale>) return "none";
+            if constexpr (std::is_same_v<Setting, FixedLossScale>) return shortest_number_text(value.value);
+          },
+          *setting));
+    }
+    std::string operator()(const TimeLimit* limit) const { return toml_string(limit->text); }
   };
   return std::visit(Writer{}, target);
 }
@@ -365,7 +427,7 @@ std::string toml_literal(const FieldRef& target) {
 // The TOML literal of a field as to_toml writes it: data.shuffle's words global/none are written as true/false.
 std::string toml_literal(ValueKind kind, const FieldRef& target) {
   if (kind == ValueKind::shuffle) {
-    const std::string& word = *std::get<std::string*>(target);
+    const std::string_view word = std::get<ChoiceRef>(target).word();
     if (word == "global") return "true";
     if (word == "none") return "false";
   }
@@ -819,22 +881,37 @@ class DeckReader {
       case ValueKind::string: {
         const auto* value = node.as_string();
         if (!value) type_error(dotted_key, kind, node, example);
-        *std::get<std::string*>(target) = value->get();
+        if (const auto* choice = std::get_if<ChoiceRef>(&target)) {
+          choice->set(choice->field, word_index(dotted_key, value->get(), choice->words));
+        } else if (auto* const* limit = std::get_if<TimeLimit*>(&target)) {
+          **limit = time_limit_of(dotted_key, value->get());
+        } else {
+          *std::get<std::string*>(target) = value->get();
+        }
         return;
       }
       case ValueKind::string_array: {
-        read_one_or_array(*std::get<std::vector<std::string>*>(target), node, kind, dotted_key, example, true,
-                          "a string", " (strings need quotes)", [](const toml::node& element) {
+        std::vector<std::string> words;
+        read_one_or_array(words, node, kind, dotted_key, example, true, "a string", " (strings need quotes)",
+                          [](const toml::node& element) {
                             const auto* value = element.as_string();
                             return value ? std::optional<std::string>(value->get()) : std::nullopt;
                           });
+        if (const auto* choices = std::get_if<ChoiceListRef>(&target)) {
+          std::vector<int> indices;
+          for (const std::string& word : words) indices.push_back(word_index(dotted_key, word, choices->words));
+          choices->set(choices->field, indices);
+        } else {
+          *std::get<std::vector<std::string>*>(target) = std::move(words);
+        }
         return;
       }
       case ValueKind::shuffle: {
+        const ChoiceRef& choice = std::get<ChoiceRef>(target);
         if (const auto* flag = node.as_boolean()) {
-          *std::get<std::string*>(target) = flag->get() ? "global" : "none";
+          choice.set(choice.field, word_index(dotted_key, flag->get() ? "global" : "none", choice.words));
         } else if (const auto* word = node.as_string()) {
-          *std::get<std::string*>(target) = word->get();
+          choice.set(choice.field, word_index(dotted_key, word->get(), choice.words));
         } else {
           type_error(dotted_key, kind, node, "shuffle = true, shuffle = false or shuffle = \"local\"");
         }
@@ -851,7 +928,7 @@ class DeckReader {
         } else {
           type_error(dotted_key, kind, node, "loss_scale = \"auto\" or loss_scale = 1024");
         }
-        *std::get<std::string*>(target) = text;
+        *std::get<LossScaleSetting*>(target) = loss_scale_of(dotted_key, text);
         return;
       }
       case ValueKind::extents: {
@@ -903,9 +980,11 @@ class DeckReader {
 
   // ---- validation: enumerations, ranges, layers, relations between keys ----
 
-  void check_word(const std::string& dotted_key, const std::string& value,
-                  const std::vector<std::string_view>& allowed) const {
-    if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return;
+  // The index of `value` among an enumeration's words; anything else is an error suggesting the nearest word.
+  int word_index(const std::string& dotted_key, const std::string& value,
+                 std::span<const std::string_view> allowed) const {
+    if (const auto found = std::find(allowed.begin(), allowed.end(), value); found != allowed.end())
+      return static_cast<int>(found - allowed.begin());
     std::vector<Suggestion> candidates;
     for (const auto word : allowed) candidates.push_back({std::string(word), std::string(word)});
     // Other names for our values; spelling distance alone would suggest "cpu" for "gpu".
@@ -930,6 +1009,34 @@ class DeckReader {
          dotted_key + " must be one of " + join(allowed) + " (got " + toml_string(value) + ")" +
              did_you_mean(closest_name(value, candidates)),
          "set " + dotted_key + " to one of: " + join(allowed));
+  }
+
+  // precision.loss_scale: a word or a positive fp32 number (the text of one).
+  LossScaleSetting loss_scale_of(const std::string& dotted_key, const std::string& text) const {
+    if (text == "auto") return AutoLossScale{};
+    if (text == "dynamic") return DynamicLossScale{};
+    if (text == "none") return NoLossScale{};
+    const auto number = parse_number_text(text);
+    // Scales are applied in fp32, so a fixed scale must be a positive fp32 value.
+    if (!number || *number <= 0 || *number > largest_float) {
+      std::vector<Suggestion> candidates;
+      for (const auto word : loss_scale_words) candidates.push_back({std::string(word), std::string(word)});
+      fail(location(dotted_key),
+           "precision.loss_scale must be auto, dynamic, none or a positive number up to 3.4028235e+38 (got " +
+               toml_string(text) + ")" + (number ? "" : did_you_mean(closest_name(text, candidates))),
+           "auto means dynamic for fp16 and none otherwise; a number is a fixed scale, e.g. loss_scale = 1024");
+    }
+    return FixedLossScale{*number};
+  }
+
+  // train.time_limit: "" (none) or "HH:MM:SS" / "MM:SS".
+  TimeLimit time_limit_of(const std::string& dotted_key, const std::string& text) const {
+    if (text.empty()) return {};
+    const auto seconds = time_limit_seconds(text);
+    if (!seconds)
+      range_error(dotted_key, "\"HH:MM:SS\", \"MM:SS\" (minutes and seconds below 60, more than zero in all) or \"\"",
+                  toml_string(text), "e.g. time_limit = \"11:50:00\"; \"\" means no limit");
+    return TimeLimit{static_cast<double>(*seconds), text};
   }
 
   // Range checks name the rule and the default, which is always a valid value.
@@ -960,19 +1067,6 @@ class DeckReader {
 
   void validate() {
     const RunConfig& config = config_;
-    for (const auto& section : schema())
-      for (const auto& field : section.fields) {
-        if (field.allowed_words.empty()) continue;
-        RunConfig copy = config;  // bind needs a mutable config; the copy is only read
-        const std::string dotted = std::string(section.name) + "." + std::string(field.key);
-        if (field.kind == ValueKind::string_array) {
-          for (const auto& word : *std::get<std::vector<std::string>*>(field.bind(copy)))
-            check_word(dotted, word, field.allowed_words);
-        } else {
-          check_word(dotted, *std::get<std::string*>(field.bind(copy)), field.allowed_words);
-        }
-      }
-
     check_integer("run.threads", config.run.threads, 0);
     if (override_for("run.output") || config.positions.count("run.output"))
       if (config.run.output.empty())
@@ -1017,10 +1111,6 @@ class DeckReader {
     check_integer("train.log_every", config.train.log_every, 1);
     check_integer("train.eval_every", config.train.eval_every, 0);
     check_integer("train.accumulate", config.train.accumulate, 1);
-    if (!config.train.time_limit.empty() && !time_limit_seconds(config.train.time_limit))
-      range_error("train.time_limit",
-                  "\"HH:MM:SS\", \"MM:SS\" (minutes and seconds below 60, more than zero in all) or \"\"",
-                  toml_string(config.train.time_limit), "e.g. time_limit = \"11:50:00\"; \"\" means no limit");
 
     const CheckpointSection& checkpoint = config.checkpoint;
     check_integer("checkpoint.every_steps", checkpoint.every_steps, 0);
@@ -1035,14 +1125,14 @@ class DeckReader {
     check_number("optimizer.eps", optimizer.eps, optimizer.eps > 0, "> 0");
     check_number("optimizer.momentum", optimizer.momentum, optimizer.momentum >= 0, ">= 0");
     check_number("optimizer.grad_clip", optimizer.grad_clip, optimizer.grad_clip >= 0, ">= 0");
-    if (optimizer.type == "sgd" && optimizer.nesterov && optimizer.momentum == 0)
+    if (optimizer.type == OptimizerKind::sgd && optimizer.nesterov && optimizer.momentum == 0)
       fail(location("optimizer.nesterov"), "optimizer.nesterov = true needs optimizer.momentum > 0 (it is 0)",
            "set optimizer.momentum, e.g. momentum = 0.9, or remove nesterov");
 
     const ScheduleSection& schedule = config.schedule;
     check_integer("schedule.warmup_steps", schedule.warmup_steps, 0);
     check_number("schedule.min_lr", schedule.min_lr, schedule.min_lr >= 0, ">= 0");
-    if (schedule.type == "cosine" && schedule.min_lr > optimizer.lr)
+    if (schedule.type == ScheduleKind::cosine && schedule.min_lr > optimizer.lr)
       fail(location("schedule.min_lr"),
            "schedule.min_lr (" + shortest_number_text(schedule.min_lr) + ") is larger than optimizer.lr (" +
                shortest_number_text(optimizer.lr) + "): a cosine schedule decays from lr down to min_lr",
@@ -1051,20 +1141,6 @@ class DeckReader {
     check_number("schedule.gamma", schedule.gamma, schedule.gamma > 0, "> 0");
 
     const PrecisionSection& precision = config.precision;
-    if (std::find(loss_scale_words.begin(), loss_scale_words.end(), precision.loss_scale) == loss_scale_words.end()) {
-      const auto number = parse_number_text(precision.loss_scale);
-      // Scales are applied in fp32, so a fixed scale must be a positive fp32 value.
-      if (!number || *number <= 0 || *number > largest_float) {
-        std::vector<Suggestion> candidates;
-        for (const auto word : loss_scale_words) candidates.push_back({std::string(word), std::string(word)});
-        fail(location("precision.loss_scale"),
-             "precision.loss_scale must be auto, dynamic, none or a positive number up to 3.4028235e+38 (got " +
-                 toml_string(precision.loss_scale) + ")" +
-                 (number ? "" : did_you_mean(closest_name(precision.loss_scale, candidates))),
-             "auto means dynamic for fp16 and none otherwise; a number is a fixed scale, e.g. loss_scale = 1024");
-      }
-      config_.precision.loss_scale = shortest_number_text(*number);  // one spelling per value: "1e3" -> "1000"
-    }
     check_number("precision.init_scale", precision.init_scale,
                  precision.init_scale > 0 && precision.init_scale <= largest_float, "in (0, 3.4028235e+38]");
     check_number("precision.growth_factor", precision.growth_factor, precision.growth_factor > 1, "> 1");
@@ -1091,37 +1167,37 @@ class DeckReader {
       const auto& given = layer_keys_given_[index];
       if (std::find(given.begin(), given.end(), "type") == given.end())
         fail(location(table_key), table_key + " has no type",
-             "add type = \"...\" with one of: " + join(all_layer_type_names()));
+             "add type = \"...\" with one of: " + join(choice_words<LayerType>()));
+      const std::string type_word(word_of(layer.type));  // checked when read
       const LayerTypeSpec* type = find_layer_type(layer.type);
-      if (!type) check_word(layer_key(index, "type"), layer.type, all_layer_type_names());
 
       for (const auto& key : given) {
         if (layer_type_accepts(*type, key)) continue;
         std::vector<std::string_view> owners;
         for (const auto& other : layer_types())
-          if (layer_type_accepts(other, key)) owners.push_back(other.type);
+          if (layer_type_accepts(other, key)) owners.push_back(word_of(other.type));
         std::vector<std::string_view> accepted = {"type", "name"};
         accepted.insert(accepted.end(), type->keys.begin(), type->keys.end());
         fail(location(layer_key(index, key)),
-             layer_key(index, key) + " does not apply to a " + layer.type + " layer (" + key + " is for " +
+             layer_key(index, key) + " does not apply to a " + type_word + " layer (" + key + " is for " +
                  join(owners, " and ") + " layers)",
-             "remove it; a " + layer.type + " layer takes: " + join(accepted));
+             "remove it; a " + type_word + " layer takes: " + join(accepted));
       }
-      if (layer.type == "linear") {
+      if (layer.type == LayerType::linear) {
         if (std::find(given.begin(), given.end(), "out") == given.end())
           fail(location(table_key), table_key + " (linear) needs out, its number of output features",
                "add out = <number of output features>, e.g. out = 64");
         check_integer(layer_key(index, "out"), layer.out, 1);
         check_integer(layer_key(index, "in"), layer.in, 0);
       }
-      if (layer.type == "dropout")
+      if (layer.type == LayerType::dropout)
         check_number(layer_key(index, "p"), layer.p, layer.p >= 0 && layer.p < 1, "in [0, 1)");
-      if (layer.type == "layernorm" || layer.type == "groupnorm")
+      if (layer.type == LayerType::layernorm || layer.type == LayerType::groupnorm)
         check_number(layer_key(index, "eps"), layer.eps, layer.eps > 0, "> 0");
       validate_spatial_layer(index, layer, given);
 
       if (std::find(given.begin(), given.end(), "name") == given.end()) {
-        layer.name = layer.type + std::to_string(index);
+        layer.name = type_word + std::to_string(index);
       } else if (layer.name.empty() ||
                  layer.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
                      std::string::npos) {
@@ -1145,9 +1221,9 @@ class DeckReader {
   void validate_spatial_layer(std::size_t index, LayerSpec& layer, const std::vector<std::string>& given) const {
     const auto has = [&](std::string_view key) { return std::find(given.begin(), given.end(), key) != given.end(); };
     const std::string table_key = layer_key(index, "");
-    const bool conv = layer.type == "conv2d" || layer.type == "conv3d";
-    const bool pool = layer.type.find("pool") != std::string::npos && layer.type != "global_avgpool";
-    if (layer.type == "groupnorm") {
+    const bool conv = is_convolution(layer.type), pool = is_window_pooling(layer.type);
+    const std::string type_word(word_of(layer.type));
+    if (layer.type == LayerType::groupnorm) {
       if (!has("groups"))
         fail(location(table_key), table_key + " (groupnorm) needs groups, the number of channel groups",
              "add groups = <a divisor of the channel count>, e.g. groups = 4 (1 normalises over all channels)");
@@ -1155,16 +1231,16 @@ class DeckReader {
       return;
     }
     if (!conv && !pool) return;
-    const std::size_t axes = layer.type.back() == 'd' && layer.type[layer.type.size() - 2] == '3' ? 3 : 2;
+    const auto axes = static_cast<std::size_t>(window_axes(layer.type));
     if (conv) {
       if (!has("out"))
-        fail(location(table_key), table_key + " (" + layer.type + ") needs out, its number of output channels",
+        fail(location(table_key), table_key + " (" + type_word + ") needs out, its number of output channels",
              "add out = <number of output channels>, e.g. out = 16");
       check_integer(layer_key(index, "out"), layer.out, 1);
       check_integer(layer_key(index, "groups"), layer.groups, 1);
     }
     if (!has("kernel"))
-      fail(location(table_key), table_key + " (" + layer.type + ") needs kernel, the window size",
+      fail(location(table_key), table_key + " (" + type_word + ") needs kernel, the window size",
            "add kernel = 3 (the same on every axis) or one value per axis, e.g. kernel = " +
                std::string(axes == 2 ? "[3, 3]" : "[3, 3, 3]"));
     if (!has("stride")) layer.stride = conv ? std::vector<std::int64_t>{1} : layer.kernel;
@@ -1176,7 +1252,7 @@ class DeckReader {
       const std::string dotted = layer_key(index, key);
       if (values->size() != 1 && values->size() != axes)
         fail(location(dotted),
-             dotted + " has " + std::to_string(values->size()) + " values; a " + layer.type + " layer has " +
+             dotted + " has " + std::to_string(values->size()) + " values; a " + type_word + " layer has " +
                  std::to_string(axes) + " spatial axes",
              "give one value for every axis or exactly " + std::to_string(axes) + ", e.g. " + key + " = " +
                  (axes == 2 ? "[2, 2]" : "[2, 2, 2]"));

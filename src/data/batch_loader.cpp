@@ -24,7 +24,7 @@ BatchLoader::BatchLoader(TrainingData& data, const DataSection& section, int ran
     : data_(data), local_batch_(local_batch), prefetch_(section.prefetch) {
   HPCTRAIN_ASSERT(local_batch > 0 && section.prefetch >= 0,
                   "local batch " << local_batch << ", prefetch " << section.prefetch);
-  const ShuffleMode mode = parse_shuffle_mode(section.shuffle);
+  const ShuffleMode mode = section.shuffle;
   sampler_ = make_sampler(mode, data.samples(), ranks, rank, seed, section.drop_last);
   steps_per_epoch_ = hpctrain::steps_per_epoch(sampler_->samples_per_rank(), local_batch_, section.drop_last);
 

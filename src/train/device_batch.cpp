@@ -1,16 +1,13 @@
-// Moving a host batch to the backend, and the loss.
+// Moving a host batch to the backend.
 #include "hpctrain/train/device_batch.hpp"
 
 #include "hpctrain/nn/model.hpp"
 
 namespace hpctrain {
 
-DeviceBatch::DeviceBatch(Backend& backend, const Model& model, TaskKind task, std::int64_t max_rows)
-    : backend_(backend), task_(task) {
+DeviceBatch::DeviceBatch(Backend& backend, const Model& model, std::int64_t max_rows) : backend_(backend) {
   if (model.buffers().activation_dtype != DType::f32)
     staging_ = BackendBuffer(backend, static_cast<std::size_t>(max_rows * model.input_width()) * sizeof(float));
-  labels_ = BackendBuffer(backend, static_cast<std::size_t>(max_rows) * sizeof(std::int32_t));
-  targets_ = BackendBuffer(backend, static_cast<std::size_t>(max_rows * model.output_width()) * sizeof(float));
   sample_ids_ = BackendBuffer(backend, static_cast<std::size_t>(max_rows) * sizeof(std::int64_t));
 }
 
@@ -25,25 +22,15 @@ void DeviceBatch::upload(const HostBatch& batch, std::int64_t first, std::int64_
     backend_.copy_to_backend(staging_.data, source, feature_bytes);
     backend_.cast({staging_.data, DType::f32, rows, features}, input);
   }
-  if (task_ == TaskKind::classification && !batch.labels.empty()) {  // predictions need no labels
-    backend_.copy_to_backend(labels_.data, batch.labels.data() + first,
-                             static_cast<std::size_t>(rows) * sizeof(std::int32_t));
-  } else if (task_ == TaskKind::regression && !batch.targets.empty()) {
-    const std::int64_t outputs = model.output_width();
-    backend_.copy_to_backend(targets_.data, batch.targets.data() + first * outputs,
-                             static_cast<std::size_t>(rows * outputs) * sizeof(float));
+  const Loss& loss = model.loss();
+  if (loss.kind() == LossKind::cross_entropy && !batch.labels.empty()) {
+    backend_.copy_to_backend(loss.answers(), batch.labels.data() + first, loss.answer_bytes(rows));
+  } else if (loss.kind() == LossKind::mse && !batch.targets.empty()) {
+    backend_.copy_to_backend(loss.answers(), batch.targets.data() + first * model.output_width(),
+                             loss.answer_bytes(rows));
   }
   backend_.copy_to_backend(sample_ids_.data, batch.sample_ids.data() + first,
                            static_cast<std::size_t>(rows) * sizeof(std::int64_t));
-}
-
-void DeviceBatch::loss(const TensorView& output, const float* gradient_scale, LossSums* sums) const {
-  TensorView gradient = output;
-  if (gradient_scale == nullptr) gradient.data = nullptr;
-  if (task_ == TaskKind::classification)
-    backend_.softmax_cross_entropy(output, labels_.as<std::int32_t>(), gradient_scale, gradient, sums);
-  else
-    backend_.mean_squared_error(output, targets_.data, gradient_scale, gradient, sums);
 }
 
 }  // namespace hpctrain

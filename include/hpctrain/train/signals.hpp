@@ -6,13 +6,15 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/config/choices.hpp"
+
 namespace hpctrain {
 
 // Exit status after a checkpoint written because of a signal or train.time_limit (EX_TEMPFAIL: "try again").
 inline constexpr int exit_checkpointed = 75;
 
-// Install handlers for signal names ("USR1", "TERM", ...). Unknown names throw InputError.
-void install_checkpoint_signals(const std::vector<std::string>& names);
+// Install handlers for the deck's checkpoint.on_signal signals.
+void install_checkpoint_signals(const std::vector<CheckpointSignal>& signals);
 // The signal number received since installation, or 0.
 int pending_checkpoint_signal();
 // "SIGUSR1"
