@@ -87,8 +87,10 @@ void DeckReader::unknown_section(const std::string& where, std::string_view name
   std::vector<Suggestion> candidates;
   std::vector<std::string> section_names;
   for (const auto& section : schema()) {
-    candidates.push_back({"[" + std::string(section.name) + "]", std::string(section.name)});
-    section_names.push_back("[" + std::string(section.name) + "]");
+    std::string header = "[";  // (appended: GCC 12's -Wrestrict misfires on "[" + string + "]")
+    header.append(section.name).append("]");
+    candidates.push_back({header, std::string(section.name)});
+    section_names.push_back(header);
   }
   if (!is_table && !is_array_of_tables) {
     // A key written before any [section] header: suggest the section that has it.
