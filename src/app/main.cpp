@@ -6,8 +6,10 @@
 #include <vector>
 
 #include "hpctrain/app/commands.hpp"
+#include "hpctrain/config/run_config.hpp"
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
+#include "hpctrain/train/signals.hpp"
 
 namespace {
 
@@ -43,6 +45,9 @@ int main(int argc, char** argv) {
       return error.exit_code();
     }
   }
+  // A checkpoint signal that arrives while MPI and the run start up is recorded, not fatal (see train/signals.hpp).
+  if (argc > 1 && std::string(argv[1]) == "train")
+    hpctrain::record_checkpoint_signals_early(hpctrain::CheckpointSection{}.on_signal);
   hpctrain::MpiEnvironment mpi(&argc, &argv);
   const std::vector<std::string> args(argv + 1, argv + argc);
   try {

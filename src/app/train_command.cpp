@@ -64,10 +64,12 @@ int train_command(const Arguments& args, const MpiEnvironment& mpi) {
       status_file = arg.substr(14);
     } else if (arg == "--profile") {
       overrides.push_back("train.profile=true");
-    } else if (arg == "--output") {
-      overrides.push_back("run.output=" + value("--output"));
-    } else if (arg.rfind("--output=", 0) == 0) {
-      overrides.push_back("run.output=" + arg.substr(9));
+    } else if (arg == "--output" || arg.rfind("--output=", 0) == 0) {
+      const std::string directory = arg == "--output" ? value("--output") : arg.substr(9);
+      HPCTRAIN_VERIFY(!directory.empty(), InputError, "hpctrain train: --output needs a directory, got an empty string",
+                      "give the run's output directory, e.g. --output runs/my_run (or leave --output out to get "
+                      "runs/<deck name>)");
+      overrides.push_back("run.output=" + directory);
     } else if (!arg.empty() && arg[0] == '-') {
       throw InputError("hpctrain train: unknown option '" + arg + "'", "see 'hpctrain train --help'");
     } else {

@@ -72,6 +72,8 @@ class Trainer::Impl {
   // The recorded steps' results to the host: metrics rows, the divergence check. Returns seconds per step.
   double flush_steps();
   void save_checkpoint(std::int64_t step);
+  // "stopping at step N after SIGTERM / nearing train.time_limit ..." (the checkpoint is already committed).
+  void log_stop(std::int64_t step, bool out_of_time);
   EvalMetrics evaluate(std::int64_t step);
 
   const RunConfig& config_;
@@ -340,6 +342,15 @@ double Trainer::Impl::flush_steps() {
   return flushed.clock_seconds_per_step;
 }
 
+void Trainer::Impl::log_stop(std::int64_t step, bool out_of_time) {
+  const int local = pending_checkpoint_signal();
+  log(std::string("stopping at step ") + std::to_string(step) + " after " +
+      (out_of_time ? "nearing train.time_limit (" + config_.train.time_limit.text + ")"
+                   : (local ? signal_name(local) : std::string("a signal on another rank"))) +
+      "; the checkpoint is committed. Exit status " + std::to_string(exit_checkpointed) +
+      ": continue with --resume auto");
+}
+
 void Trainer::Impl::save_checkpoint(std::int64_t step) {
   CheckpointState state;
   state.scalars = scaler_->read();
@@ -378,7 +389,17 @@ TrainSummary Trainer::Impl::run() {
   std::int64_t step = first_step_;
   const double time_limit = config_.train.time_limit.seconds;
   double last_checkpoint_time = clock_.now(), recent_step = 0.0, longest_checkpoint = 1.0;
-  while (step < total_steps_) {
+  // A signal during start-up (recorded since main began) is honoured before the first step: the launcher that sent
+  // it may kill the ranks a few seconds later, so no step is started first.
+  RunControl before_start;
+  before_start.signal_seen = pending_checkpoint_signal() != 0;
+  before_start.agree(mpi_.world());
+  if (before_start.signal_seen) {
+    save_checkpoint(step);
+    log_stop(step, false);
+    summary.exit_code = exit_checkpointed;
+  }
+  while (step < total_steps_ && summary.exit_code != exit_checkpointed) {
     const double step_start = MPI_Wtime(), decided_at = clock_.now();
     // Rank 0's clock decides time-based checkpoints; the step's agreement tells every rank.
     RunControl control;
@@ -451,12 +472,7 @@ TrainSummary Trainer::Impl::run() {
       longest_checkpoint = std::max(longest_checkpoint, last_checkpoint_time - checkpoint_start);
     }
     if (signalled || out_of_time) {
-      const int local = pending_checkpoint_signal();
-      log(std::string("stopping at step ") + std::to_string(step) + " after " +
-          (out_of_time ? "nearing train.time_limit (" + config_.train.time_limit.text + ")"
-                       : (local ? signal_name(local) : std::string("a signal on another rank"))) +
-          "; the checkpoint is committed. Exit status " + std::to_string(exit_checkpointed) +
-          ": continue with --resume auto");
+      log_stop(step, out_of_time);
       summary.exit_code = exit_checkpointed;
       break;
     }
