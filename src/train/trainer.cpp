@@ -165,8 +165,9 @@ void Trainer::Impl::set_up_data() {
                     config.where("data.validation")
                         << ": validation samples in '" << validation_data_->file() << "' have shape "
                         << shape_text(validation_data_->sample_shape()) << " (" << validation_data_->feature_width()
-                        << " features), training samples in '" << train_data_->file() << "' "
-                        << shape_text(train_data_->sample_shape()) << " (" << train_data_->feature_width() << ")",
+                        << " features), but training samples in '" << train_data_->file() << "' have shape "
+                        << shape_text(train_data_->sample_shape()) << " (" << train_data_->feature_width()
+                        << " features)",
                     "the model takes one sample shape: give data.validation the shape of data.train ('hpctrain data "
                     "inspect FILE' shows a file's shapes; 'hpctrain data split' carves a validation set out of the "
                     "training file)");
