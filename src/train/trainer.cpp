@@ -115,7 +115,10 @@ class Trainer::Impl {
   std::int64_t first_step_ = 0;  // 0, or the step a resumed run continues from
   bool complete_ = false;        // resumed at the deck's last step: nothing to train, nothing to write
   double last_train_loss_ = 0.0;
-  StepScalars last_scalars_;  // host copy after the last flushed step (or as initialised / resumed)
+  double interval_loss_sum_ = 0.0;  // training losses of the steps flushed since the last log line
+  std::int64_t interval_steps_ = 0;
+  std::vector<double> step_rates_;  // samples/s of this invocation's steps, as metrics.h5 records them
+  StepScalars last_scalars_;        // host copy after the last flushed step (or as initialised / resumed)
 };
 
 Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOptions options)
@@ -334,6 +337,9 @@ double Trainer::Impl::flush_steps() {
   for (const StepResult& result : flushed.steps) {
     last_train_loss_ = result.loss;
     last_scalars_ = result.scalars;
+    interval_loss_sum_ += result.loss;
+    ++interval_steps_;
+    step_rates_.push_back(result.rate);
     if (MetricsWriter* metrics = outputs_.metrics())
       metrics->append(
           "train", {static_cast<double>(result.step + 1), result.loss, schedule_->at(result.step), result.rate,
@@ -386,7 +392,6 @@ TrainSummary Trainer::Impl::run() {
   const double start = MPI_Wtime();
   double interval_start = start, last_eval_accuracy = -1.0, last_eval_loss = 0.0;
   std::int64_t interval_samples = 0, evaluations = 0;
-  std::vector<double> interval_rates;
   std::int64_t step = first_step_;
   const double time_limit = config_.train.time_limit.seconds;
   double last_checkpoint_time = clock_.now(), recent_step = 0.0, longest_checkpoint = 1.0;
@@ -410,7 +415,6 @@ TrainSummary Trainer::Impl::run() {
       if (time_limit > 0 && decided_at - construction_time_ + 3 * recent_step + 2 * longest_checkpoint >= time_limit)
         control.clock = ClockRequest::checkpoint_and_stop;
     }
-    const std::int64_t epoch = loader_->position().epoch;
     timer_.begin(Phase::data);
     const HostBatch& batch = loader_->next();
     step_->run(batch, step, static_cast<float>(schedule_->at(step)), *graph_, *records_, step_start, decided_at);
@@ -440,15 +444,20 @@ TrainSummary Trainer::Impl::run() {
 
     if (log_now) {
       const double interval_rate = static_cast<double>(interval_samples) / std::max(now - interval_start, 1e-9);
-      if (step > first_step_ + 1 || last) interval_rates.push_back(interval_rate);
       interval_start = now;
       interval_samples = 0;
       const double eta =
           (now - start) / static_cast<double>(step - first_step_) * static_cast<double>(total_steps_ - step);
+      // Epochs count like steps: how many are complete (2.50 = two and a half passes over data.train).
+      const double epochs = static_cast<double>(step) / static_cast<double>(steps_per_epoch_);
+      // The loss is the mean over the steps since the last line (metrics.h5 has every step's).
+      const double interval_loss = interval_loss_sum_ / static_cast<double>(std::max<std::int64_t>(interval_steps_, 1));
+      interval_loss_sum_ = 0.0;
+      interval_steps_ = 0;
       char line[256];
-      std::snprintf(line, sizeof line, "step %6lld/%lld  epoch %lld  loss %.5f  lr %.3e  %9.0f samples/s%s  ETA %s",
-                    static_cast<long long>(step), static_cast<long long>(total_steps_), static_cast<long long>(epoch),
-                    last_train_loss_, schedule_->at(step - 1), interval_rate,
+      std::snprintf(line, sizeof line, "step %6lld/%lld  epoch %.2f  loss %.5f  lr %.3e  %9.0f samples/s%s  ETA %s",
+                    static_cast<long long>(step), static_cast<long long>(total_steps_), epochs, interval_loss,
+                    schedule_->at(step - 1), interval_rate,
                     scaler_->enabled() ? ("  scale " + number_text(last_scalars_.loss_scale)).c_str() : "",
                     format_duration(eta).c_str());
       log(line);
@@ -487,7 +496,12 @@ TrainSummary Trainer::Impl::run() {
   if (evaluations > 0)
     done << (task_ == TaskKind::classification ? ", validation accuracy " + number_text(last_eval_accuracy)
                                                : ", validation mse " + number_text(last_eval_loss));
-  if (!interval_rates.empty()) done << ", " << static_cast<long long>(median(interval_rates)) << " samples/s (median)";
+  // The median of the steps' rates after the first tenth (warm-up), as `hpctrain report` computes it from metrics.h5.
+  if (!step_rates_.empty())
+    done << ", "
+         << std::llround(median(std::vector<double>(
+                step_rates_.begin() + static_cast<std::ptrdiff_t>(step_rates_.size() / 10), step_rates_.end())))
+         << " samples/s (median)";
   const fs::path& output = outputs_.directory();
   done << "\n"
        << "outputs: " << (output / "metrics.h5").string() << ", " << (output / "config.toml").string() << ", "
