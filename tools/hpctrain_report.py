@@ -71,9 +71,9 @@ def summary(run_dir, metrics):
     steps = train.get("step", np.array([]))
     if len(steps) == 0:
         return "\n".join(lines + ["no training steps recorded"])
-    rates = train["samples_per_sec"][len(steps) // 10:]  # leave out the warm-up
+    rates = train.get("samples_per_sec", np.full(len(steps), np.nan))[len(steps) // 10:]  # leave out the warm-up
     lines.append(f"steps: {int(steps[-1])}; final training loss {train['loss'][-1]:.6g}; "
-                 f"median {np.median(rates):.0f} samples/s; skipped steps {int(train['skipped'].sum())}")
+                 f"median {np.median(rates):.0f} samples/s; skipped steps {int(train.get('skipped', steps * 0).sum())}")
     if len(evaluation.get("step", [])):
         values = ", ".join(f"{name} {evaluation[name][-1]:.6g}" for name in sorted(evaluation) if name != "step")
         lines.append(f"evaluation at step {int(evaluation['step'][-1])}: {values}")
@@ -200,6 +200,7 @@ def plot(names, runs, out, span):
     entries = []
     for index, (group, metrics, label) in enumerate(groups):
         axis = eval_axis if index == 0 else eval_axis.twinx()
+        where = ("", " (right axis)", " (far right axis)")[index]
         if index == 2:
             axis.spines["right"].set_position(("axes", 1.15))
         for metric in metrics:
@@ -207,13 +208,11 @@ def plot(names, runs, out, span):
                 if len(evaluation.get(metric, [])):
                     axis.plot(evaluation["step"], evaluation[metric], color=colour, ms=4, **EVAL_STYLES[metric],
                               label=f"{name}: {EVAL_NAMES[metric]}")
-            entries.append(key(EVAL_NAMES[metric] + ("" if index == 0 else f" ({'right' if index == 1 else 'far right'} axis)"),
-                               ms=4, **EVAL_STYLES[metric]))
+            entries.append(key(EVAL_NAMES[metric] + where, ms=4, **EVAL_STYLES[metric]))
         if group == "accuracy":
             axis.set_ylim(-0.02, 1.02)
         axis.set_ylabel(label)
-        panels.append(("evaluation metrics" + ("" if index == 0 else f" ({'right' if index == 1 else 'far right'} axis)"),
-                       axis))
+        panels.append(("evaluation metrics" + where, axis))
     if entries:
         eval_axis.legend(handles=entries, fontsize="small")
 
