@@ -27,7 +27,7 @@ const char* const usage_text =
     "  predict CHECKPOINT.h5 --data FILE.h5 [--output FILE.h5]       apply a trained model, write predictions\n"
     "  evaluate CHECKPOINT.h5 --data FILE.h5                         the model's loss and metrics on a dataset\n"
     "  checkpoint verify FILE.h5|RUN_DIR                             check a checkpoint's checksums\n"
-    "  report RUN_DIR [--plot OUT.png]                               summarise a run; plot its curves (no MPI)\n"
+    "  report RUN_DIR... [--plot OUT.png] [--csv [FILE]]             summarise runs; plot or export their curves (no MPI)\n"
     "  --version                                                     version and build facts\n"
     "\n"
     "Run 'hpctrain <command> --help' for a command's options. Launch with mpiexec/srun for several ranks.\n";
