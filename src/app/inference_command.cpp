@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
+#include "hpctrain/app/command_line.hpp"
 #include "hpctrain/app/commands.hpp"
 #include "hpctrain/config/run_config.hpp"
 #include "hpctrain/core/error.hpp"
@@ -37,41 +39,25 @@ struct InferenceArguments {
   bool force = false;
 };
 
-InferenceArguments parse_inference_arguments(const Arguments& args, const char* command, const char* usage,
-                                             const MpiEnvironment& mpi, bool* help) {
+// The command line of predict and evaluate; the checkpoint may be named as a file, a run directory or its
+// checkpoints/latest (resolve_checkpoint). Returns nullopt after printing the usage for --help.
+std::optional<InferenceArguments> parse_inference_arguments(const Arguments& args, const std::string& command,
+                                                            const char* usage, const MpiEnvironment& mpi) {
+  const CommandLine line(args, "hpctrain " + command,
+                         {{"--data", true}, {"--output", true}, {"--set", true, true}, {"--force", false}});
+  if (print_help_if_asked(line, usage, mpi)) return std::nullopt;
+  const auto& words = line.positionals();
+  HPCTRAIN_VERIFY(words.size() <= 1, InputError,
+                  line.command() << ": unexpected argument '" << words[words.size() - 1] << "'", line.help_hint());
+  HPCTRAIN_VERIFY(words.size() == 1 && line.has("--data"), InputError,
+                  line.command() << ": needs a checkpoint and --data FILE.h5",
+                  "usage: " + line.command() + " CHECKPOINT.h5 --data FILE.h5");
   InferenceArguments parsed;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    auto value = [&]() -> std::string {
-      HPCTRAIN_VERIFY(i + 1 < args.size(), InputError, "hpctrain " << command << ": " << arg << " needs a value",
-                      std::string("see 'hpctrain ") + command + " --help'");
-      return args[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
-      if (mpi.is_root()) std::fputs(usage, stdout);
-      *help = true;
-      return parsed;
-    }
-    if (arg == "--data")
-      parsed.data = value();
-    else if (arg == "--output")
-      parsed.output = value();
-    else if (arg == "--set")
-      parsed.overrides.push_back(value());
-    else if (arg == "--force")
-      parsed.force = true;
-    else if (!arg.empty() && arg[0] == '-')
-      throw InputError(std::string("hpctrain ") + command + ": unknown option '" + arg + "'",
-                       std::string("see 'hpctrain ") + command + " --help'");
-    else if (parsed.checkpoint.empty())
-      parsed.checkpoint = arg;
-    else
-      throw InputError(std::string("hpctrain ") + command + ": unexpected argument '" + arg + "'",
-                       std::string("see 'hpctrain ") + command + " --help'");
-  }
-  HPCTRAIN_VERIFY(!parsed.checkpoint.empty() && !parsed.data.empty(), InputError,
-                  "hpctrain " << command << ": needs a checkpoint and --data FILE.h5",
-                  std::string("usage: hpctrain ") + command + " CHECKPOINT.h5 --data FILE.h5");
+  parsed.checkpoint = resolve_checkpoint(words[0]).string();
+  parsed.data = line.value("--data");
+  parsed.output = line.value_or("--output", "");
+  parsed.overrides = line.values("--set");
+  parsed.force = line.has("--force");
   return parsed;
 }
 
@@ -93,7 +79,7 @@ InferenceSetup set_up(const InferenceArguments& arguments, const RunConfig& conf
   const std::int64_t data_width = shape_size(data_shape);
   InferenceSetup setup;
   setup.config = config;
-  setup.task = task_of(config);
+  setup.task = task_of(config.model);
   const std::int64_t trained_width = checkpoint_input_features(arguments.checkpoint);
   HPCTRAIN_VERIFY(data_width == trained_width, InputError,
                   "'" << arguments.data << "': samples have " << data_width << " features, but the model in '"
@@ -110,10 +96,6 @@ InferenceSetup set_up(const InferenceArguments& arguments, const RunConfig& conf
                               ModelBuffers{activation, DType::f32, setup.local_batch, false}, arguments.checkpoint);
   load_parameters(arguments.checkpoint, *setup.model, *setup.backend, mpi);
   return setup;
-}
-
-TaskKind task_of(const RunConfig& config) {
-  return config.model.loss == "mse" ? TaskKind::regression : TaskKind::classification;
 }
 
 // Per row of logits (rows, width): the softmax probabilities and the class of the largest logit.
@@ -149,6 +131,7 @@ const char* const predict_usage =
     "usage: hpctrain predict CHECKPOINT.h5 --data FILE.h5 [--output predictions.h5] [--set section.key=value]...\n"
     "                        [--force]\n"
     "\n"
+    "CHECKPOINT.h5 may also be a run directory or its checkpoints/latest (the newest checkpoint).\n"
     "Run the checkpoint's model (its deck is stored in the checkpoint) over every sample of FILE.h5 (the dataset\n"
     "data.features, transformed by the deck's data.log1p/scale/shift as in training), sharded over the ranks, in the\n"
     "deck's precision, and write one HDF5 file (written by all ranks together) with /predictions (N x outputs,\n"
@@ -159,20 +142,21 @@ const char* const evaluate_usage =
     "usage: hpctrain evaluate CHECKPOINT.h5 --data FILE.h5 [--output evaluation.h5] [--set section.key=value]...\n"
     "                         [--force]\n"
     "\n"
+    "CHECKPOINT.h5 may also be a run directory or its checkpoints/latest (the newest checkpoint).\n"
     "The deck's loss and metrics (classification: accuracy, top-5 accuracy with more than 5 classes; regression:\n"
     "MSE, MAE, R^2) of the checkpoint's model on FILE.h5, printed and, with --output, written to HDF5 as /eval/...\n";
 
 }  // namespace
 
 int predict_command(const Arguments& args, const MpiEnvironment& mpi) {
-  bool help = false;
-  const InferenceArguments arguments = parse_inference_arguments(args, "predict", predict_usage, mpi, &help);
-  if (help) return 0;
+  const auto parsed = parse_inference_arguments(args, "predict", predict_usage, mpi);
+  if (!parsed) return 0;
+  const InferenceArguments& arguments = *parsed;
   const std::string output = arguments.output.empty() ? "predictions.h5" : arguments.output;
   refuse_to_overwrite(output, arguments.force, mpi);
   // The reader training and evaluation use (so the deck's data.log1p/scale/shift apply), without labels.
   const RunConfig deck = checkpoint_config(arguments);
-  const TrainingData data(deck, "--data", arguments.data, task_of(deck), DataContents::features_only);
+  const TrainingData data(deck, "--data", arguments.data, task_of(deck.model), DataContents::features_only);
   InferenceSetup setup = set_up(arguments, deck, data.model_input_shape(), mpi);
   data.validate(mpi, 0);
   Model& model = *setup.model;
@@ -238,12 +222,12 @@ int predict_command(const Arguments& args, const MpiEnvironment& mpi) {
 }
 
 int evaluate_command(const Arguments& args, const MpiEnvironment& mpi) {
-  bool help = false;
-  const InferenceArguments arguments = parse_inference_arguments(args, "evaluate", evaluate_usage, mpi, &help);
-  if (help) return 0;
+  const auto parsed = parse_inference_arguments(args, "evaluate", evaluate_usage, mpi);
+  if (!parsed) return 0;
+  const InferenceArguments& arguments = *parsed;
   if (!arguments.output.empty()) refuse_to_overwrite(arguments.output, arguments.force, mpi);
   const RunConfig deck = checkpoint_config(arguments);
-  const TaskKind task = task_of(deck);
+  const TaskKind task = task_of(deck.model);
   const TrainingData data(deck, "--data", arguments.data, task);
   InferenceSetup setup = set_up(arguments, deck, data.model_input_shape(), mpi);
   data.validate(mpi, task == TaskKind::classification ? setup.model->output_width() : 0);

@@ -28,6 +28,10 @@ constexpr std::int64_t validation_block_values = 1 << 20;
 constexpr std::int64_t no_sample = std::numeric_limits<std::int64_t>::max();
 }  // namespace
 
+TaskKind task_of(const ModelSection& model) {
+  return model.loss == "mse" ? TaskKind::regression : TaskKind::classification;
+}
+
 // --- FeatureTransform ---
 
 FeatureTransform FeatureTransform::from(const DataSection& section) {

@@ -152,7 +152,7 @@ class Trainer::Impl {
 Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOptions options)
     : config_(config),
       mpi_(mpi),
-      task_(config.model.loss == "mse" ? TaskKind::regression : TaskKind::classification),
+      task_(task_of(config.model)),
       options_(std::move(options)),
       status_(options_.status != nullptr ? *options_.status : fallback_status_) {
   const int ranks = mpi.size();

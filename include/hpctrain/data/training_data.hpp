@@ -19,8 +19,12 @@ namespace hpctrain {
 class Hdf5Dataset;
 struct RunConfig;
 struct DataSection;
+struct ModelSection;
 
 enum class TaskKind { classification, regression };
+
+// The task a model's loss sets: mse is regression (targets), every other loss classification (labels).
+TaskKind task_of(const ModelSection& model);
 
 // What a split is read for: training and evaluation need the labels/targets, predictions the features alone.
 enum class DataContents { features_and_answers, features_only };
