@@ -53,25 +53,16 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
   for (std::size_t i = 0; i <= layers_.size(); ++i) {
     const std::size_t bytes = static_cast<std::size_t>(buffers_.max_rows * layer_width) * activation_size;
     activations_.push_back(backend_.allocate(bytes));
-    activation_bytes_ += bytes;
     if (i < layers_.size()) layer_width = layers_[i]->output_width();
   }
   if (layout_ == SpatialLayout::channels_last) {  // the input batch, converted once per step
-    const std::size_t bytes = static_cast<std::size_t>(buffers_.max_rows * input_width_) * activation_size;
-    converted_input_ = backend_.allocate(bytes);
-    activation_bytes_ += bytes;
+    converted_input_ = backend_.allocate(static_cast<std::size_t>(buffers_.max_rows * input_width_) * activation_size);
   }
   const std::size_t scratch_bytes = static_cast<std::size_t>(buffers_.max_rows * widest) * activation_size;
   if (buffers_.training)
-    for (auto& scratch : scratch_) {
-      scratch = backend_.allocate(scratch_bytes);
-      activation_bytes_ += scratch_bytes;
-    }
-  if (saved_rows_blocks > 0) {
-    const std::size_t bytes = static_cast<std::size_t>(saved_rows_blocks * buffers_.max_rows) * master_size;
-    saved_ = backend_.allocate(bytes);
-    activation_bytes_ += bytes;
-  }
+    for (auto& scratch : scratch_) scratch = backend_.allocate(scratch_bytes);
+  if (saved_rows_blocks > 0)
+    saved_ = backend_.allocate(static_cast<std::size_t>(saved_rows_blocks * buffers_.max_rows) * master_size);
 
   // Hand each layer its views.
   std::size_t entry = 0;

@@ -23,7 +23,8 @@ Optimizer::Optimizer(const OptimizerSection& section, Model& model, Backend& bac
   for (const ParameterEntry& entry : model.parameter_entries()) {
     bool decays = true;
     for (const std::string& word : section.no_decay)
-      if (entry.name.find(word) != std::string::npos || entry.layer_type.find(word) != std::string::npos) decays = false;
+      if (entry.name.find(word) != std::string::npos || entry.layer_type.find(word) != std::string::npos)
+        decays = false;
     if (!ranges_.empty() && ranges_.back().decay == decays &&
         ranges_.back().offset + ranges_.back().count == entry.offset)
       ranges_.back().count += entry.count;
@@ -42,11 +43,6 @@ Optimizer::Optimizer(const OptimizerSection& section, Model& model, Backend& bac
 Optimizer::~Optimizer() {
   for (float* state : state_)
     if (state != nullptr) backend_.deallocate(state);
-}
-
-std::size_t Optimizer::state_bytes() const {
-  std::size_t vectors = (state_[0] != nullptr) + (state_[1] != nullptr);
-  return vectors * static_cast<std::size_t>(model_.parameter_count()) * sizeof(float);
 }
 
 void Optimizer::gradient_statistics(StepScalars* scalars) {

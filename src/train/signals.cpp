@@ -15,13 +15,21 @@ extern "C" void record_signal(int signal_number) {
   if (received_signal == 0) received_signal = signal_number;  // a second signal while writing changes nothing
 }
 
+// The signals checkpoint.on_signal may name (src/config validates the deck against the same names).
+struct NamedSignal {
+  const char* name;
+  int number;
+};
+constexpr NamedSignal checkpoint_signals[] = {
+    {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"TERM", SIGTERM}, {"INT", SIGINT}, {"HUP", SIGHUP}};
+
 int signal_number_of(const std::string& name) {
-  if (name == "USR1") return SIGUSR1;
-  if (name == "USR2") return SIGUSR2;
-  if (name == "TERM") return SIGTERM;
-  if (name == "INT") return SIGINT;
-  if (name == "HUP") return SIGHUP;
-  throw InputError("checkpoint.on_signal: unknown signal '" + name + "'", "use USR1, USR2, TERM, INT or HUP");
+  std::string names;
+  for (const NamedSignal& signal : checkpoint_signals) {
+    if (name == signal.name) return signal.number;
+    names += std::string(names.empty() ? "" : ", ") + signal.name;
+  }
+  throw InputError("checkpoint.on_signal: unknown signal '" + name + "'", "use one of " + names);
 }
 }  // namespace
 
@@ -38,20 +46,9 @@ void install_checkpoint_signals(const std::vector<std::string>& names) {
 int pending_checkpoint_signal() { return received_signal; }
 
 std::string signal_name(int signal_number) {
-  switch (signal_number) {
-    case SIGUSR1:
-      return "SIGUSR1";
-    case SIGUSR2:
-      return "SIGUSR2";
-    case SIGTERM:
-      return "SIGTERM";
-    case SIGINT:
-      return "SIGINT";
-    case SIGHUP:
-      return "SIGHUP";
-    default:
-      return "signal " + std::to_string(signal_number);
-  }
+  for (const NamedSignal& signal : checkpoint_signals)
+    if (signal.number == signal_number) return std::string("SIG") + signal.name;
+  return "signal " + std::to_string(signal_number);
 }
 
 }  // namespace hpctrain

@@ -81,7 +81,6 @@ class Model {
 
   // A printed summary: layer, type, output shape, parameters.
   [[nodiscard]] std::string summary() const;
-  [[nodiscard]] std::size_t activation_bytes() const { return activation_bytes_; }
   // How the conv layers hold their samples: channels-last when the backend prefers it and the model allows it.
   [[nodiscard]] SpatialLayout spatial_layout() const { return layout_; }
 
@@ -107,7 +106,6 @@ class Model {
   void* converted_input_ = nullptr;        // channels-last: the input batch in that layout (layer 0 reads it)
   void* saved_ = nullptr;                  // per-row statistics of layers that keep them
   void* scratch_[2] = {nullptr, nullptr};  // backward ping-pong buffers (max_rows, widest layer)
-  std::size_t activation_bytes_ = 0;
 };
 
 }  // namespace hpctrain

@@ -24,7 +24,6 @@ class Optimizer {
   // The fused update (skipped on the backend when scalars->found_nonfinite).
   void step(const StepScalars* scalars);
   [[nodiscard]] float* state(int index) const { return state_[index]; }  // nullptr if unused
-  [[nodiscard]] std::size_t state_bytes() const;
 
  private:
   struct Range {
