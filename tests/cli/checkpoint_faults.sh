@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Faults during checkpointing: kill -9 of all ranks at random moments while they write a checkpoint every step,
 # repeated; after each kill the checkpoint `latest` names passes its checksums and loads. And a write that fails
-# (file-size limit standing in for a full disk) gives a clear error and leaves the previous checkpoint intact.
+# (file-size limit standing in for a full disk) gives one clear error (also in train.log), removes the partial file
+# and leaves the previous checkpoint intact.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 make_spirals train.h5 2000 1
@@ -54,4 +55,8 @@ timeout 120 $MPIEXEC -n 2 bash -c "ulimit -f 400; trap '' XFSZ; exec \"\$0\" \"\
   { cat full.log >&2; fail "a failing checkpoint write was not reported"; }
 [[ $(cat run/checkpoints/latest) == "$before" ]] && "$HPCTRAIN" checkpoint verify run >/dev/null &&
   pass "previous checkpoint intact ($before)" || fail "previous checkpoint damaged"
+# ... said once, in words (not HDF5's calls), also in train.log, and the partial file is gone.
+check_write_failure "failed checkpoint write" full.log run "writing checkpoint '.*' failed: the file would pass the file-size limit"
+partials=$(find run/checkpoints -name '*.partial')
+[[ -z $partials ]] && pass "no partial checkpoint left" || fail "partial checkpoint left: $partials"
 finish

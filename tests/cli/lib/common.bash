@@ -49,6 +49,22 @@ expect_error() {
   pass "$name (exit $status): $(grep "hpctrain: error:" "$log")"
 }
 
+# check_write_failure NAME LOG RUN_DIR PATTERN: a failed write of a run was reported once (one "hpctrain: error:" line
+# matching PATTERN), in words rather than HDF5's calls or our source locations, without HDF5's close warnings, and
+# the same line reached RUN_DIR/train.log.
+check_write_failure() {
+  local name=$1 log=$2 run=$3 pattern=$4 copies
+  copies=$(grep -c "hpctrain: error:" "$log" || true)
+  if ((copies != 1)); then fail "$name: $copies error messages instead of 1"; cat "$log" >&2; return; fi
+  grep -qE -- "$pattern" "$log" || { fail "$name: message does not match '$pattern'"; cat "$log" >&2; return; }
+  if grep -qE 'H5[A-Z][a-z_]+\(|\.cpp:[0-9]|closing an HDF5 object failed' "$log"; then
+    fail "$name: HDF5 call text, source locations or close warnings printed"; cat "$log" >&2; return
+  fi
+  grep -q "hpctrain: error: .*$(grep -o "failed: [a-z -]*" "$log" | head -1)" "$run/train.log" ||
+    { fail "$name: the error is not in $run/train.log"; return; }
+  pass "$name: $(grep "hpctrain: error:" "$log")"
+}
+
 finish() {
   if ((failures > 0)); then echo "$failures check(s) failed" >&2; exit 1; fi
   echo "all checks passed"
