@@ -31,13 +31,14 @@ std::int64_t step_of(const fs::path& path) {
   return std::regex_match(name, match, pattern) ? std::stoll(match[1]) : -1;
 }
 
-// A checkpoint opened by one process, its format checked.
-H5Handle open_checkpoint_serially(const std::string& path) {
+// A checkpoint opened by one process, its format checked and its root attribute `attribute` there.
+H5Handle open_checkpoint_serially(const std::string& path, const std::string& attribute) {
   H5Handle file = open_file_read_only(path, "checkpoint");
-  HPCTRAIN_VERIFY(
-      attribute_exists(file.get(), "format") && read_string_attribute(file.get(), "format") == checkpoint_format,
-      InputError, "'" << path << "' is not an hpctrain checkpoint (" << checkpoint_format << ")",
-      "pass a file from a run's checkpoints/ directory");
+  HPCTRAIN_VERIFY(attribute_exists(file.get(), "format") &&
+                      read_string_attribute(file.get(), "format") == checkpoint_format &&
+                      attribute_exists(file.get(), attribute),
+                  InputError, "'" << path << "' is not an hpctrain checkpoint (" << checkpoint_format << ")",
+                  "pass a file from a run's checkpoints/ directory");
   return file;
 }
 
@@ -131,19 +132,13 @@ std::string checkpoint_run_id(const std::string& path) {
 
 std::string checkpoint_string_attribute(const std::string& path, const std::string& name) {
   const auto lock = lock_hdf5();
-  H5Handle file = open_checkpoint_serially(path);
-  HPCTRAIN_VERIFY(attribute_exists(file.get(), name), InputError,
-                  "'" << path << "' is not an hpctrain checkpoint (" << checkpoint_format << ")",
-                  "pass a file from a run's checkpoints/ directory");
+  H5Handle file = open_checkpoint_serially(path, name);
   return read_string_attribute(file.get(), name);
 }
 
 std::int64_t checkpoint_integer_attribute(const std::string& path, const std::string& name) {
   const auto lock = lock_hdf5();
-  H5Handle file = open_checkpoint_serially(path);
-  HPCTRAIN_VERIFY(attribute_exists(file.get(), name), InputError,
-                  "'" << path << "' is not an hpctrain checkpoint (" << checkpoint_format << ")",
-                  "pass a file from a run's checkpoints/ directory");
+  H5Handle file = open_checkpoint_serially(path, name);
   return static_cast<std::int64_t>(read_number_attribute(file.get(), name));
 }
 

@@ -6,20 +6,7 @@
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 make_spirals train.h5 2000 1
-cat >deck.toml <<'TOML'
-[data]
-train = "train.h5"
-batch_size = 32
-[model]
-layers = [ { type = "linear", out = 256 }, { type = "relu" }, { type = "linear", out = 256 }, { type = "relu" },
-           { type = "linear", out = 3 } ]
-[train]
-steps = 1000000
-log_every = 1000
-[checkpoint]
-every_steps = 1
-keep = 2
-TOML
+wide_mlp_deck deck.toml 1000000 1
 trials=${HPCTRAIN_KILL_TRIALS:-20}
 checkpointed_or_ended() { [[ -f run/checkpoints/latest ]] || ! kill -0 "$launcher" 2>/dev/null; }
 sound=0

@@ -7,20 +7,7 @@
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 make_spirals train.h5 2000 1
-cat >deck.toml <<'TOML'
-[data]
-train = "train.h5"
-batch_size = 32
-[model]
-layers = [ { type = "linear", out = 256 }, { type = "relu" }, { type = "linear", out = 256 }, { type = "relu" },
-           { type = "linear", out = 3 } ]
-[train]
-steps = 8
-log_every = 1000
-[checkpoint]
-every_steps = 2
-keep = 2
-TOML
+wide_mlp_deck deck.toml 8 2
 no_checkpoints=(--set checkpoint.every_steps=0 --set checkpoint.at_end=false)
 
 # metrics.h5 under a 40 KiB file-size limit: created, then its first row (a chunk per column) does not fit. The limit

@@ -34,6 +34,25 @@ make_spirals() {
   "$HPCTRAIN" data generate spirals --samples "$2" --classes 3 --noise 0.05 --seed "${3:-1}" --output "$1" >/dev/null
 }
 
+# wide_mlp_deck FILE STEPS EVERY_STEPS: a deck on train.h5 (spirals) whose 2-256-256-3 MLP with AdamW makes checkpoints
+# of about 840 KB, written every EVERY_STEPS steps, the newest 2 kept.
+wide_mlp_deck() {
+  cat >"$1" <<TOML
+[data]
+train = "train.h5"
+batch_size = 32
+[model]
+layers = [ { type = "linear", out = 256 }, { type = "relu" }, { type = "linear", out = 256 }, { type = "relu" },
+           { type = "linear", out = 3 } ]
+[train]
+steps = $2
+log_every = 1000
+[checkpoint]
+every_steps = $3
+keep = 2
+TOML
+}
+
 # expect_error NAME PATTERN RANKS ARGS...: the run must fail (non-zero, not a timeout), print PATTERN, and print
 # exactly one "hpctrain: error:" line however many ranks ran.
 expect_error() {
