@@ -2,18 +2,11 @@
 #include "hpctrain/data/batch_loader.hpp"
 
 #include <algorithm>
-#include <chrono>
 
 #include "hpctrain/config/run_config.hpp"
 #include "hpctrain/core/error.hpp"
 
 namespace hpctrain {
-
-namespace {
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-}  // namespace
 
 BatchLoader::BatchLoader(TrainingData& data, const DataSection& section, const MpiEnvironment& mpi,
                          std::int64_t local_batch, std::uint64_t seed)
@@ -115,12 +108,10 @@ void BatchLoader::seek(LoaderPosition position) {
 }
 
 const HostBatch& BatchLoader::next() {
-  const auto start = std::chrono::steady_clock::now();
   if (prefetch_ == 0) {
     Slot& slot = slots_.front();
     fill(slot, position_);
     position_ = after(position_);
-    wait_seconds_ += seconds_since(start);
     return slot.batch;
   }
   std::unique_lock lock(mutex_);
@@ -140,7 +131,6 @@ const HostBatch& BatchLoader::next() {
                                                   << position_.step_in_epoch << ") was due");
   position_ = after(position_);
   lock.unlock();
-  wait_seconds_ += seconds_since(start);
   return slot.batch;
 }
 

@@ -10,7 +10,7 @@
 
 #include "hpctrain/config/run_config.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
-#include "hpctrain/io/checkpoint.hpp"
+#include "hpctrain/train/checkpointing.hpp"
 #include "hpctrain/train/run_directory.hpp"
 
 namespace hpctrain {
