@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "hpctrain/app/command_line.hpp"
 #include "data_tools.hpp"
+#include "hpctrain/app/command_line.hpp"
 #include "hpctrain/config/run_config.hpp"
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/core/numbers.hpp"
@@ -66,8 +66,8 @@ int data_bench_command(const Arguments& args, const MpiEnvironment& mpi) {
         "data.shuffle = %s, data.prefetch = %lld, data.in_memory = %s\n",
         parsed.positionals()[0].c_str(), data.file().c_str(), static_cast<long long>(data.samples()),
         static_cast<long long>(row_bytes), mpi.size(), static_cast<long long>(steps),
-        static_cast<long long>(local_batch), std::string(word_of(config.data.shuffle)).c_str(), static_cast<long long>(config.data.prefetch),
-        config.data.in_memory ? "true" : "false");
+        static_cast<long long>(local_batch), std::string(word_of(config.data.shuffle)).c_str(),
+        static_cast<long long>(config.data.prefetch), config.data.in_memory ? "true" : "false");
     std::vector<double> rates, staging_rates;
     for (int rank = 0; rank < mpi.size(); ++rank) {
       const double* figures = all.data() + figures_per_rank * rank;

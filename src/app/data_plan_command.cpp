@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "hpctrain/app/command_line.hpp"
 #include "data_tools.hpp"
+#include "hpctrain/app/command_line.hpp"
 #include "hpctrain/config/run_config.hpp"
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/data/sampler.hpp"
@@ -69,8 +69,8 @@ int data_plan_command(const Arguments& args, const MpiEnvironment& mpi) {
         "data.drop_last = %s; run.seed = %llu\n",
         data.file().c_str(), static_cast<long long>(data.samples()), static_cast<long long>(ranks),
         static_cast<long long>(config.data.batch_size), static_cast<long long>(ranks),
-        static_cast<long long>(local_batch), std::string(word_of(mode)).c_str(), config.data.drop_last ? "true" : "false",
-        static_cast<unsigned long long>(config.run.seed));
+        static_cast<long long>(local_batch), std::string(word_of(mode)).c_str(),
+        config.data.drop_last ? "true" : "false", static_cast<unsigned long long>(config.run.seed));
     std::printf("# %lld steps per epoch; %lld samples per rank", static_cast<long long>(steps),
                 static_cast<long long>(per_rank));
     if (visited > data.samples()) {
