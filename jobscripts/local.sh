@@ -18,10 +18,15 @@ hpctrain=${HPCTRAIN:-$(command -v hpctrain || echo "$repository/build/release/bi
   exit 2
 }
 status_file=${HPCTRAIN_STATUS_FILE:-${TMPDIR:-/tmp}/hpctrain-local-$$.status}
-read -r -a mpiexec_flags <<<"${HPCTRAIN_MPIEXEC_FLAGS:---bind-to none}"
+# Open MPI: -q leaves out mpiexec's own banner after a rank's non-zero exit (hpctrain has said what happened).
+default_flags="--bind-to none"
+mpiexec --version 2>/dev/null | grep -q "Open MPI" && default_flags="-q $default_flags"
+read -r -a mpiexec_flags <<<"${HPCTRAIN_MPIEXEC_FLAGS:-$default_flags}"
 launch_line=(mpiexec -n "${RANKS:-2}" "${mpiexec_flags[@]}" "$hpctrain" train "$deck" --resume auto "$@"
   --status-file "$status_file")
 if [[ ${HPCTRAIN_DRY_RUN:-0} == 1 ]]; then printf 'launch:'; printf ' %q' "${launch_line[@]}"; printf '\n'; exit 0; fi
+# Open MPI's mpiexec kills the ranks ~2 s after forwarding a SIGTERM: give a long step and its checkpoint a minute.
+export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-60}
 "${launch_line[@]}"
 status=$?
 # What hpctrain recorded decides: mpiexec that got a signal (Ctrl-C, kill) may exit 1 although hpctrain checkpointed.

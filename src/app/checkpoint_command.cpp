@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "hpctrain/app/command_line.hpp"
 #include "hpctrain/app/commands.hpp"
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
@@ -18,15 +19,17 @@ const char* const checkpoint_usage =
 }
 
 int checkpoint_command(const Arguments& args, const MpiEnvironment& mpi) {
-  const auto asks_help = [](const std::string& word) { return word == "--help" || word == "-h"; };
-  if (args.empty() || asks_help(args[0]) || (args.size() == 2 && args[0] == "verify" && asks_help(args[1]))) {
-    if (mpi.is_root()) std::fputs(checkpoint_usage, args.empty() ? stderr : stdout);
-    return args.empty() ? exit_input_error : 0;
+  if (args.empty()) {
+    if (mpi.is_root()) std::fputs(checkpoint_usage, stderr);
+    return exit_input_error;
   }
-  HPCTRAIN_VERIFY(args[0] == "verify" && args.size() == 2, InputError,
-                  "hpctrain checkpoint: expected 'verify FILE|RUN_DIR'", "see 'hpctrain checkpoint --help'");
+  const CommandLine line(args, "hpctrain checkpoint", {});
+  if (print_help_if_asked(line, checkpoint_usage, mpi)) return 0;
+  const auto& words = line.positionals();
+  HPCTRAIN_VERIFY(words.size() == 2 && words[0] == "verify", InputError,
+                  "hpctrain checkpoint: expected 'verify FILE|RUN_DIR'", line.help_hint());
   namespace fs = std::filesystem;
-  const fs::path path = resolve_checkpoint(args[1]);
+  const fs::path path = resolve_checkpoint(words[1]);
   std::error_code error;
   HPCTRAIN_VERIFY(fs::is_regular_file(path, error), InputError,
                   "hpctrain checkpoint verify: '" << path.string() << "' does not exist or is not a file",

@@ -2,12 +2,15 @@
 // dataset, sharded over the ranks like training evaluation, without gradients or optimizer state.
 #include <hdf5.h>
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
+#include "hpctrain/app/command_line.hpp"
 #include "hpctrain/app/commands.hpp"
 #include "hpctrain/config/run_config.hpp"
 #include "hpctrain/core/error.hpp"
@@ -16,10 +19,12 @@
 #include "hpctrain/io/checkpoint.hpp"
 #include "hpctrain/io/hdf5.hpp"
 #include "hpctrain/io/metrics_writer.hpp"
+#include "hpctrain/io/parallel_file.hpp"
 #include "hpctrain/nn/model.hpp"
+#include "hpctrain/precision/policy.hpp"
+#include "hpctrain/train/checkpointing.hpp"
 #include "hpctrain/train/device_batch.hpp"
 #include "hpctrain/train/evaluation.hpp"
-#include "hpctrain/train/precision_choice.hpp"
 #include "hpctrain/train/rank_resources.hpp"
 
 namespace hpctrain {
@@ -34,41 +39,25 @@ struct InferenceArguments {
   bool force = false;
 };
 
-InferenceArguments parse_inference_arguments(const Arguments& args, const char* command, const char* usage,
-                                             const MpiEnvironment& mpi, bool* help) {
+// The command line of predict and evaluate; the checkpoint may be named as a file, a run directory or its
+// checkpoints/latest (resolve_checkpoint). Returns nullopt after printing the usage for --help.
+std::optional<InferenceArguments> parse_inference_arguments(const Arguments& args, const std::string& command,
+                                                            const char* usage, const MpiEnvironment& mpi) {
+  const CommandLine line(args, "hpctrain " + command,
+                         {{"--data", true}, {"--output", true}, {"--set", true, true}, {"--force", false}});
+  if (print_help_if_asked(line, usage, mpi)) return std::nullopt;
+  const auto& words = line.positionals();
+  HPCTRAIN_VERIFY(words.size() <= 1, InputError,
+                  line.command() << ": unexpected argument '" << words[words.size() - 1] << "'", line.help_hint());
+  HPCTRAIN_VERIFY(words.size() == 1 && line.has("--data"), InputError,
+                  line.command() << ": needs a checkpoint and --data FILE.h5",
+                  "usage: " + line.command() + " CHECKPOINT.h5 --data FILE.h5");
   InferenceArguments parsed;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    auto value = [&]() -> std::string {
-      HPCTRAIN_VERIFY(i + 1 < args.size(), InputError, "hpctrain " << command << ": " << arg << " needs a value",
-                      std::string("see 'hpctrain ") + command + " --help'");
-      return args[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
-      if (mpi.is_root()) std::fputs(usage, stdout);
-      *help = true;
-      return parsed;
-    }
-    if (arg == "--data")
-      parsed.data = value();
-    else if (arg == "--output")
-      parsed.output = value();
-    else if (arg == "--set")
-      parsed.overrides.push_back(value());
-    else if (arg == "--force")
-      parsed.force = true;
-    else if (!arg.empty() && arg[0] == '-')
-      throw InputError(std::string("hpctrain ") + command + ": unknown option '" + arg + "'",
-                       std::string("see 'hpctrain ") + command + " --help'");
-    else if (parsed.checkpoint.empty())
-      parsed.checkpoint = arg;
-    else
-      throw InputError(std::string("hpctrain ") + command + ": unexpected argument '" + arg + "'",
-                       std::string("see 'hpctrain ") + command + " --help'");
-  }
-  HPCTRAIN_VERIFY(!parsed.checkpoint.empty() && !parsed.data.empty(), InputError,
-                  "hpctrain " << command << ": needs a checkpoint and --data FILE.h5",
-                  std::string("usage: hpctrain ") + command + " CHECKPOINT.h5 --data FILE.h5");
+  parsed.checkpoint = resolve_checkpoint(words[0]).string();
+  parsed.data = line.value("--data");
+  parsed.output = line.value_or("--output", "");
+  parsed.overrides = line.values("--set");
+  parsed.force = line.has("--force");
   return parsed;
 }
 
@@ -85,22 +74,13 @@ RunConfig checkpoint_config(const InferenceArguments& arguments) {
   return parse_run_config(checkpoint_deck(arguments.checkpoint), arguments.checkpoint, arguments.overrides);
 }
 
-TaskKind task_of(const RunConfig& config) {
-  return config.model.loss == "mse" ? TaskKind::regression : TaskKind::classification;
-}
-
 InferenceSetup set_up(const InferenceArguments& arguments, const RunConfig& config, const SampleShape& data_shape,
                       const MpiEnvironment& mpi) {
   const std::int64_t data_width = shape_size(data_shape);
   InferenceSetup setup;
   setup.config = config;
-  setup.task = task_of(config);
-  std::int64_t trained_width = 0;
-  {
-    const auto lock = lock_hdf5();
-    H5Handle file = open_file_read_only(arguments.checkpoint, "checkpoint");
-    trained_width = static_cast<std::int64_t>(read_number_attribute(file.get(), "input_features"));
-  }
+  setup.task = task_of(config.model.loss);
+  const std::int64_t trained_width = checkpoint_input_features(arguments.checkpoint);
   HPCTRAIN_VERIFY(data_width == trained_width, InputError,
                   "'" << arguments.data << "': samples have " << data_width << " features, but the model in '"
                       << arguments.checkpoint << "' takes " << trained_width,
@@ -110,12 +90,29 @@ InferenceSetup set_up(const InferenceArguments& arguments, const RunConfig& conf
   const std::int64_t batch =
       setup.config.data.eval_batch_size > 0 ? setup.config.data.eval_batch_size : setup.config.data.batch_size;
   setup.local_batch = std::max<std::int64_t>(1, (batch + mpi.size() - 1) / mpi.size());
-  const DType activation = activation_dtype_of(setup.config.precision.mode);
-  setup.model =
-      std::make_unique<Model>(setup.config.model, data_shape, *setup.backend,
-                              ModelBuffers{activation, DType::f32, setup.local_batch, false}, arguments.checkpoint);
+  const PrecisionPolicy precision = PrecisionPolicy::of(setup.config.precision.mode);
+  setup.model = std::make_unique<Model>(setup.config.model, data_shape, *setup.backend,
+                                        ModelBuffers{precision.activations, precision.master, setup.local_batch, false},
+                                        arguments.checkpoint);
   load_parameters(arguments.checkpoint, *setup.model, *setup.backend, mpi);
   return setup;
+}
+
+// Per row of logits (rows, width): the softmax probabilities and the class of the largest logit.
+void softmax_and_argmax(const std::vector<float>& logits, std::int64_t width, std::vector<float>& probabilities,
+                        std::vector<std::int32_t>& classes) {
+  const std::size_t rows = logits.size() / static_cast<std::size_t>(width);
+  probabilities.resize(logits.size());
+  classes.resize(rows);
+  for (std::size_t row = 0; row < rows; ++row) {
+    const float* logit = logits.data() + row * static_cast<std::size_t>(width);
+    float* probability = probabilities.data() + row * static_cast<std::size_t>(width);
+    const float largest = *std::max_element(logit, logit + width);
+    double total = 0.0;
+    for (std::int64_t k = 0; k < width; ++k) total += probability[k] = std::exp(logit[k] - largest);
+    for (std::int64_t k = 0; k < width; ++k) probability[k] = static_cast<float>(probability[k] / total);
+    classes[row] = static_cast<std::int32_t>(std::max_element(logit, logit + width) - logit);
+  }
 }
 
 void refuse_to_overwrite(const std::string& path, bool force, const MpiEnvironment& mpi) {
@@ -123,6 +120,10 @@ void refuse_to_overwrite(const std::string& path, bool force, const MpiEnvironme
     if (!force && fs::exists(path))
       throw InputError("'" + path + "' exists; hpctrain does not overwrite results",
                        "pass --force or another --output");
+    const fs::path directory = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
+    if (!fs::is_directory(directory) || access(directory.c_str(), W_OK) != 0)
+      throw InputError("cannot create '" + path + "': '" + directory.string() + "' is not a writable directory",
+                       "choose a writable --output");
   });
 }
 
@@ -130,6 +131,7 @@ const char* const predict_usage =
     "usage: hpctrain predict CHECKPOINT.h5 --data FILE.h5 [--output predictions.h5] [--set section.key=value]...\n"
     "                        [--force]\n"
     "\n"
+    "CHECKPOINT.h5 may also be a run directory or its checkpoints/latest (the newest checkpoint).\n"
     "Run the checkpoint's model (its deck is stored in the checkpoint) over every sample of FILE.h5 (the dataset\n"
     "data.features, transformed by the deck's data.log1p/scale/shift as in training), sharded over the ranks, in the\n"
     "deck's precision, and write one HDF5 file (written by all ranks together) with /predictions (N x outputs,\n"
@@ -140,25 +142,26 @@ const char* const evaluate_usage =
     "usage: hpctrain evaluate CHECKPOINT.h5 --data FILE.h5 [--output evaluation.h5] [--set section.key=value]...\n"
     "                         [--force]\n"
     "\n"
+    "CHECKPOINT.h5 may also be a run directory or its checkpoints/latest (the newest checkpoint).\n"
     "The deck's loss and metrics (classification: accuracy, top-5 accuracy with more than 5 classes; regression:\n"
     "MSE, MAE, R^2) of the checkpoint's model on FILE.h5, printed and, with --output, written to HDF5 as /eval/...\n";
 
 }  // namespace
 
 int predict_command(const Arguments& args, const MpiEnvironment& mpi) {
-  bool help = false;
-  const InferenceArguments arguments = parse_inference_arguments(args, "predict", predict_usage, mpi, &help);
-  if (help) return 0;
+  const auto parsed = parse_inference_arguments(args, "predict", predict_usage, mpi);
+  if (!parsed) return 0;
+  const InferenceArguments& arguments = *parsed;
   const std::string output = arguments.output.empty() ? "predictions.h5" : arguments.output;
   refuse_to_overwrite(output, arguments.force, mpi);
   // The reader training and evaluation use (so the deck's data.log1p/scale/shift apply), without labels.
   const RunConfig deck = checkpoint_config(arguments);
-  const TrainingData data(deck, "--data", arguments.data, task_of(deck), DataContents::features_only);
+  const TrainingData data(deck, "--data", arguments.data, task_of(deck.model.loss), DataContents::features_only);
   InferenceSetup setup = set_up(arguments, deck, data.model_input_shape(), mpi);
   data.validate(mpi, 0);
   Model& model = *setup.model;
   Backend& backend = *setup.backend;
-  DeviceBatch device(backend, model, setup.task, setup.local_batch);
+  DeviceBatch device(backend, model, setup.local_batch);
   const std::int64_t samples = data.samples(), width = model.output_width();
 
   // Forward over this rank's samples (rank, rank + R, ...), in that order.
@@ -172,72 +175,63 @@ int predict_command(const Arguments& args, const MpiEnvironment& mpi) {
                 });
 
   // Write: rank r's rows are samples r, r + R, ...: one strided hyperslab per rank, collective.
-  const auto lock = lock_hdf5();
-  H5Handle access(HPCTRAIN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
-  HPCTRAIN_H5_CHECK(H5Pset_fapl_mpio(access.get(), mpi.world(), MPI_INFO_NULL));
-  const std::string partial = output + ".partial";
-  const hid_t created = H5Fcreate(partial.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get());
-  HPCTRAIN_VERIFY(created >= 0, InputError, "cannot create '" << output << "'", "choose a writable --output");
-  H5Handle file(created);
-  H5Handle transfer(HPCTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)));
-  HPCTRAIN_H5_CHECK(H5Pset_dxpl_mpio(transfer.get(), H5FD_MPIO_COLLECTIVE));
+  std::vector<float> probabilities;
+  std::vector<std::int32_t> classes;
+  if (setup.task == TaskKind::classification) softmax_and_argmax(outputs, width, probabilities, classes);
   const auto mine_count = static_cast<hsize_t>(mine.size());
-  auto write = [&](const char* name, hid_t file_type, hid_t memory_type, std::int64_t columns, const void* data) {
-    const hsize_t dims[2] = {static_cast<hsize_t>(samples), static_cast<hsize_t>(columns)};
-    const int rank = columns > 0 ? 2 : 1;
-    H5Handle space(HPCTRAIN_H5_CHECK(H5Screate_simple(rank, dims, nullptr)));
-    H5Handle dataset(
-        HPCTRAIN_H5_CHECK(H5Dcreate2(file.get(), name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
-    const hsize_t start[2] = {static_cast<hsize_t>(mpi.rank()), 0}, stride[2] = {static_cast<hsize_t>(mpi.size()), 1},
-                  count[2] = {mine_count, static_cast<hsize_t>(std::max<std::int64_t>(columns, 1))};
-    const hsize_t memory_dims[2] = {std::max<hsize_t>(mine_count, 1), count[1]};
-    H5Handle memory(HPCTRAIN_H5_CHECK(H5Screate_simple(rank, memory_dims, nullptr)));
-    if (mine_count > 0) {
-      HPCTRAIN_H5_CHECK(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, stride, count, nullptr));
-    } else {
-      HPCTRAIN_H5_CHECK(H5Sselect_none(space.get()));
-      HPCTRAIN_H5_CHECK(H5Sselect_none(memory.get()));
+  const std::uintmax_t expected_bytes =
+      static_cast<std::uintmax_t>(samples) * (sizeof(std::int64_t) + (2 * width + 1) * sizeof(float)) + (64 << 10);
+  const CollectiveWrite request{output, "predictions file", expected_bytes, "",
+                                "free space there or choose another --output"};
+  write_file_collectively(request, mpi, [&](hid_t file, hid_t transfer) {
+    auto write = [&](const char* name, hid_t file_type, hid_t memory_type, std::int64_t columns, const void* data) {
+      write_step_collectively(mpi, [&] {
+        const hsize_t dims[2] = {static_cast<hsize_t>(samples), static_cast<hsize_t>(columns)};
+        const int rank = columns > 0 ? 2 : 1;
+        H5Handle space(HPCTRAIN_H5_CHECK(H5Screate_simple(rank, dims, nullptr)));
+        H5Handle dataset(
+            HPCTRAIN_H5_CHECK(H5Dcreate2(file, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+        const hsize_t start[2] = {static_cast<hsize_t>(mpi.rank()), 0},
+                      stride[2] = {static_cast<hsize_t>(mpi.size()), 1},
+                      count[2] = {mine_count, static_cast<hsize_t>(std::max<std::int64_t>(columns, 1))};
+        const hsize_t memory_dims[2] = {std::max<hsize_t>(mine_count, 1), count[1]};
+        H5Handle memory(HPCTRAIN_H5_CHECK(H5Screate_simple(rank, memory_dims, nullptr)));
+        if (mine_count > 0) {
+          HPCTRAIN_H5_CHECK(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, stride, count, nullptr));
+        } else {
+          HPCTRAIN_H5_CHECK(H5Sselect_none(space.get()));
+          HPCTRAIN_H5_CHECK(H5Sselect_none(memory.get()));
+        }
+        HPCTRAIN_H5_CHECK(H5Dwrite(dataset.get(), memory_type, memory.get(), space.get(), transfer, data));
+      });
+    };
+    write("predictions", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, width, outputs.data());
+    write("indices", H5T_STD_I64LE, H5T_NATIVE_INT64, 0, mine.data());
+    if (setup.task == TaskKind::classification) {
+      write("probabilities", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, width, probabilities.data());
+      write("classes", H5T_STD_I32LE, H5T_NATIVE_INT32, 0, classes.data());
     }
-    HPCTRAIN_H5_CHECK(H5Dwrite(dataset.get(), memory_type, memory.get(), space.get(), transfer.get(), data));
-  };
-  write("predictions", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, width, outputs.data());
-  write("indices", H5T_STD_I64LE, H5T_NATIVE_INT64, 0, mine.data());
-  if (setup.task == TaskKind::classification) {
-    std::vector<float> probabilities(outputs.size());
-    std::vector<std::int32_t> classes(mine.size());
-    for (std::size_t row = 0; row < mine.size(); ++row) {
-      const float* logits = outputs.data() + row * static_cast<std::size_t>(width);
-      float* probability = probabilities.data() + row * static_cast<std::size_t>(width);
-      const float largest = *std::max_element(logits, logits + width);
-      double total = 0.0;
-      for (std::int64_t k = 0; k < width; ++k) total += probability[k] = std::exp(logits[k] - largest);
-      for (std::int64_t k = 0; k < width; ++k) probability[k] = static_cast<float>(probability[k] / total);
-      classes[row] = static_cast<std::int32_t>(std::max_element(logits, logits + width) - logits);
-    }
-    write("probabilities", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, width, probabilities.data());
-    write("classes", H5T_STD_I32LE, H5T_NATIVE_INT32, 0, classes.data());
-  }
-  write_string_attribute(file.get(), "checkpoint", arguments.checkpoint);
-  write_string_attribute(file.get(), "data", arguments.data);
-  file.close();
-  HPCTRAIN_MPI_CHECK(MPI_Barrier(mpi.world()));
-  run_on_root(mpi, [&] { fs::rename(partial, output); });
+    write_step_collectively(mpi, [&] {
+      write_string_attribute(file, "checkpoint", arguments.checkpoint);
+      write_string_attribute(file, "data", arguments.data);
+    });
+  });
   if (mpi.is_root())
     std::printf("wrote predictions for %lld samples to %s\n", static_cast<long long>(samples), output.c_str());
   return 0;
 }
 
 int evaluate_command(const Arguments& args, const MpiEnvironment& mpi) {
-  bool help = false;
-  const InferenceArguments arguments = parse_inference_arguments(args, "evaluate", evaluate_usage, mpi, &help);
-  if (help) return 0;
+  const auto parsed = parse_inference_arguments(args, "evaluate", evaluate_usage, mpi);
+  if (!parsed) return 0;
+  const InferenceArguments& arguments = *parsed;
   if (!arguments.output.empty()) refuse_to_overwrite(arguments.output, arguments.force, mpi);
   const RunConfig deck = checkpoint_config(arguments);
-  const TaskKind task = task_of(deck);
+  const TaskKind task = task_of(deck.model.loss);
   const TrainingData data(deck, "--data", arguments.data, task);
   InferenceSetup setup = set_up(arguments, deck, data.model_input_shape(), mpi);
   data.validate(mpi, task == TaskKind::classification ? setup.model->output_width() : 0);
-  DeviceBatch device(*setup.backend, *setup.model, task, setup.local_batch);
+  DeviceBatch device(*setup.backend, *setup.model, setup.local_batch);
   const StepContext context{setup.backend.get(), false, deck.run.seed, 0, nullptr, 0};
   const EvalMetrics metrics =
       evaluate_split(data, *setup.model, *setup.backend, device, task, setup.local_batch, context, mpi);

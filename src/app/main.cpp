@@ -6,8 +6,10 @@
 #include <vector>
 
 #include "hpctrain/app/commands.hpp"
+#include "hpctrain/config/run_config.hpp"
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
+#include "hpctrain/train/signals.hpp"
 
 namespace {
 
@@ -25,7 +27,7 @@ const char* const usage_text =
     "  predict CHECKPOINT.h5 --data FILE.h5 [--output FILE.h5]       apply a trained model, write predictions\n"
     "  evaluate CHECKPOINT.h5 --data FILE.h5                         the model's loss and metrics on a dataset\n"
     "  checkpoint verify FILE.h5|RUN_DIR                             check a checkpoint's checksums\n"
-    "  report RUN_DIR [--plot OUT.png]                               summarise a run; plot its curves (no MPI)\n"
+    "  report RUN_DIR... [--plot OUT.png] [--csv [FILE]]             summarise runs; plot or export their curves (no MPI)\n"
     "  --version                                                     version and build facts\n"
     "\n"
     "Run 'hpctrain <command> --help' for a command's options. Launch with mpiexec/srun for several ranks.\n";
@@ -43,6 +45,9 @@ int main(int argc, char** argv) {
       return error.exit_code();
     }
   }
+  // A checkpoint signal that arrives while MPI and the run start up is recorded, not fatal (see train/signals.hpp).
+  if (argc > 1 && std::string(argv[1]) == "train")
+    hpctrain::record_checkpoint_signals_early(hpctrain::CheckpointSection{}.on_signal);
   hpctrain::MpiEnvironment mpi(&argc, &argv);
   const std::vector<std::string> args(argv + 1, argv + argc);
   try {

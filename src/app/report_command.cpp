@@ -1,5 +1,5 @@
-// `hpctrain report RUN_DIR [--plot OUT.png]`: the run summary and curves plot of tools/hpctrain_report.py, found next
-// to the executable. A serial command that needs no MPI: main() hands over to it before MPI starts, and it replaces
+// `hpctrain report RUN_DIR... [--plot OUT.png] [--csv [FILE]]`: the run summaries, curves plot and CSV export of
+// tools/hpctrain_report.py, found next to the executable. A serial command that needs no MPI: main() hands over to it before MPI starts, and it replaces
 // this process with python3, so the script's own exit status and messages reach the user unchanged.
 #include <unistd.h>
 

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "hpctrain/app/command_line.hpp"
 #include "hpctrain/app/commands.hpp"
 #include "hpctrain/config/run_config.hpp"
 #include "hpctrain/core/error.hpp"
@@ -35,48 +36,32 @@ const char* const train_usage =
 }  // namespace
 
 int train_command(const Arguments& args, const MpiEnvironment& mpi) {
-  std::string deck;
-  std::vector<std::string> overrides;
-  TrainOptions options;
-  std::string status_file;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    auto value = [&](const char* option) -> std::string {
-      HPCTRAIN_VERIFY(i + 1 < args.size(), InputError, option << " needs a value", "see 'hpctrain train --help'");
-      return args[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
-      if (mpi.is_root()) std::fputs(train_usage, stdout);
-      return 0;
-    } else if (arg == "--set") {
-      overrides.push_back(value("--set"));
-    } else if (arg.rfind("--set=", 0) == 0) {
-      overrides.push_back(arg.substr(6));
-    } else if (arg == "--resume") {
-      options.resume = value("--resume");
-    } else if (arg.rfind("--resume=", 0) == 0) {
-      options.resume = arg.substr(9);
-    } else if (arg == "--force") {
-      options.force = true;
-    } else if (arg == "--status-file") {
-      status_file = value("--status-file");
-    } else if (arg.rfind("--status-file=", 0) == 0) {
-      status_file = arg.substr(14);
-    } else if (arg == "--profile") {
-      overrides.push_back("train.profile=true");
-    } else if (arg == "--output") {
-      overrides.push_back("run.output=" + value("--output"));
-    } else if (arg.rfind("--output=", 0) == 0) {
-      overrides.push_back("run.output=" + arg.substr(9));
-    } else if (!arg.empty() && arg[0] == '-') {
-      throw InputError("hpctrain train: unknown option '" + arg + "'", "see 'hpctrain train --help'");
-    } else {
-      HPCTRAIN_VERIFY(deck.empty(), InputError,
-                      "hpctrain train: more than one deck given ('" << deck << "' and '" << arg << "')",
-                      "train one deck per run");
-      deck = arg;
-    }
+  const CommandLine line(args, "hpctrain train",
+                         {{"--set", true, true},
+                          {"--output", true},
+                          {"--resume", true},
+                          {"--force", false},
+                          {"--status-file", true},
+                          {"--profile", false}});
+  if (print_help_if_asked(line, train_usage, mpi)) return 0;
+  std::vector<std::string> overrides = line.values("--set");
+  if (line.has("--profile")) overrides.push_back("train.profile=true");
+  if (line.has("--output")) {
+    const std::string directory = line.value("--output");
+    HPCTRAIN_VERIFY(!directory.empty(), InputError, "hpctrain train: --output needs a directory, got an empty string",
+                    "give the run's output directory, e.g. --output runs/my_run (or leave --output out to get "
+                    "runs/<deck name>)");
+    overrides.push_back("run.output=" + directory);
   }
+  TrainOptions options;
+  options.resume = line.value_or("--resume", "");
+  options.force = line.has("--force");
+  const std::string status_file = line.value_or("--status-file", "");
+  const auto& decks = line.positionals();
+  HPCTRAIN_VERIFY(decks.size() <= 1, InputError,
+                  "hpctrain train: more than one deck given ('" << decks[0] << "' and '" << decks[1] << "')",
+                  "train one deck per run");
+  const std::string deck = decks.empty() ? std::string() : decks[0];
   RunStatus status(status_file);
   options.status = &status;
   try {

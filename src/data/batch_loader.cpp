@@ -2,18 +2,11 @@
 #include "hpctrain/data/batch_loader.hpp"
 
 #include <algorithm>
-#include <chrono>
 
 #include "hpctrain/config/run_config.hpp"
 #include "hpctrain/core/error.hpp"
 
 namespace hpctrain {
-
-namespace {
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-}  // namespace
 
 BatchLoader::BatchLoader(TrainingData& data, const DataSection& section, const MpiEnvironment& mpi,
                          std::int64_t local_batch, std::uint64_t seed)
@@ -24,7 +17,7 @@ BatchLoader::BatchLoader(TrainingData& data, const DataSection& section, int ran
     : data_(data), local_batch_(local_batch), prefetch_(section.prefetch) {
   HPCTRAIN_ASSERT(local_batch > 0 && section.prefetch >= 0,
                   "local batch " << local_batch << ", prefetch " << section.prefetch);
-  const ShuffleMode mode = parse_shuffle_mode(section.shuffle);
+  const ShuffleMode mode = section.shuffle;
   sampler_ = make_sampler(mode, data.samples(), ranks, rank, seed, section.drop_last);
   steps_per_epoch_ = hpctrain::steps_per_epoch(sampler_->samples_per_rank(), local_batch_, section.drop_last);
 
@@ -115,12 +108,10 @@ void BatchLoader::seek(LoaderPosition position) {
 }
 
 const HostBatch& BatchLoader::next() {
-  const auto start = std::chrono::steady_clock::now();
   if (prefetch_ == 0) {
     Slot& slot = slots_.front();
     fill(slot, position_);
     position_ = after(position_);
-    wait_seconds_ += seconds_since(start);
     return slot.batch;
   }
   std::unique_lock lock(mutex_);
@@ -140,7 +131,6 @@ const HostBatch& BatchLoader::next() {
                                                   << position_.step_in_epoch << ") was due");
   position_ = after(position_);
   lock.unlock();
-  wait_seconds_ += seconds_since(start);
   return slot.batch;
 }
 

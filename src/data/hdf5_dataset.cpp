@@ -334,7 +334,8 @@ Hdf5Dataset::Hdf5Dataset(const std::string& file, const std::string& dataset_pat
   const H5T_class_t type_class = HPCTRAIN_H5_CHECK(H5Tget_class(stored_type.get()));
   HPCTRAIN_VERIFY(type_class == H5T_INTEGER || type_class == H5T_FLOAT, InputError,
                   "dataset " << where << " holds " << type_name_ << " values; expected integers or floating point",
-                  "store numbers: uint8, int16, int32, float16, float32 or float64 (converted to float32 on load); "
+                  "store numbers: signed or unsigned integers of 8 to 64 bits, or float16, float32 or float64 (converted to "
+                  "float32 on load; docs/data.md#element-types); "
                   "'hpctrain data convert' writes such files from .npy or CSV");
   stores_integers_ = type_class == H5T_INTEGER;
   stored_type_ = std::move(stored_type);

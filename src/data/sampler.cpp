@@ -1,4 +1,4 @@
-// Shuffle modes, the local-shuffle sampler and the sampler factory.
+// The local-shuffle sampler and the sampler factory.
 #include "hpctrain/data/sampler.hpp"
 
 #include <numeric>
@@ -9,25 +9,6 @@
 #include "hpctrain/data/distributed_sampler.hpp"
 
 namespace hpctrain {
-
-ShuffleMode parse_shuffle_mode(const std::string& word) {
-  if (word == "none") return ShuffleMode::none;
-  if (word == "global") return ShuffleMode::global;
-  if (word == "local") return ShuffleMode::local;
-  throw InputError("unknown shuffle mode '" + word + "'", "data.shuffle is true (global), false (none) or \"local\"");
-}
-
-const char* shuffle_mode_name(ShuffleMode mode) {
-  switch (mode) {
-    case ShuffleMode::none:
-      return "none";
-    case ShuffleMode::global:
-      return "global";
-    case ShuffleMode::local:
-      return "local";
-  }
-  return "?";
-}
 
 std::pair<std::int64_t, std::int64_t> rank_slice(std::int64_t samples, int ranks, int rank) {
   // 128-bit products: r * N overflows 64 bits only for absurd N, but costs nothing to rule out.

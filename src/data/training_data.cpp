@@ -105,7 +105,7 @@ TrainingData::TrainingData(const RunConfig& config, const std::string& split_key
       part->features = std::make_unique<Hdf5Dataset>(file, config.data.features);
       if (answers_) part->answers = std::make_unique<Hdf5Dataset>(file, answers_path);
     } catch (const InputError& error) {
-      throw InputError(context + ": " + error.what(), error.hint());
+      throw InputError(context + ": " + error.what(), error.hint(), error.scope());
     }
     const auto& feature_shape = part->features->shape();
     HPCTRAIN_VERIFY(feature_shape.size() >= 2, InputError,

@@ -35,18 +35,23 @@ std::string rank_prefix(int rank, int size) { return size > 1 ? "[rank " + std::
 
 namespace {
 
+// Polls a non-blocking collective until it completes (true) or `seconds` have passed (false; negative: no limit).
+bool completes_within(MPI_Request& request, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int done = 0;
+  while (MPI_Test(&request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
+    if (seconds >= 0 && std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return done != 0;
+}
+
 // Whether every rank reaches this point within `seconds` (a non-blocking barrier, polled). Used on the error path to
 // tell an error every rank saw (all end cleanly) from one only some saw (the others must be aborted).
 bool all_ranks_arrive(double seconds) {
   MPI_Request request = MPI_REQUEST_NULL;
   if (MPI_Ibarrier(MPI_COMM_WORLD, &request) != MPI_SUCCESS) return false;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  int done = 0;
-  while (MPI_Test(&request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return done != 0;
+  return completes_within(request, seconds);
 }
 
 }  // namespace
@@ -68,7 +73,7 @@ void MpiEnvironment::abort_on(const Error& error) const {
   }
   std::fflush(stderr);
   std::fflush(stdout);
-  if (size_ == 1 || together) {
+  if ((size_ == 1 || together) && shutdown_is_safe()) {
     MPI_Finalize();
     std::_Exit(error.exit_code());
   }
@@ -111,6 +116,16 @@ void run_on_root(const MpiEnvironment& mpi, const std::function<void()>& action)
   HPCTRAIN_MPI_CHECK(MPI_Bcast(message.data(), lengths[0], MPI_CHAR, 0, mpi.world()));
   HPCTRAIN_MPI_CHECK(MPI_Bcast(hint.data(), lengths[1], MPI_CHAR, 0, mpi.world()));
   throw Error(message, ErrorScope::all_ranks, hint, lengths[2]);
+}
+
+std::optional<AgreedFailure> agree_on_failure(const MpiEnvironment& mpi, int failure, double seconds) {
+  // One maximum carries both: the code in the high half, the rank counted down in the low half (lowest rank wins).
+  constexpr long long rank_span = 1LL << 32;
+  long long mine = failure * rank_span + (rank_span - 1 - mpi.rank()), agreed = 0;
+  MPI_Request request = MPI_REQUEST_NULL;
+  HPCTRAIN_MPI_CHECK(MPI_Iallreduce(&mine, &agreed, 1, MPI_LONG_LONG, MPI_MAX, mpi.world(), &request));
+  if (!completes_within(request, failure != 0 ? seconds : -1.0)) return std::nullopt;
+  return AgreedFailure{static_cast<int>(agreed / rank_span), static_cast<int>(rank_span - 1 - agreed % rank_span)};
 }
 
 }  // namespace hpctrain

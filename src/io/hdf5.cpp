@@ -1,14 +1,15 @@
 // The thin HDF5 layer: owning handles, opening files with messages a user can act on, links, attributes, type names.
 #include "hpctrain/io/hdf5.hpp"
 
-#include <charconv>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/core/files.hpp"
+#include "hpctrain/core/numbers.hpp"
 
 namespace hpctrain {
 
@@ -81,12 +82,6 @@ void write_attribute_bytes(hid_t object, const std::string& name, hid_t file_typ
   HPCTRAIN_H5_CHECK(H5Awrite(attribute.get(), memory_type, value));
 }
 
-std::string shortest_text(double value) {
-  char buffer[64];
-  const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
-  return std::string(buffer, result.ptr);
-}
-
 }  // namespace
 
 std::unique_lock<std::recursive_mutex> lock_hdf5() {
@@ -99,7 +94,7 @@ std::unique_lock<std::recursive_mutex> lock_hdf5() {
 H5Handle::~H5Handle() {
   if (!valid()) return;
   const auto lock = lock_hdf5();
-  if (close_by_type(id_) < 0) {
+  if (close_by_type(id_) < 0 && std::uncaught_exceptions() == 0) {
     const std::string detail = take_error_stack_text();
     std::fprintf(stderr, "hpctrain: warning: closing an HDF5 object failed%s%s\n", detail.empty() ? "" : ": ",
                  detail.c_str());
@@ -177,6 +172,38 @@ H5Handle create_file(const std::string& path) {
                      "check that its directory exists and is writable", ErrorScope::this_rank);
   }
   return H5Handle(file);
+}
+
+namespace {
+H5Handle collective_access(MPI_Comm comm) {
+  H5Handle access(HPCTRAIN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
+  HPCTRAIN_H5_CHECK(H5Pset_fapl_mpio(access.get(), comm, MPI_INFO_NULL));
+  HPCTRAIN_H5_CHECK(H5Pset_all_coll_metadata_ops(access.get(), true));
+  HPCTRAIN_H5_CHECK(H5Pset_coll_metadata_write(access.get(), true));
+  HPCTRAIN_H5_CHECK(H5Pset_file_locking(access.get(), false, true));
+  return access;
+}
+}  // namespace
+
+H5Handle create_file_collectively(const std::string& path, MPI_Comm comm) {
+  const auto lock = lock_hdf5();
+  silence_hdf5_error_printing();
+  H5Handle access = collective_access(comm);
+  return H5Handle(HPCTRAIN_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get())));
+}
+
+H5Handle open_file_collectively(const std::string& path, MPI_Comm comm) {
+  const auto lock = lock_hdf5();
+  silence_hdf5_error_printing();
+  H5Handle access = collective_access(comm);
+  return H5Handle(HPCTRAIN_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.get())));
+}
+
+H5Handle collective_transfer() {
+  const auto lock = lock_hdf5();
+  H5Handle transfer(HPCTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)));
+  HPCTRAIN_H5_CHECK(H5Pset_dxpl_mpio(transfer.get(), H5FD_MPIO_COLLECTIVE));
+  return transfer;
 }
 
 H5Handle open_dataset(hid_t location, const std::string& path) {
@@ -328,7 +355,7 @@ std::string attribute_as_text(hid_t object, const std::string& name) {
   } else {
     std::vector<double> values(static_cast<std::size_t>(count));
     HPCTRAIN_H5_CHECK(H5Aread(attribute.get(), H5T_NATIVE_DOUBLE, values.data()));
-    for (std::size_t i = 0; i < values.size(); ++i) text << (i > 0 ? ", " : "") << shortest_text(values[i]);
+    for (std::size_t i = 0; i < values.size(); ++i) text << (i > 0 ? ", " : "") << shortest_number_text(values[i]);
   }
   if (count > 1) text << "]";
   return text.str();

@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <set>
 
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/core/files.hpp"
 
 namespace hpctrain {
 
@@ -17,6 +19,14 @@ namespace {
 constexpr hsize_t rows_per_chunk = 1024;
 
 std::string column_path(const std::string& group, const std::string& column) { return "/" + group + "/" + column; }
+
+std::string directory_of(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  return parent.empty() ? "." : parent.string();
+}
+
+// What a row may add to the file: a new chunk of every column.
+std::uintmax_t row_bytes(std::size_t columns) { return columns * rows_per_chunk * sizeof(double); }
 
 }  // namespace
 
@@ -48,6 +58,11 @@ void MetricsWriter::define(const std::string& group, const std::vector<std::pair
     HPCTRAIN_ASSERT(names.insert(name).second, "metrics column '" << name << "' appears twice in '" << group << "'");
   }
 
+  writing(row_bytes(columns.size()), [&] { create_table(group, columns); });
+}
+
+void MetricsWriter::create_table(const std::string& group,
+                                 const std::vector<std::pair<std::string, MetricKind>>& columns) {
   // "eval/validation" needs "eval" first; a group may also already exist as the parent of one defined earlier.
   if (!link_exists(file_.get(), "/" + group)) {
     H5Handle link_creation(HPCTRAIN_H5_CHECK(H5Pcreate(H5P_LINK_CREATE)));
@@ -104,6 +119,10 @@ void MetricsWriter::append(const std::string& group, const std::vector<double>& 
   HPCTRAIN_ASSERT(values.size() == destination.columns.size(), "metrics group '"
                                                                    << group << "' has " << destination.columns.size()
                                                                    << " columns but the row has " << values.size());
+  writing(row_bytes(values.size()), [&] { append_row(group, destination, values); });
+}
+
+void MetricsWriter::append_row(const std::string& group, Table& destination, const std::vector<double>& values) {
   const hsize_t new_rows = static_cast<hsize_t>(destination.rows) + 1;
   const hsize_t row = static_cast<hsize_t>(destination.rows), one = 1;
   H5Handle memory_space(HPCTRAIN_H5_CHECK(H5Screate_simple(1, &one, nullptr)));
@@ -132,18 +151,44 @@ std::int64_t MetricsWriter::rows(const std::string& group) const { return table(
 void MetricsWriter::set_attribute(const std::string& name, const std::string& value) {
   const auto lock = lock_hdf5();
   HPCTRAIN_ASSERT(file_.valid(), "metrics file '" << path_ << "' is closed");
-  write_string_attribute(file_.get(), name, value);
-  flush();
+  writing(0, [&] {
+    write_string_attribute(file_.get(), name, value);
+    flush();
+  });
 }
 
 void MetricsWriter::flush() { HPCTRAIN_H5_CHECK(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL)); }
 
 void MetricsWriter::close() {
   const auto lock = lock_hdf5();
-  for (auto& [group, table] : tables_)
-    for (Column& column : table.columns) column.dataset.close();
-  tables_.clear();
-  file_.close();
+  writing(0, [&] {
+    for (auto& [group, table] : tables_)
+      for (Column& column : table.columns) column.dataset.close();
+    tables_.clear();
+    file_.close();
+  });
+}
+
+void MetricsWriter::writing(std::uintmax_t needed_bytes, const std::function<void()>& write) {
+  try {
+    write();
+  } catch (const LibraryError& error) {
+    // Close now, quietly (it fails too); a close that fails leaves HDF5 unable to shut down cleanly.
+    bool closed = true;
+    for (auto& [group, table] : tables_)
+      for (Column& column : table.columns) closed = H5Dclose(column.dataset.release()) >= 0 && closed;
+    tables_.clear();
+    if (file_.valid()) closed = H5Fclose(file_.release()) >= 0 && closed;
+    H5Eclear2(H5E_DEFAULT);
+    if (!closed) mark_shutdown_unsafe();
+    throw Error(
+        "writing the metrics file '" + path_ + "' failed: " +
+            write_failure_reason(error.error_number(), error.detail(), path_, needed_bytes, "a new row of metrics"),
+        ErrorScope::this_rank,
+        "make room in " + directory_of(path_) +
+            " (free space, quota, file-size limit); metrics.h5 keeps the rows "
+            "written so far");
+  }
 }
 
 }  // namespace hpctrain

@@ -27,7 +27,7 @@ std::int64_t at_axis(const std::vector<std::int64_t>& values, int axis) {
 // layer, what arrived and what to change.
 SpatialGeometry spatial_geometry(const LayerSpec& spec, const SampleShape& input, int dimensions,
                                  std::int64_t out_channels, const std::string& where, SpatialLayout layout) {
-  const std::string layer = where + ": layer '" + spec.name + "' (" + spec.type + ")";
+  const std::string layer = where + ": layer '" + spec.name + "' (" + std::string(word_of(spec.type)) + ")";
   HPCTRAIN_VERIFY(input.size() == static_cast<std::size_t>(dimensions + 1), InputError,
                   layer << " needs samples of shape " << (dimensions == 2 ? "(C, H, W)" : "(C, D, H, W)") << ", but "
                         << batch_shape_text(input) << " arrives from the data or the previous layer",
@@ -43,16 +43,16 @@ SpatialGeometry spatial_geometry(const LayerSpec& spec, const SampleShape& input
   g.dimensions = dimensions;
   g.in_channels = input[0];
   g.out_channels = out_channels == 0 ? input[0] : out_channels;
-  g.groups = spec.type.rfind("conv", 0) == 0 ? spec.groups : 1;
+  const bool convolution = is_convolution(spec.type);
+  g.groups = convolution ? spec.groups : 1;
   for (int axis = 0; axis < dimensions; ++axis) {
     const auto a = static_cast<std::size_t>(axis);
     g.input[a] = input[a + 1];
     g.kernel[a] = at_axis(spec.kernel, axis);
     // An empty stride (a LayerSpec not read from a deck) takes the deck's default: 1 for conv, the kernel for pooling.
-    g.stride[a] =
-        spec.stride.empty() ? (spec.type.rfind("conv", 0) == 0 ? 1 : g.kernel[a]) : at_axis(spec.stride, axis);
+    g.stride[a] = spec.stride.empty() ? (convolution ? 1 : g.kernel[a]) : at_axis(spec.stride, axis);
     g.padding[a] = at_axis(spec.padding, axis);
-    g.dilation[a] = spec.type.rfind("conv", 0) == 0 ? at_axis(spec.dilation, axis) : 1;
+    g.dilation[a] = convolution ? at_axis(spec.dilation, axis) : 1;
     const std::int64_t span = g.dilation[a] * (g.kernel[a] - 1) + 1;
     const std::int64_t room = g.input[a] + 2 * g.padding[a] - span;
     HPCTRAIN_VERIFY(room >= 0, InputError,
@@ -230,18 +230,18 @@ class GroupNorm final : public Layer {
 
 std::unique_ptr<Layer> make_spatial_layer(const LayerSpec& spec, const SampleShape& input, const std::string& where,
                                           SpatialLayout layout) {
-  const std::string& type = spec.type;
-  const int dimensions = type.size() > 2 && type.compare(type.size() - 2, 2, "3d") == 0 ? 3 : 2;
-  if (type == "conv2d" || type == "conv3d") {
+  const std::string type(word_of(spec.type));  // the layer's name for its type, in summaries
+  const int dimensions = window_axes(spec.type);
+  if (is_convolution(spec.type)) {
     const SpatialGeometry geometry = spatial_geometry(spec, input, dimensions, spec.out, where, layout);
     return std::make_unique<Convolution>(spec.name, type, input, geometry, spec.bias);
   }
-  if (type == "maxpool2d" || type == "maxpool3d" || type == "avgpool2d" || type == "avgpool3d") {
+  if (is_window_pooling(spec.type)) {
     const SpatialGeometry geometry = spatial_geometry(spec, input, dimensions, 0, where, layout);
-    const PoolingKind kind = type.rfind("max", 0) == 0 ? PoolingKind::max : PoolingKind::average;
+    const PoolingKind kind = is_max_pooling(spec.type) ? PoolingKind::max : PoolingKind::average;
     return std::make_unique<Pooling>(spec.name, type, kind, input, geometry, shape_after(geometry));
   }
-  if (type == "global_avgpool") {
+  if (spec.type == LayerType::global_avgpool) {
     HPCTRAIN_VERIFY(input.size() == 3 || input.size() == 4, InputError,
                     where << ": layer '" << spec.name << "' (global_avgpool) needs samples of shape (C, H, W) or (C, "
                           << "D, H, W), but " << batch_shape_text(input)
@@ -255,8 +255,8 @@ std::unique_ptr<Layer> make_spatial_layer(const LayerSpec& spec, const SampleSha
         spatial_geometry(whole, input, static_cast<int>(input.size()) - 1, 0, where, layout);
     return std::make_unique<Pooling>(spec.name, type, PoolingKind::average, input, geometry, SampleShape{input[0]});
   }
-  if (type == "flatten") return std::make_unique<Flatten>(spec.name, input, layout);
-  if (type == "groupnorm") {
+  if (spec.type == LayerType::flatten) return std::make_unique<Flatten>(spec.name, input, layout);
+  if (spec.type == LayerType::groupnorm) {
     HPCTRAIN_VERIFY(input.size() >= 2 && input[0] % spec.groups == 0, InputError,
                     where << ": layer '" << spec.name << "' (groupnorm) with groups = " << spec.groups
                           << " needs samples of shape (C, ...) with C divisible by groups, but "
@@ -264,7 +264,7 @@ std::unique_ptr<Layer> make_spatial_layer(const LayerSpec& spec, const SampleSha
                     "use it after a conv layer and choose groups dividing its channel count");
     return std::make_unique<GroupNorm>(spec.name, input, spec.groups, static_cast<float>(spec.eps), layout);
   }
-  return nullptr;
+  HPCTRAIN_ASSERT(false, "no layer is made for type " << type);
 }
 
 }  // namespace hpctrain::nn_detail

@@ -167,30 +167,30 @@ void fill_uniform(float* host_master, const std::vector<ParameterSpec>& paramete
 std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const SampleShape& input_shape,
                                   const std::string& deck_location, SpatialLayout layout) {
   const std::int64_t input_width = shape_size(input_shape);
-  if (spec.type == "linear") {
-    HPCTRAIN_VERIFY(spec.in == 0 || spec.in == input_width, InputError,
-                    deck_location << ": layer '" << spec.name << "' expects " << spec.in << " input features, but "
-                                  << input_width << " arrive"
-                                  << (spec.in != 0 ? " (from the data or the previous layer)" : ""),
-                    "set 'in' to " + std::to_string(input_width) + " or remove it (it is inferred)");
-    return std::make_unique<Linear>(spec.name, input_shape, spec.out, spec.bias);
+  switch (spec.type) {
+    case LayerType::linear:
+      HPCTRAIN_VERIFY(spec.in == 0 || spec.in == input_width, InputError,
+                      deck_location << ": layer '" << spec.name << "' expects " << spec.in << " input features, but "
+                                    << input_width << " arrive"
+                                    << (spec.in != 0 ? " (from the data or the previous layer)" : ""),
+                      "set 'in' to " + std::to_string(input_width) + " or remove it (it is inferred)");
+      return std::make_unique<Linear>(spec.name, input_shape, spec.out, spec.bias);
+    case LayerType::relu:
+      return std::make_unique<ActivationLayer>(spec.name, input_shape, Activation::relu, 0.0f, "relu");
+    case LayerType::gelu:
+      return std::make_unique<ActivationLayer>(spec.name, input_shape, Activation::gelu, 0.0f, "gelu");
+    case LayerType::tanh:
+      return std::make_unique<ActivationLayer>(spec.name, input_shape, Activation::tanh, 0.0f, "tanh");
+    case LayerType::leaky_relu:
+      return std::make_unique<ActivationLayer>(spec.name, input_shape, Activation::leaky_relu,
+                                               static_cast<float>(spec.negative_slope), "leaky_relu");
+    case LayerType::dropout:
+      return std::make_unique<Dropout>(spec.name, input_shape, static_cast<float>(spec.p));
+    case LayerType::layernorm:
+      return std::make_unique<LayerNorm>(spec.name, input_shape, static_cast<float>(spec.eps));
+    default:  // the spatial layers
+      return nn_detail::make_spatial_layer(spec, input_shape, deck_location, layout);
   }
-  if (spec.type == "relu")
-    return std::make_unique<ActivationLayer>(spec.name, input_shape, Activation::relu, 0.0f, "relu");
-  if (spec.type == "gelu")
-    return std::make_unique<ActivationLayer>(spec.name, input_shape, Activation::gelu, 0.0f, "gelu");
-  if (spec.type == "tanh")
-    return std::make_unique<ActivationLayer>(spec.name, input_shape, Activation::tanh, 0.0f, "tanh");
-  if (spec.type == "leaky_relu")
-    return std::make_unique<ActivationLayer>(spec.name, input_shape, Activation::leaky_relu,
-                                             static_cast<float>(spec.negative_slope), "leaky_relu");
-  if (spec.type == "dropout") return std::make_unique<Dropout>(spec.name, input_shape, static_cast<float>(spec.p));
-  if (spec.type == "layernorm")
-    return std::make_unique<LayerNorm>(spec.name, input_shape, static_cast<float>(spec.eps));
-  if (auto layer = nn_detail::make_spatial_layer(spec, input_shape, deck_location, layout)) return layer;
-  throw InputError(deck_location + ": unknown layer type '" + spec.type + "'",
-                   "use one of: linear, relu, gelu, tanh, leaky_relu, layernorm, dropout, conv2d, conv3d, maxpool2d, "
-                   "maxpool3d, avgpool2d, avgpool3d, global_avgpool, flatten, groupnorm");
 }
 
 }  // namespace hpctrain

@@ -13,6 +13,7 @@ namespace hpctrain {
 Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& backend, ModelBuffers buffers,
              const std::string& deck_path)
     : backend_(backend), buffers_(buffers), input_shape_(input_shape), input_width_(shape_size(input_shape)) {
+  // Buffers are BackendBuffers: an allocation that fails part way through set-up frees what was allocated before.
   HPCTRAIN_ASSERT(!spec.layers.empty(), "a model needs layers");
   HPCTRAIN_ASSERT(buffers_.max_rows > 0, "max_rows must be positive");
   build_layers(spec, deck_path, SpatialLayout::channels_first);
@@ -63,58 +64,48 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
   // Flat buffers.
   const std::size_t parameter_bytes =
       static_cast<std::size_t>(std::max<std::int64_t>(parameter_count_, 1)) * master_size;
-  master_ = backend_.allocate(parameter_bytes);
+  master_ = BackendBuffer(backend_, parameter_bytes);
   if (buffers_.training) {
-    gradients_ = backend_.allocate(parameter_bytes);
-    if (padded_) backend_.zero(gradients_, parameter_bytes);  // layers never write the gaps
+    gradients_ = BackendBuffer(backend_, parameter_bytes);
+    if (padded_) backend_.zero(gradients_.data, parameter_bytes);  // layers never write the gaps
   }
   const bool keep_working_copy = buffers_.activation_dtype != buffers_.master_dtype;
   if (keep_working_copy)
-    working_ = backend_.allocate(static_cast<std::size_t>(std::max<std::int64_t>(parameter_count_, 1)) *
-                                 dtype_size(buffers_.activation_dtype));
+    working_ = BackendBuffer(backend_, static_cast<std::size_t>(std::max<std::int64_t>(parameter_count_, 1)) *
+                                           dtype_size(buffers_.activation_dtype));
 
   // Activations: the input of every layer and the final output, each (max_rows, width).
   const std::size_t activation_size = dtype_size(buffers_.activation_dtype);
   std::int64_t layer_width = input_width_;
   for (std::size_t i = 0; i <= layers_.size(); ++i) {
-    const std::size_t bytes = static_cast<std::size_t>(buffers_.max_rows * layer_width) * activation_size;
-    activations_.push_back(backend_.allocate(bytes));
-    activation_bytes_ += bytes;
+    activations_.emplace_back(backend_, static_cast<std::size_t>(buffers_.max_rows * layer_width) * activation_size);
     if (i < layers_.size()) layer_width = layers_[i]->output_width();
   }
-  if (layout_ == SpatialLayout::channels_last) {  // the input batch, converted once per step
-    const std::size_t bytes = static_cast<std::size_t>(buffers_.max_rows * input_width_) * activation_size;
-    converted_input_ = backend_.allocate(bytes);
-    activation_bytes_ += bytes;
-  }
+  if (layout_ == SpatialLayout::channels_last)  // the input batch, converted once per step
+    converted_input_ =
+        BackendBuffer(backend_, static_cast<std::size_t>(buffers_.max_rows * input_width_) * activation_size);
   const std::size_t scratch_bytes = static_cast<std::size_t>(buffers_.max_rows * widest) * activation_size;
   if (buffers_.training)
-    for (auto& scratch : scratch_) {
-      scratch = backend_.allocate(scratch_bytes);
-      activation_bytes_ += scratch_bytes;
-    }
-  if (saved_rows_blocks > 0) {
-    const std::size_t bytes = static_cast<std::size_t>(saved_rows_blocks * buffers_.max_rows) * master_size;
-    saved_ = backend_.allocate(bytes);
-    activation_bytes_ += bytes;
-  }
+    for (auto& scratch : scratch_) scratch = BackendBuffer(backend_, scratch_bytes);
+  if (saved_rows_blocks > 0)
+    saved_ = BackendBuffer(backend_, static_cast<std::size_t>(saved_rows_blocks * buffers_.max_rows) * master_size);
+  loss_ = std::make_unique<Loss>(spec.loss, backend_, buffers_.max_rows, output_width());
 
   // Hand each layer its views.
   std::size_t entry = 0;
   std::int64_t saved_block = 0;
   for (auto& layer : layers_) {
-    ParameterBinding binding{master_,
-                             gradients_,
-                             keep_working_copy ? working_ : master_,
+    ParameterBinding binding{master_.data,
+                             gradients_.data,
+                             keep_working_copy ? working_.data : master_.data,
                              buffers_.master_dtype,
                              keep_working_copy ? buffers_.activation_dtype : buffers_.master_dtype,
                              {}};
     for (std::size_t p = 0; p < layer->parameters().size(); ++p) binding.offsets.push_back(entries_[entry++].offset);
     layer->bind(std::move(binding));
     if (layer->saved_per_row() > 0) {
-      layer->bind_saved(
-          static_cast<char*>(saved_) + saved_block * buffers_.max_rows * static_cast<std::int64_t>(master_size),
-          buffers_.max_rows);
+      layer->bind_saved(saved_.as<char>() + saved_block * buffers_.max_rows * static_cast<std::int64_t>(master_size),
+                        buffers_.max_rows);
       saved_block += layer->saved_per_row();
     }
   }
@@ -155,18 +146,14 @@ bool Model::channels_last_pays_off() const {
 }
 
 TensorView Model::layer_input(std::size_t index, std::int64_t rows) const {
-  void* data = index == 0 && converted_input_ != nullptr ? converted_input_ : activations_[index];
+  void* data = index == 0 && converted_input_.data != nullptr ? converted_input_.data : activations_[index].data;
   return {data, buffers_.activation_dtype, rows, index == 0 ? input_width_ : layers_[index - 1]->output_width()};
 }
 
-Model::~Model() {
-  for (void* pointer : {master_, gradients_, working_, saved_, converted_input_, scratch_[0], scratch_[1]})
-    if (pointer != nullptr) backend_.deallocate(pointer);
-  for (void* pointer : activations_) backend_.deallocate(pointer);
-}
+Model::~Model() = default;
 
 TensorView Model::working_copy() const {
-  return {working_, buffers_.activation_dtype, working_ != nullptr ? parameter_count_ : 0, 1};
+  return {working_.data, buffers_.activation_dtype, working_.data != nullptr ? parameter_count_ : 0, 1};
 }
 
 void Model::initialize(std::uint64_t seed) {
@@ -193,49 +180,57 @@ void Model::initialize(std::uint64_t seed) {
     }
   }
   if (buffers_.master_dtype == DType::f32) {
-    backend_.copy_to_backend(master_, host.data(), host.size() * sizeof(float));
+    backend_.copy_to_backend(master_.data, host.data(), host.size() * sizeof(float));
   } else {
     std::vector<double> widened(host.begin(), host.end());
-    backend_.copy_to_backend(master_, widened.data(), widened.size() * sizeof(double));
+    backend_.copy_to_backend(master_.data, widened.data(), widened.size() * sizeof(double));
   }
   refresh_working_copy();
 }
 
 void Model::refresh_working_copy() {
-  if (working_ == nullptr) return;
-  backend_.cast({master_, buffers_.master_dtype, parameter_count_, 1}, working_copy());
+  if (working_.data == nullptr) return;
+  backend_.cast({master_.data, buffers_.master_dtype, parameter_count_, 1}, working_copy());
 }
 
 TensorView Model::input(std::int64_t rows) const {
-  return {activations_[0], buffers_.activation_dtype, rows, input_width_};
+  return {activations_[0].data, buffers_.activation_dtype, rows, input_width_};
 }
 
 TensorView Model::forward(const StepContext& context) {
   const DType dtype = buffers_.activation_dtype;
-  if (converted_input_ != nullptr)
+  if (converted_input_.data != nullptr)
     backend_.convert_spatial_layout(input_shape_[0], SpatialLayout::channels_first, input(context.rows),
                                     layer_input(0, context.rows));
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    const TensorView y{activations_[i + 1], dtype, context.rows, layers_[i]->output_width()};
+    const TensorView y{activations_[i + 1].data, dtype, context.rows, layers_[i]->output_width()};
     layers_[i]->forward(context, static_cast<std::uint32_t>(i), layer_input(i, context.rows), y);
   }
-  return {activations_.back(), dtype, context.rows, output_width()};
+  return output(context.rows);
+}
+
+TensorView Model::output(std::int64_t rows) const {
+  return {activations_.back().data, buffers_.activation_dtype, rows, output_width()};
+}
+
+void Model::apply_loss(std::int64_t rows, const float* gradient_scale, LossSums* sums) {
+  loss_->apply(output(rows), gradient_scale, sums);
 }
 
 void Model::backward(const StepContext& context, bool accumulate,
                      const std::function<void(std::int64_t)>& after_layer) {
   HPCTRAIN_ASSERT(buffers_.training, "backward on a model built for inference");
   const DType dtype = buffers_.activation_dtype;
-  TensorView dy{activations_.back(), dtype, context.rows, output_width()};
+  TensorView dy = output(context.rows);
   for (std::size_t i = layers_.size(); i-- > 0;) {
     Layer& layer = *layers_[i];
     const TensorView x = layer_input(i, context.rows);
-    const TensorView y{activations_[i + 1], dtype, context.rows, layer.output_width()};
+    const TensorView y{activations_[i + 1].data, dtype, context.rows, layer.output_width()};
     TensorView dx{nullptr, dtype, context.rows, layer.input_width()};
     if (layer.in_place_backward()) {
       dx.data = dy.data;
     } else if (!(i == 0 && layer.skips_input_gradient())) {  // the model's input needs no gradient
-      dx.data = dy.data == scratch_[0] ? scratch_[1] : scratch_[0];
+      dx.data = dy.data == scratch_[0].data ? scratch_[1].data : scratch_[0].data;
     }
     layer.backward(context, static_cast<std::uint32_t>(i), x, y, dy, dx, accumulate);
     if (after_layer && parameter_begin_[i + 1] > parameter_begin_[i]) after_layer(parameter_begin_[i]);

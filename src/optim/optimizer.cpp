@@ -9,7 +9,14 @@ namespace hpctrain {
 Optimizer::Optimizer(const OptimizerSection& section, Model& model, Backend& backend)
     : model_(model), backend_(backend) {
   HPCTRAIN_ASSERT(model.buffers().master_dtype == DType::f32, "the optimizer updates fp32 master parameters");
-  hyper_.type = section.type == "sgd" ? OptimizerType::sgd : OptimizerType::adamw;
+  switch (section.type) {
+    case OptimizerKind::adamw:
+      hyper_.type = OptimizerType::adamw;
+      break;
+    case OptimizerKind::sgd:
+      hyper_.type = OptimizerType::sgd;
+      break;
+  }
   hyper_.beta1 = static_cast<float>(section.beta1);
   hyper_.beta2 = static_cast<float>(section.beta2);
   hyper_.eps = static_cast<float>(section.eps);
@@ -23,7 +30,8 @@ Optimizer::Optimizer(const OptimizerSection& section, Model& model, Backend& bac
   for (const ParameterEntry& entry : model.parameter_entries()) {
     bool decays = true;
     for (const std::string& word : section.no_decay)
-      if (entry.name.find(word) != std::string::npos || entry.layer_type.find(word) != std::string::npos) decays = false;
+      if (entry.name.find(word) != std::string::npos || entry.layer_type.find(word) != std::string::npos)
+        decays = false;
     if (!ranges_.empty() && ranges_.back().decay == decays &&
         ranges_.back().offset + ranges_.back().count == entry.offset)
       ranges_.back().count += entry.count;
@@ -33,21 +41,13 @@ Optimizer::Optimizer(const OptimizerSection& section, Model& model, Backend& bac
   const bool needs_first = hyper_.type == OptimizerType::adamw || hyper_.momentum > 0.0f;
   const bool needs_second = hyper_.type == OptimizerType::adamw;
   const std::size_t bytes = static_cast<std::size_t>(model.parameter_count()) * sizeof(float);
-  if (needs_first) state_[0] = static_cast<float*>(backend.allocate(bytes));
-  if (needs_second) state_[1] = static_cast<float*>(backend.allocate(bytes));
-  for (float* state : state_)
-    if (state != nullptr) backend.zero(state, bytes);
+  if (needs_first) state_[0] = BackendBuffer(backend, bytes);
+  if (needs_second) state_[1] = BackendBuffer(backend, bytes);
+  for (const BackendBuffer& state : state_)
+    if (state.data != nullptr) backend.zero(state.data, bytes);
 }
 
-Optimizer::~Optimizer() {
-  for (float* state : state_)
-    if (state != nullptr) backend_.deallocate(state);
-}
-
-std::size_t Optimizer::state_bytes() const {
-  std::size_t vectors = (state_[0] != nullptr) + (state_[1] != nullptr);
-  return vectors * static_cast<std::size_t>(model_.parameter_count()) * sizeof(float);
-}
+Optimizer::~Optimizer() = default;
 
 void Optimizer::gradient_statistics(StepScalars* scalars) {
   backend_.gradient_statistics(static_cast<const float*>(model_.gradients()), model_.parameter_count(), hyper_,
@@ -65,8 +65,8 @@ void Optimizer::step(const StepScalars* scalars) {
             : nullptr,
         working.dtype, range.count, 1};
     backend_.optimizer_step(hyper_, range.decay, parameters + range.offset, gradients + range.offset,
-                            state_[0] ? state_[0] + range.offset : nullptr,
-                            state_[1] ? state_[1] + range.offset : nullptr, range.count, working_range, scalars);
+                            state_[0].data ? state(0) + range.offset : nullptr,
+                            state_[1].data ? state(1) + range.offset : nullptr, range.count, working_range, scalars);
   }
 }
 

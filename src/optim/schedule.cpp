@@ -11,9 +11,7 @@
 namespace hpctrain {
 
 LearningRateSchedule::LearningRateSchedule(const ScheduleSection& schedule, double base_lr, std::int64_t total_steps)
-    : kind_(schedule.type == "cosine" ? Kind::cosine
-            : schedule.type == "step" ? Kind::step
-                                      : Kind::constant),
+    : kind_(schedule.type),
       base_lr_(base_lr),
       min_lr_(schedule.min_lr),
       gamma_(schedule.gamma),
@@ -25,11 +23,11 @@ double LearningRateSchedule::at(std::int64_t step) const {
   if (step < warmup_) return base_lr_ * static_cast<double>(step + 1) / static_cast<double>(warmup_);
   const std::int64_t after_warmup = step - warmup_;
   switch (kind_) {
-    case Kind::constant:
+    case ScheduleKind::constant:
       return base_lr_;
-    case Kind::step:
+    case ScheduleKind::step:
       return base_lr_ * std::pow(gamma_, static_cast<double>(after_warmup / step_size_));
-    case Kind::cosine: {
+    case ScheduleKind::cosine: {
       const double span = static_cast<double>(std::max<std::int64_t>(total_ - warmup_, 1));
       const double progress = std::min(1.0, static_cast<double>(after_warmup) / span);
       return min_lr_ + 0.5 * (base_lr_ - min_lr_) * (1.0 + std::cos(std::numbers::pi * progress));

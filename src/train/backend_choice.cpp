@@ -33,8 +33,8 @@ std::vector<DeviceUuid> node_devices(const MpiEnvironment& mpi, const DeviceUuid
 
 BackendChoice choose_backend(const RunConfig& config, const MpiEnvironment& mpi) {
   BackendChoice choice;
-  const std::string& device = config.run.device;
-  if (device == "cpu") {
+  const Device device = config.run.device;
+  if (device == Device::cpu) {
     choice.backend = make_cpu_backend();
     return choice;
   }
@@ -42,7 +42,7 @@ BackendChoice choose_backend(const RunConfig& config, const MpiEnvironment& mpi)
   int ranks_without = visible == 0 ? 1 : 0;
   HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ranks_without, 1, MPI_INT, MPI_SUM, mpi.world()));
   if (ranks_without > 0) {
-    if (device == "auto") {
+    if (device == Device::automatic) {
       choice.backend = make_cpu_backend();
       return choice;
     }

@@ -1,4 +1,4 @@
-// Moving a host batch to the backend, and the loss.
+// Moving a host batch to the backend.
 #include "hpctrain/train/device_batch.hpp"
 
 #include <algorithm>
@@ -7,10 +7,7 @@
 
 namespace hpctrain {
 
-DeviceBatch::DeviceBatch(Backend& backend, const Model& model, TaskKind task, std::int64_t max_rows)
-    : backend_(backend), task_(task) {
-  labels_ = BackendBuffer(backend, static_cast<std::size_t>(max_rows) * sizeof(std::int32_t));
-  targets_ = BackendBuffer(backend, static_cast<std::size_t>(max_rows * model.output_width()) * sizeof(float));
+DeviceBatch::DeviceBatch(Backend& backend, const Model&, std::int64_t max_rows) : backend_(backend) {
   sample_ids_ = BackendBuffer(backend, static_cast<std::size_t>(max_rows) * sizeof(std::int64_t));
   seen_.reserve(16);  // a loader's ring slots: nothing allocated in a step
   pinned_.reserve(16);
@@ -31,25 +28,15 @@ void DeviceBatch::upload(const HostBatch& batch, std::int64_t first, std::int64_
     if (backend_.pin_host_memory(buffer, batch.features.capacity() * sizeof(float))) pinned_.push_back(buffer);
   }
   backend_.upload_cast(batch.features.data() + first * features, input);
-  if (task_ == TaskKind::classification && !batch.labels.empty()) {  // predictions need no labels
-    backend_.copy_to_backend(labels_.data, batch.labels.data() + first,
-                             static_cast<std::size_t>(rows) * sizeof(std::int32_t));
-  } else if (task_ == TaskKind::regression && !batch.targets.empty()) {
-    const std::int64_t outputs = model.output_width();
-    backend_.copy_to_backend(targets_.data, batch.targets.data() + first * outputs,
-                             static_cast<std::size_t>(rows * outputs) * sizeof(float));
+  const Loss& loss = model.loss();
+  if (loss.kind() == LossKind::cross_entropy && !batch.labels.empty()) {
+    backend_.copy_to_backend(loss.answers(), batch.labels.data() + first, loss.answer_bytes(rows));
+  } else if (loss.kind() == LossKind::mse && !batch.targets.empty()) {
+    backend_.copy_to_backend(loss.answers(), batch.targets.data() + first * model.output_width(),
+                             loss.answer_bytes(rows));
   }
   backend_.copy_to_backend(sample_ids_.data, batch.sample_ids.data() + first,
                            static_cast<std::size_t>(rows) * sizeof(std::int64_t));
-}
-
-void DeviceBatch::loss(const TensorView& output, const float* gradient_scale, LossSums* sums) const {
-  TensorView gradient = output;
-  if (gradient_scale == nullptr) gradient.data = nullptr;
-  if (task_ == TaskKind::classification)
-    backend_.softmax_cross_entropy(output, labels_.as<std::int32_t>(), gradient_scale, gradient, sums);
-  else
-    backend_.mean_squared_error(output, targets_.data, gradient_scale, gradient, sums);
 }
 
 }  // namespace hpctrain

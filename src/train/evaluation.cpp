@@ -69,7 +69,7 @@ EvalMetrics evaluate_split(const TrainingData& data, Model& model, Backend& back
   std::vector<double> totals(4 + 3 * static_cast<std::size_t>(width), 0.0);
   forward_split(data, model, backend, device, local_batch, context, mpi,
                 [&](const HostBatch& batch, const TensorView& output, const float* host) {
-                  device.loss(output, nullptr, sums_buffer.as<LossSums>());
+                  model.apply_loss(batch.rows, nullptr, sums_buffer.as<LossSums>());
                   for (std::int64_t row = 0; row < batch.rows; ++row) {
                     const float* prediction = host + row * width;
                     if (task == TaskKind::classification) {
@@ -115,6 +115,28 @@ EvalMetrics evaluate_split(const TrainingData& data, Model& model, Backend& back
     metrics.r2 = r2 / static_cast<double>(width);
   }
   return metrics;
+}
+
+std::vector<std::pair<std::string, MetricKind>> eval_columns(TaskKind task, std::int64_t outputs) {
+  std::vector<std::pair<std::string, MetricKind>> columns{{"step", MetricKind::int64}, {"loss", MetricKind::float64}};
+  if (task == TaskKind::regression) {
+    for (const char* name : {"mae", "mse", "r2"}) columns.emplace_back(name, MetricKind::float64);
+  } else {
+    columns.emplace_back("accuracy", MetricKind::float64);
+    if (outputs > 5) columns.emplace_back("top5_accuracy", MetricKind::float64);
+  }
+  return columns;
+}
+
+std::vector<double> eval_row(std::int64_t step, const EvalMetrics& metrics, TaskKind task, std::int64_t outputs) {
+  std::vector<double> row{static_cast<double>(step), metrics.loss};
+  if (task == TaskKind::regression) {
+    row.insert(row.end(), {metrics.mae, metrics.mse, metrics.r2});
+  } else {
+    row.push_back(metrics.accuracy);
+    if (outputs > 5) row.push_back(metrics.top5_accuracy);
+  }
+  return row;
 }
 
 std::string describe(const EvalMetrics& metrics) {

@@ -55,7 +55,7 @@ std::vector<std::string> rank_resource_warnings(const RunConfig& config, const M
         "OMP_NUM_THREADS");
   }
   // Rank 0's node stands for the others: one device count (0 without a driver, and in builds without CUDA).
-  if (!on_cuda && config.run.device == "cpu" && mpi.is_root()) {
+  if (!on_cuda && config.run.device == Device::cpu && mpi.is_root()) {
     const int devices = cuda_device_count();
     if (devices > 0)
       warnings.push_back("warning: " + std::to_string(devices) + " CUDA device" + (devices > 1 ? "s are" : " is") +

@@ -27,15 +27,6 @@ double RunClock::now() const { return simulated() ? simulated_seconds_ : MPI_Wti
 
 void RunClock::step_finished() { simulated_seconds_ += seconds_per_step_; }
 
-double parse_time_limit(const std::string& text) {
-  if (text.empty()) return 0.0;
-  double seconds = 0.0;
-  std::stringstream stream(text);
-  std::string part;
-  while (std::getline(stream, part, ':')) seconds = seconds * 60.0 + std::stod(part);
-  return seconds;
-}
-
 std::string format_duration(double seconds) {
   const auto total = static_cast<long>(std::max(0.0, seconds) + 0.5);
   char text[32];

@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
+
+#include "hpctrain/core/error.hpp"
+#include "hpctrain/core/files.hpp"
 
 namespace hpctrain {
 
@@ -19,20 +21,12 @@ void RunStatus::write(const std::string& state, int exit_code, std::int64_t step
   const std::string line =
       state + " " + (exit_code < 0 ? std::string("-") : std::to_string(exit_code)) + " step " + std::to_string(step);
   for (const fs::path& file : files_) {
-    // The process id in the temporary name: a rank reporting its own error may write while rank 0 does.
-    const fs::path temporary = file.string() + ".tmp" + std::to_string(getpid());
-    std::error_code error;
-    {
-      std::ofstream out(temporary, std::ios::trunc);
-      out << line << '\n';
-      out.close();
-      if (!out) error = std::make_error_code(std::errc::io_error);
-    }
-    if (!error) fs::rename(temporary, file, error);
-    if (error) {
+    try {
+      // The process id in the temporary name: a rank reporting its own error may write while rank 0 does.
+      write_text_file_atomically(file, line + '\n', file.string() + ".tmp" + std::to_string(getpid()));
+    } catch (const Error& error) {
       std::fprintf(stderr, "hpctrain: warning: cannot write '%s' to the status file '%s': %s\n", line.c_str(),
-                   file.c_str(), error.message().c_str());
-      fs::remove(temporary, error);
+                   file.c_str(), error.what());
     }
   }
 }

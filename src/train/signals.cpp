@@ -1,57 +1,111 @@
-// Signal handlers that only set a flag (async-signal-safe); everything else happens at the step boundary.
+// Checkpoint signals through one watcher thread. The signals are blocked in every other thread (the mask is set in
+// main before MPI or any thread starts, and threads inherit it), so they never interrupt MPI's progress engine, the
+// data loader or a system call; the watcher takes them with sigwait and only sets a flag, which the trainer reads at
+// step boundaries. A signal the deck does not checkpoint on gets its default action, as if nothing had been installed.
 #include "hpctrain/train/signals.hpp"
 
+#include <pthread.h>
+
+#include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstring>
+#include <thread>
 
 #include "hpctrain/core/error.hpp"
 
 namespace hpctrain {
 
 namespace {
-volatile std::sig_atomic_t received_signal = 0;
 
-extern "C" void record_signal(int signal_number) {
-  if (received_signal == 0) received_signal = signal_number;  // a second signal while writing changes nothing
+constexpr std::size_t signal_count = choice_words<CheckpointSignal>().size();
+
+int signal_number_of(CheckpointSignal signal) {
+  switch (signal) {
+    case CheckpointSignal::usr1:
+      return SIGUSR1;
+    case CheckpointSignal::usr2:
+      return SIGUSR2;
+    case CheckpointSignal::term:
+      return SIGTERM;
+    case CheckpointSignal::interrupt:
+      return SIGINT;
+    case CheckpointSignal::hangup:
+      return SIGHUP;
+  }
+  return 0;
 }
 
-int signal_number_of(const std::string& name) {
-  if (name == "USR1") return SIGUSR1;
-  if (name == "USR2") return SIGUSR2;
-  if (name == "TERM") return SIGTERM;
-  if (name == "INT") return SIGINT;
-  if (name == "HUP") return SIGHUP;
-  throw InputError("checkpoint.on_signal: unknown signal '" + name + "'", "use USR1, USR2, TERM, INT or HUP");
+std::atomic<int> received_signal{0};
+std::atomic<bool> checkpointing[signal_count];  // per CheckpointSignal: checkpoint on it (else its default action)
+std::atomic<bool> watching{false};
+
+sigset_t watched_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (std::size_t index = 0; index < signal_count; ++index)
+    sigaddset(&set, signal_number_of(static_cast<CheckpointSignal>(index)));
+  return set;
 }
+
+// The default action of a signal (ending the process), delivered to the calling thread.
+void act_by_default(int number) {
+  std::signal(number, SIG_DFL);
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, number);
+  pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+  std::raise(number);
+}
+
+void watch(sigset_t set) {
+  while (true) {
+    int number = 0;
+    if (sigwait(&set, &number) != 0) continue;
+    std::size_t index = 0;
+    while (index < signal_count && signal_number_of(static_cast<CheckpointSignal>(index)) != number) ++index;
+    if (index < signal_count && checkpointing[index].load()) {
+      int none = 0;
+      received_signal.compare_exchange_strong(none, number);  // a second signal while writing changes nothing
+      continue;
+    }
+    act_by_default(number);  // not a checkpoint signal of this run
+  }
+}
+
 }  // namespace
 
-void install_checkpoint_signals(const std::vector<std::string>& names) {
-  for (const std::string& name : names) {
-    struct sigaction action {};
-    action.sa_handler = record_signal;
-    sigemptyset(&action.sa_mask);
-    action.sa_flags = SA_RESTART;
-    sigaction(signal_number_of(name), &action, nullptr);
-  }
+void record_checkpoint_signals_early(const std::vector<CheckpointSignal>& signals) {
+  for (const CheckpointSignal signal : signals) checkpointing[static_cast<std::size_t>(signal)] = true;
+  const sigset_t set = watched_set();
+  const int status = pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  HPCTRAIN_VERIFY(status == 0, Error, "blocking the checkpoint signals failed: " << std::strerror(status));
+  std::thread(watch, set).detach();
+  watching = true;
 }
 
-int pending_checkpoint_signal() { return received_signal; }
+void install_checkpoint_signals(const std::vector<CheckpointSignal>& signals) {
+  HPCTRAIN_ASSERT(watching.load(), "record_checkpoint_signals_early must run first (in main)");
+  for (std::size_t index = 0; index < signal_count; ++index)
+    checkpointing[index] =
+        std::find(signals.begin(), signals.end(), static_cast<CheckpointSignal>(index)) != signals.end();
+  // One that came during start-up but is not a checkpoint signal of this deck acts now, as it would have then.
+  const int early = received_signal.load();
+  for (std::size_t index = 0; index < signal_count; ++index)
+    if (early == signal_number_of(static_cast<CheckpointSignal>(index)) && !checkpointing[index]) {
+      received_signal = 0;
+      act_by_default(early);
+    }
+}
+
+int pending_checkpoint_signal() { return received_signal.load(); }
 
 std::string signal_name(int signal_number) {
-  switch (signal_number) {
-    case SIGUSR1:
-      return "SIGUSR1";
-    case SIGUSR2:
-      return "SIGUSR2";
-    case SIGTERM:
-      return "SIGTERM";
-    case SIGINT:
-      return "SIGINT";
-    case SIGHUP:
-      return "SIGHUP";
-    default:
-      return "signal " + std::to_string(signal_number);
+  for (std::size_t index = 0; index < signal_count; ++index) {
+    const auto signal = static_cast<CheckpointSignal>(index);
+    if (signal_number_of(signal) == signal_number) return "SIG" + std::string(word_of(signal));
   }
+  return "signal " + std::to_string(signal_number);
 }
 
 }  // namespace hpctrain

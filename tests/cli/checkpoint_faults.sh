@@ -1,24 +1,12 @@
 #!/usr/bin/env bash
 # Faults during checkpointing: kill -9 of all ranks at random moments while they write a checkpoint every step,
 # repeated; after each kill the checkpoint `latest` names passes its checksums and loads. And a write that fails
-# (file-size limit standing in for a full disk) gives a clear error and leaves the previous checkpoint intact.
+# (file-size limit standing in for a full disk) gives one clear error (also in train.log), removes the partial file
+# and leaves the previous checkpoint intact.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 make_spirals train.h5 2000 1
-cat >deck.toml <<'TOML'
-[data]
-train = "train.h5"
-batch_size = 32
-[model]
-layers = [ { type = "linear", out = 256 }, { type = "relu" }, { type = "linear", out = 256 }, { type = "relu" },
-           { type = "linear", out = 3 } ]
-[train]
-steps = 1000000
-log_every = 1000
-[checkpoint]
-every_steps = 1
-keep = 2
-TOML
+wide_mlp_deck deck.toml 1000000 1
 trials=${HPCTRAIN_KILL_TRIALS:-20}
 checkpointed_or_ended() { [[ -f run/checkpoints/latest ]] || ! kill -0 "$launcher" 2>/dev/null; }
 sound=0
@@ -54,4 +42,8 @@ timeout 120 $MPIEXEC -n 2 bash -c "ulimit -f 400; trap '' XFSZ; exec \"\$0\" \"\
   { cat full.log >&2; fail "a failing checkpoint write was not reported"; }
 [[ $(cat run/checkpoints/latest) == "$before" ]] && "$HPCTRAIN" checkpoint verify run >/dev/null &&
   pass "previous checkpoint intact ($before)" || fail "previous checkpoint damaged"
+# ... said once, in words (not HDF5's calls), also in train.log, and the partial file is gone.
+check_write_failure "failed checkpoint write" full.log run "writing checkpoint '.*' failed: the file would pass the file-size limit"
+partials=$(find run/checkpoints -name '*.partial')
+[[ -z $partials ]] && pass "no partial checkpoint left" || fail "partial checkpoint left: $partials"
 finish

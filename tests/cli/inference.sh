@@ -2,7 +2,8 @@
 # predict and evaluate: predictions of a trained checkpoint reproduce the final /eval metrics of its training run, agree
 # on 1, 2 and 4 ranks (to fp32 rounding) and are in sample order; evaluate prints and writes the same metrics; both
 # apply the deck's feature transforms (data.log1p, scale, shift) to raw data; regression runs get MAE/MSE/R^2 and
-# 10-class runs top-5 accuracy; a dataset of the wrong shape is refused.
+# 10-class runs top-5 accuracy; a run directory or checkpoints/latest names the newest checkpoint; a dataset of the
+# wrong shape is refused.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 make_spirals train.h5 3000 1
@@ -89,6 +90,16 @@ assert evaluation["/eval/accuracy"][0] > 0.5, "the model did not learn: the chec
 assert accuracy == evaluation["/eval/accuracy"][0]
 assert abs(loss - evaluation["/eval/loss"][0]) < 1e-5 * evaluation["/eval/loss"][0]
 PY
+
+# The checkpoint named by its run directory or by checkpoints/latest: the newest checkpoint of the run.
+for named in run run/checkpoints/latest; do
+  run_ranks 2 evaluate $named --data validation.h5 >named.log 2>&1 && grep -q "^$checkpoint on validation.h5" named.log &&
+    pass "evaluate $named: $(cat named.log)" || { cat named.log >&2; fail "evaluate $named"; }
+done
+run_ranks 2 predict run/checkpoints/latest --data validation.h5 --output named-predictions.h5 >named.log 2>&1 &&
+  $PYTHON -c "import h5py, numpy as np; a, b = (h5py.File(f, 'r') for f in ('named-predictions.h5', 'predictions-2.h5'));
+assert a.attrs['checkpoint'] == '$checkpoint' and np.array_equal(a['predictions'][()], b['predictions'][()])" &&
+  pass "predict run/checkpoints/latest reads $checkpoint" || { cat named.log >&2; fail "predict run/checkpoints/latest"; }
 
 # wrong sample shape
 "$HPCTRAIN" data generate blobs --samples 100 --features 5 --classes 3 --output wide.h5 >/dev/null

@@ -149,6 +149,18 @@ pass "single-node $(sbatch --version) up: node $node, $cpus CPUs, ports $ctld_po
 # Every wait below is bounded, and all of them together too: the test ends (and stops its daemons) before CTest's
 # timeout would kill it without cleaning up.
 test_deadline=$((SECONDS + 240))
+# set_partition STATE: scontrol update of the debug partition, retried until it shows STATE (a busy slurmctld answers
+# "Socket timed out on send/recv operation" and leaves the partition as it was).
+set_partition() {
+  local try
+  for try in $(seq 30); do
+    scontrol update PartitionName=debug State="$1" 2>/dev/null
+    scontrol show partition debug 2>/dev/null | grep -q "State=$1 " && return 0
+    sleep 1
+  done
+  return 1
+}
+export -f set_partition  # for the watcher's shell
 job_field() { scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
 # wait_for JOB SECONDS CONDITION: until the shell condition (on $state, $restarts) holds; false on timeout or failure.
 wait_for() {
@@ -194,7 +206,7 @@ job_b=$(submit deck_b.toml --output run_b) || { fail "sbatch failed"; exit 1; }
 pass "submitted the job to interrupt: $job_b"
 # The watcher sends the signal as soon as training has started; it runs in its own session (see setsid above).
 setsid bash -c 'until grep -q "^step " "$1/train.log" 2>/dev/null; do sleep 0.05; done
-  scontrol update PartitionName=debug State=DOWN
+  set_partition DOWN
   scancel --signal=USR1 --batch "$2"' watcher "$WORK/run_b" "$job_b" &
 watcher_pid=$!
 # (scancel --signal=USR1 --batch is what --signal=B:USR1@300 does 300 s before the time limit.)
@@ -213,7 +225,7 @@ stopped=$(sed -n 's/.*step-0*\([0-9]*\)\.h5/\1/p' run_b/checkpoints/latest)
 steps=$((stopped + 300))
 write_deck deck_b.toml "$steps" # read again by the second segment (train.steps may change on resume)
 write_deck deck_a.toml "$steps"
-scontrol update PartitionName=debug State=UP
+set_partition UP || fail "the debug partition did not come up again"
 
 # --- (1) the uninterrupted reference, queued behind the second segment ---
 job_a=$(submit deck_a.toml --output run_a)

@@ -123,7 +123,7 @@ TEST_F(DataLoaderMpiTest, GlobalBatchesDoNotDependOnTheRankCount) {
 }
 
 TEST_F(DataLoaderMpiTest, LocalShuffleReadsEverySampleOncePerEpoch) {
-  config_.data.shuffle = "local";
+  config_.data.shuffle = ShuffleMode::local;
   TrainingData data(config_, "data.train",
                     std::vector<std::string>{(directory_ / "part_0.h5").string(), (directory_ / "part_1.h5").string()},
                     TaskKind::classification);

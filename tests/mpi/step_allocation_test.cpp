@@ -1,7 +1,7 @@
 // No allocation in the training step: every malloc/calloc/realloc (operator new goes through malloc) is counted
-// while the compute of a step runs — upload, forward, loss, backward with the bucketed all-reduce, gradient statistics,
-// the fused optimizer and the scaler update, in the order Trainer::Impl::train_step runs them — for fp32 and bf16,
-// with gradient accumulation. The first steps may allocate (oneDNN primitives, scratch growth); steps after them must
+// while TrainingStep::run (the trainer's step: upload, forward, loss, backward with the bucketed all-reduce, gradient
+// statistics, the fused optimizer, the scaler update and the step's record) runs, for fp32 and bf16, with gradient
+// accumulation. The first steps may allocate (oneDNN primitives, scratch growth); steps after them must
 // not — except inside the libraries: oneDNN 2.6 builds a small argument map on every primitive execution (its
 // execution context), and Open MPI's libnbc builds a schedule for every MPI_Iallreduce; their APIs give no way to avoid
 // either. Allocations whose call stack passes through libdnnl or Open MPI are counted apart and reported; every other
@@ -13,6 +13,7 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -22,7 +23,10 @@
 #include "hpctrain/kernels/backend_buffer.hpp"
 #include "hpctrain/nn/model.hpp"
 #include "hpctrain/optim/optimizer.hpp"
+#include "hpctrain/precision/loss_scaler.hpp"
 #include "hpctrain/train/device_batch.hpp"
+#include "hpctrain/train/step_records.hpp"
+#include "hpctrain/train/training_step.hpp"
 
 namespace {
 std::atomic<bool> counting{false};
@@ -70,7 +74,7 @@ namespace {
 
 LayerSpec layer(const std::string& type, std::int64_t out = 0) {
   LayerSpec spec;
-  spec.type = type;
+  spec.type = *choice_named<LayerType>(type);
   spec.name = type + std::to_string(out);
   spec.out = out;
   spec.p = 0.1;
@@ -95,14 +99,13 @@ TEST_P(StepAllocations, NoneAfterWarmUp) {
   for (std::size_t i = 0; i < model.layer_count(); ++i) layer_begins.push_back(model.parameter_begin(i));
   GradientAllreduce allreduce(MPI_COMM_WORLD, static_cast<float*>(model.gradients()), model.parameter_count(),
                               layer_begins, 4096);
-  DeviceBatch device(*backend, model, TaskKind::classification, micro);
-  BackendBuffer scalars(*backend, sizeof(StepScalars)), sums(*backend, sizeof(LossSums)),
-      scale(*backend, sizeof(float));
-  StepScalars initial;
-  initial.learning_rate = 1e-3f;
-  backend->copy_to_backend(scalars.data, &initial, sizeof initial);
-  const float gradient_scale = 1.0f / static_cast<float>(rows * ranks);
-  backend->copy_to_backend(scale.data, &gradient_scale, sizeof gradient_scale);
+  DeviceBatch device(*backend, model, micro);
+  PrecisionSection precision;
+  LossScaler scaler(precision, *backend);
+  PhaseTimer timer(false);
+  TrainingStep training_step(*backend, model, optimizer, allreduce, scaler, device, micro, ranks, 1, timer);
+  StepGraph graph(*backend, false, 0);
+  StepRecords records(*backend, 1);
 
   HostBatch batch;
   batch.rows = rows;
@@ -113,7 +116,6 @@ TEST_P(StepAllocations, NoneAfterWarmUp) {
     batch.labels.push_back(static_cast<std::int32_t>(generator() % 10));
     batch.sample_ids.push_back(i);
   }
-  const LossScalerConfig scaler;
   long after_warm_up = 0;
   for (int step = 0; step < 12; ++step) {
     if (step == 3) {
@@ -121,22 +123,12 @@ TEST_P(StepAllocations, NoneAfterWarmUp) {
       library_allocations = 0;
       counting = true;
     }
-    backend->zero(sums.data, sizeof(LossSums));
-    for (std::int64_t m = 0; m < accumulate; ++m) {
-      device.upload(batch, m * micro, micro, model);
-      const StepContext context{backend.get(), true, 1, static_cast<std::uint32_t>(step), device.sample_ids(), micro};
-      device.loss(model.forward(context), scale.as<float>(), sums.as<LossSums>());
-      if (m + 1 == accumulate) {
-        allreduce.begin_step();
-        model.backward(context, m > 0, [&](std::int64_t begin) { allreduce.ready_from(begin); });
-      } else {
-        model.backward(context, m > 0, nullptr);
-      }
-    }
-    allreduce.finish();
-    optimizer.gradient_statistics(scalars.as<StepScalars>());
-    optimizer.step(scalars.as<StepScalars>());
-    backend->finish_step(scaler, scalars.as<StepScalars>());
+    training_step.run(batch, step, 1e-3f, graph, records, 0.0, 0.0);
+    counting = false;  // reading the results back (the trainer's logging) is outside the step
+    const FlushedSteps flushed = records.flush(MPI_COMM_WORLD, 0.0);
+    ASSERT_EQ(flushed.steps.size(), 1u);
+    ASSERT_TRUE(std::isfinite(flushed.steps[0].loss));
+    counting = step >= 3;
   }
   counting = false;
   after_warm_up = allocations.load();

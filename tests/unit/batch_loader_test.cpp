@@ -209,7 +209,7 @@ TEST_F(LoaderTest, PrefetchGivesExactlyTheSynchronousBatches) {
       for (int rank = 0; rank < 2; ++rank) {
         SCOPED_TRACE("shuffle " + shuffle + ", in_memory " + std::to_string(in_memory) + ", rank " +
                      std::to_string(rank));
-        config_.data.shuffle = shuffle;
+        config_.data.shuffle = *choice_named<ShuffleMode>(shuffle);
         config_.data.in_memory = in_memory;
         config_.data.prefetch = 0;
         TrainingData sync_data(config_, "data.train", files, TaskKind::classification);
@@ -230,7 +230,6 @@ TEST_F(LoaderTest, PrefetchGivesExactlyTheSynchronousBatches) {
           TrainingData data(config_, "data.train", files, TaskKind::classification);
           BatchLoader loader(data, config_.data, 2, rank, 6, 123);
           EXPECT_EQ(run_script(loader, 6), expected) << "prefetch " << prefetch;
-          EXPECT_GE(loader.wait_seconds(), 0.0);
         }
       }
 }
@@ -275,7 +274,7 @@ TEST_F(LoaderTest, ReaderFailuresSurfaceAtNextWithTheirType) {
   const std::int64_t rows = 120000;
   const std::string file = write_part("big.h5", 0, rows, {2, 3}, true);
   corrupt_chunk(file, 1);  // samples [43690, 87380)
-  config_.data.shuffle = "none";
+  config_.data.shuffle = ShuffleMode::none;
   config_.data.prefetch = 2;
   TrainingData data(config_, "data.train", file, TaskKind::classification);
   BatchLoader loader(data, config_.data, 1, 0, 10000, 0);

@@ -354,12 +354,12 @@ TEST(CpuConvolution, ModelRefusesSpatialLayersTheBackendLacks) {
   Minimal minimal;
   ModelSection spec;
   LayerSpec conv;
-  conv.type = "conv2d";
+  conv.type = LayerType::conv2d;
   conv.name = "features";
   conv.out = 4;
   conv.kernel = {3};
   LayerSpec head;
-  head.type = "linear";
+  head.type = LayerType::linear;
   head.name = "head";
   head.out = 2;
   spec.layers = {conv, head};

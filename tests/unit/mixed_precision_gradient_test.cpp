@@ -18,7 +18,7 @@ namespace {
 
 LayerSpec layer(const std::string& type, std::int64_t out = 0) {
   LayerSpec spec;
-  spec.type = type;
+  spec.type = *choice_named<LayerType>(type);
   spec.name = type + std::to_string(out);
   spec.out = out;
   return spec;

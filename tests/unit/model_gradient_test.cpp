@@ -17,7 +17,7 @@ namespace {
 
 LayerSpec layer(const std::string& type, std::int64_t out = 0) {
   LayerSpec spec;
-  spec.type = type;
+  spec.type = *choice_named<LayerType>(type);
   spec.name = type + std::to_string(out) + std::to_string(std::rand());
   spec.out = out;
   spec.p = 0.3;
@@ -86,7 +86,7 @@ void check_gradients(const Case& test, SpatialLayout layout) {
   const std::int64_t features = shape_size(test.input);
   ModelSection spec;
   spec.layers = test.layers;
-  spec.loss = test.loss;
+  spec.loss = *choice_named<LossKind>(test.loss);
   Model model(spec, test.input, *backend, {DType::f64, DType::f64, rows}, "test.toml");
   model.initialize(3);
 

@@ -14,7 +14,7 @@ namespace {
 
 LayerSpec layer(const std::string& type, std::int64_t out = 0) {
   LayerSpec spec;
-  spec.type = type;
+  spec.type = *choice_named<LayerType>(type);
   spec.name = type + std::to_string(out);
   spec.out = out;
   return spec;
@@ -23,7 +23,7 @@ LayerSpec layer(const std::string& type, std::int64_t out = 0) {
 // One AdamW step with zero gradients: the update is decay alone, p -= lr * wd * p.
 std::vector<float> step_with_zero_gradients(const std::vector<std::string>& no_decay, Model& model, Backend& backend) {
   OptimizerSection section;
-  section.type = "adamw";
+  section.type = OptimizerKind::adamw;
   section.weight_decay = 0.5;
   section.no_decay = no_decay;
   Optimizer optimizer(section, model, backend);
@@ -45,9 +45,8 @@ TEST(OptimizerNoDecay, DecaysWeightsOnlyByDefault) {
     model.initialize(1);
     const auto* start = static_cast<const float*>(model.master());
     const std::vector<float> before(start, start + model.parameter_count());
-    const auto after = step_with_zero_gradients(decay_everything ? std::vector<std::string>{}
-                                                                 : std::vector<std::string>{"bias", "norm"},
-                                                model, *backend);
+    const auto after = step_with_zero_gradients(
+        decay_everything ? std::vector<std::string>{} : std::vector<std::string>{"bias", "norm"}, model, *backend);
     for (const ParameterEntry& entry : model.parameter_entries()) {
       const bool decays = decay_everything || (entry.name == "weight" && entry.layer_type == "linear");
       for (std::int64_t i = entry.offset; i < entry.offset + entry.count; ++i) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "hpctrain/config/run_config.hpp"
@@ -15,10 +16,10 @@
 namespace hpctrain {
 namespace {
 
-LayerSpec layer(const std::string& type, std::int64_t out = 0) {
+LayerSpec layer(LayerType type, const std::string& name, std::int64_t out = 0) {
   LayerSpec spec;
   spec.type = type;
-  spec.name = type + std::to_string(out);
+  spec.name = name + std::to_string(out);
   spec.out = out;
   return spec;
 }
@@ -26,8 +27,9 @@ LayerSpec layer(const std::string& type, std::int64_t out = 0) {
 // Odd widths, so that unpadded tensors start at odd offsets.
 ModelSection mlp() {
   ModelSection spec;
-  spec.layers = {layer("linear", 7),  layer("layernorm"), layer("gelu"),
-                 layer("linear", 13), layer("relu"),      layer("linear", 3)};
+  spec.layers = {layer(LayerType::linear, "linear", 7), layer(LayerType::layernorm, "layernorm"),
+                 layer(LayerType::gelu, "gelu"),        layer(LayerType::linear, "linear", 13),
+                 layer(LayerType::relu, "relu"),        layer(LayerType::linear, "linear", 3)};
   return spec;
 }
 
@@ -87,7 +89,7 @@ Trained train(std::size_t alignment, DType activations) {
   Model model(mlp(), 5, *backend, buffers(activations, alignment), "test.toml");
   model.initialize(11);
   OptimizerSection section;
-  section.type = "adamw";
+  section.type = OptimizerKind::adamw;
   section.lr = 0.01;
   section.weight_decay = 0.1;
   section.grad_clip = 0.5;

@@ -250,15 +250,15 @@ TEST(RunConfig, FullDeckValues) {
   EXPECT_EQ(config.deck_path, deck_path);
   EXPECT_EQ(config.run.seed, 1234u);
   EXPECT_EQ(config.run.output, "out/dir \"quoted\" \\ back\tslash é");
-  EXPECT_EQ(config.run.device, "auto");
+  EXPECT_EQ(config.run.device, Device::automatic);
   EXPECT_EQ(config.run.threads, 3);
-  EXPECT_EQ(config.model.loss, "mse");
+  EXPECT_EQ(config.model.loss, LossKind::mse);
   ASSERT_EQ(config.model.layers.size(), 8u);
   EXPECT_EQ(config.model.layers[0].name, "encoder");
   EXPECT_EQ(config.model.layers[0].out, 128);
   EXPECT_EQ(config.model.layers[0].in, 32);
   EXPECT_FALSE(config.model.layers[0].bias);
-  EXPECT_EQ(config.model.layers[1].type, "leaky_relu");
+  EXPECT_EQ(config.model.layers[1].type, LayerType::leaky_relu);
   EXPECT_EQ(config.model.layers[1].name, "leaky_relu1");
   EXPECT_EQ(config.model.layers[1].negative_slope, 0.2);
   EXPECT_EQ(config.model.layers[2].eps, 1e-6);
@@ -274,13 +274,13 @@ TEST(RunConfig, FullDeckValues) {
   EXPECT_EQ(config.data.targets, "/t");
   EXPECT_EQ(config.data.batch_size, 256);
   EXPECT_EQ(config.data.eval_batch_size, 512);
-  EXPECT_EQ(config.data.shuffle, "none");
+  EXPECT_EQ(config.data.shuffle, ShuffleMode::none);
   EXPECT_TRUE(config.data.drop_last);
   EXPECT_EQ(config.train.steps, 0);
   EXPECT_EQ(config.train.epochs, 5);
   EXPECT_EQ(config.train.log_every, 7);
   EXPECT_EQ(config.train.eval_every, 100);
-  EXPECT_EQ(config.optimizer.type, "sgd");
+  EXPECT_EQ(config.optimizer.type, OptimizerKind::sgd);
   EXPECT_EQ(config.optimizer.lr, 0.1 + 0.2);
   EXPECT_EQ(config.optimizer.weight_decay, 5e-4);
   EXPECT_EQ(config.optimizer.beta1, 0.8);
@@ -289,13 +289,13 @@ TEST(RunConfig, FullDeckValues) {
   EXPECT_EQ(config.optimizer.momentum, 0.9);
   EXPECT_TRUE(config.optimizer.nesterov);
   EXPECT_EQ(config.optimizer.grad_clip, 1.5);
-  EXPECT_EQ(config.schedule.type, "cosine");
+  EXPECT_EQ(config.schedule.type, ScheduleKind::cosine);
   EXPECT_EQ(config.schedule.warmup_steps, 50);
   EXPECT_EQ(config.schedule.min_lr, 1e-5);
   EXPECT_EQ(config.schedule.step_size, 30);
   EXPECT_EQ(config.schedule.gamma, 0.5);
-  EXPECT_EQ(config.precision.mode, "fp16");
-  EXPECT_EQ(config.precision.loss_scale, "dynamic");
+  EXPECT_EQ(config.precision.mode, PrecisionMode::fp16);
+  EXPECT_EQ(config.precision.loss_scale, LossScaleSetting{DynamicLossScale{}});
   EXPECT_EQ(config.precision.init_scale, 1024.0);  // an integer where a float is expected
   EXPECT_EQ(config.precision.growth_factor, 3.0);
   EXPECT_EQ(config.precision.backoff_factor, 0.25);
@@ -308,9 +308,9 @@ TEST(RunConfig, Defaults) {
   const RunConfig defaults;
   EXPECT_EQ(config.run.seed, defaults.run.seed);
   EXPECT_EQ(config.run.output, "runs/test");  // runs/<deck file stem>
-  EXPECT_EQ(config.run.device, "cpu");
+  EXPECT_EQ(config.run.device, Device::cpu);
   EXPECT_EQ(config.run.threads, 0);
-  EXPECT_EQ(config.model.loss, "cross_entropy");
+  EXPECT_EQ(config.model.loss, LossKind::cross_entropy);
   ASSERT_EQ(config.model.layers.size(), 1u);
   EXPECT_EQ(config.model.layers[0].name, "linear0");
   EXPECT_EQ(config.model.layers[0].in, 0);
@@ -323,13 +323,13 @@ TEST(RunConfig, Defaults) {
   EXPECT_EQ(config.data.targets, "/targets");
   EXPECT_EQ(config.data.batch_size, 64);
   EXPECT_EQ(config.data.eval_batch_size, 0);
-  EXPECT_EQ(config.data.shuffle, "global");
+  EXPECT_EQ(config.data.shuffle, ShuffleMode::global);
   EXPECT_FALSE(config.data.drop_last);
   EXPECT_EQ(config.train.steps, 100);
   EXPECT_EQ(config.train.epochs, 0);
   EXPECT_EQ(config.train.log_every, 10);
   EXPECT_EQ(config.train.eval_every, 0);
-  EXPECT_EQ(config.optimizer.type, "adamw");
+  EXPECT_EQ(config.optimizer.type, OptimizerKind::adamw);
   EXPECT_EQ(config.optimizer.lr, 1e-3);
   EXPECT_EQ(config.optimizer.weight_decay, 0.0);
   EXPECT_EQ(config.optimizer.beta1, 0.9);
@@ -338,13 +338,13 @@ TEST(RunConfig, Defaults) {
   EXPECT_EQ(config.optimizer.momentum, 0.0);
   EXPECT_FALSE(config.optimizer.nesterov);
   EXPECT_EQ(config.optimizer.grad_clip, 0.0);
-  EXPECT_EQ(config.schedule.type, "constant");
+  EXPECT_EQ(config.schedule.type, ScheduleKind::constant);
   EXPECT_EQ(config.schedule.warmup_steps, 0);
   EXPECT_EQ(config.schedule.min_lr, 0.0);
   EXPECT_EQ(config.schedule.step_size, 1000);
   EXPECT_EQ(config.schedule.gamma, 0.1);
-  EXPECT_EQ(config.precision.mode, "fp32");
-  EXPECT_EQ(config.precision.loss_scale, "auto");
+  EXPECT_EQ(config.precision.mode, PrecisionMode::fp32);
+  EXPECT_EQ(config.precision.loss_scale, LossScaleSetting{AutoLossScale{}});
   EXPECT_EQ(config.precision.init_scale, 65536.0);
   EXPECT_EQ(config.precision.growth_factor, 2.0);
   EXPECT_EQ(config.precision.backoff_factor, 0.5);
@@ -431,14 +431,20 @@ TEST(RunConfig, PositionsOfEveryKeyRead) {
 }
 
 TEST(RunConfig, LossScaleWordsAndNumbers) {
-  for (const std::string word : {"auto", "dynamic", "none"})
-    EXPECT_EQ(parse(deck_with("precision.loss_scale", "\"" + word + "\"")).precision.loss_scale, word);
-  EXPECT_EQ(parse(deck_with("precision.loss_scale", "1024")).precision.loss_scale, "1024");
-  EXPECT_EQ(parse(deck_with("precision.loss_scale", "1024.0")).precision.loss_scale, "1024");
-  EXPECT_EQ(parse(deck_with("precision.loss_scale", "\"1e3\"")).precision.loss_scale, "1000");
-  EXPECT_EQ(parse(deck_with("precision.loss_scale", "0.5")).precision.loss_scale, "0.5");
+  const auto scale_of = [](const std::string& value) {
+    return parse(deck_with("precision.loss_scale", value)).precision.loss_scale;
+  };
+  EXPECT_EQ(scale_of("\"auto\""), LossScaleSetting{AutoLossScale{}});
+  EXPECT_EQ(scale_of("\"dynamic\""), LossScaleSetting{DynamicLossScale{}});
+  EXPECT_EQ(scale_of("\"none\""), LossScaleSetting{NoLossScale{}});
+  EXPECT_EQ(scale_of("1024"), LossScaleSetting{FixedLossScale{1024}});
+  EXPECT_EQ(scale_of("1024.0"), LossScaleSetting{FixedLossScale{1024}});
+  EXPECT_EQ(scale_of("\"1e3\""), LossScaleSetting{FixedLossScale{1000}});
+  EXPECT_EQ(scale_of("0.5"), LossScaleSetting{FixedLossScale{0.5}});
   const RunConfig fixed = parse(deck_with("precision.loss_scale", "128.5"));
-  EXPECT_EQ(parse(to_toml(fixed)).precision.loss_scale, "128.5");
+  EXPECT_CONTAINS(to_toml(fixed), "loss_scale = \"128.5\"\n");  // one spelling per value
+  EXPECT_EQ(parse(to_toml(fixed)).precision.loss_scale, LossScaleSetting{FixedLossScale{128.5}});
+  EXPECT_CONTAINS(to_toml(parse(deck_with("precision.loss_scale", "\"1e3\""))), "loss_scale = \"1000\"\n");
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
@@ -775,15 +781,15 @@ TEST(RunConfigOverrides, TypesAndBareWords) {
                                                });
   EXPECT_EQ(config.optimizer.lr, 0.5);
   EXPECT_EQ(config.train.steps, 7);
-  EXPECT_EQ(config.data.shuffle, "none");
-  EXPECT_EQ(config.precision.mode, "bf16");
+  EXPECT_EQ(config.data.shuffle, ShuffleMode::none);
+  EXPECT_EQ(config.precision.mode, PrecisionMode::bf16);
   EXPECT_EQ(config.run.output, "runs/exp-1");
-  EXPECT_EQ(config.run.device, "cuda");
+  EXPECT_EQ(config.run.device, Device::cuda);
   EXPECT_EQ(config.data.labels, "/y");
   EXPECT_EQ(config.data.features, "2024");
   EXPECT_EQ(config.optimizer.weight_decay, 1.0);
-  EXPECT_EQ(config.precision.loss_scale, "1024");
-  EXPECT_EQ(config.schedule.type, "cosine");
+  EXPECT_EQ(config.precision.loss_scale, LossScaleSetting{FixedLossScale{1024}});
+  EXPECT_EQ(config.schedule.type, ScheduleKind::cosine);
   EXPECT_EQ(config.run.seed, 2u);
   EXPECT_TRUE(config.data.validation.empty());
   // A key given by --set has no deck position, even when the deck also wrote it.
@@ -967,7 +973,8 @@ TEST(RunConfig, DataPipelineAndCheckpointKeys) {
   EXPECT_EQ(defaults.data.prefetch, 2);
   EXPECT_FALSE(defaults.data.in_memory);
   EXPECT_EQ(defaults.data.scale, 1.0);
-  EXPECT_EQ(defaults.checkpoint.on_signal, (std::vector<std::string>{"USR1", "USR2", "TERM"}));
+  EXPECT_EQ(defaults.checkpoint.on_signal,
+            (std::vector<CheckpointSignal>{CheckpointSignal::usr1, CheckpointSignal::usr2, CheckpointSignal::term}));
   EXPECT_EQ(defaults.optimizer.no_decay, (std::vector<std::string>{"bias", "norm"}));
 
   const RunConfig config = parse(
@@ -975,13 +982,14 @@ TEST(RunConfig, DataPipelineAndCheckpointKeys) {
                      "data.scale=0.5", "data.shift=-1", "train.time_limit=1:30:00", "train.accumulate=4",
                      "optimizer.no_decay=[\"bias\"]", "checkpoint.every_steps=100", "checkpoint.every_seconds=600",
                      "checkpoint.keep=0", "checkpoint.at_end=false", "checkpoint.on_signal=[]"});
-  EXPECT_EQ(config.data.shuffle, "local");
+  EXPECT_EQ(config.data.shuffle, ShuffleMode::local);
   EXPECT_EQ(config.data.prefetch, 0);
   EXPECT_TRUE(config.data.in_memory);
   EXPECT_TRUE(config.data.log1p);
   EXPECT_EQ(config.data.scale, 0.5);
   EXPECT_EQ(config.data.shift, -1.0);
-  EXPECT_EQ(config.train.time_limit, "1:30:00");
+  EXPECT_EQ(config.train.time_limit.text, "1:30:00");
+  EXPECT_EQ(config.train.time_limit.seconds, 5400.0);
   EXPECT_EQ(config.train.accumulate, 4);
   EXPECT_EQ(config.optimizer.no_decay, (std::vector<std::string>{"bias"}));
   EXPECT_EQ(config.checkpoint.every_steps, 100);
@@ -996,7 +1004,7 @@ TEST(RunConfig, DataPipelineAndCheckpointKeys) {
   EXPECT_CONTAINS(resolved, "no_decay = [\"bias\"]\n");
   expect_same_values(config, parse(resolved));
   EXPECT_CONTAINS(to_toml(defaults), "shuffle = true\n");
-  EXPECT_EQ(parse(to_toml(defaults)).data.shuffle, "global");
+  EXPECT_EQ(parse(to_toml(defaults)).data.shuffle, ShuffleMode::global);
   // A single string is a one-element list.
   EXPECT_EQ(parse(deck_with("optimizer.no_decay", "\"norm\"")).optimizer.no_decay, (std::vector<std::string>{"norm"}));
 }

@@ -196,7 +196,7 @@ TEST(SpatialLayout, GroupNormAgreesAcrossLayouts) {
 
 LayerSpec layer(const std::string& type, std::int64_t out = 0, std::vector<std::int64_t> kernel = {}) {
   LayerSpec spec;
-  spec.type = type;
+  spec.type = *choice_named<LayerType>(type);
   spec.name = type + std::to_string(out);
   spec.out = out;
   spec.kernel = std::move(kernel);

@@ -1,11 +1,15 @@
 // The typed, validated form of an input deck (TOML). Every key a deck may contain is a field here;
 // docs/input-reference.md lists each with its type, default and meaning, and a test checks the two against each other.
+// Enumerated keys are enums and structured ones typed values (config/choices.hpp): the rest of the program never reads
+// a deck word.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
+
+#include "hpctrain/config/choices.hpp"
 
 namespace hpctrain {
 
@@ -16,8 +20,7 @@ struct SourcePosition {
 };
 
 struct LayerSpec {
-  std::string type;              // linear, relu, gelu, tanh, leaky_relu, layernorm, dropout, conv2d, conv3d, maxpool2d,
-                                 // maxpool3d, avgpool2d, avgpool3d, global_avgpool, flatten, groupnorm
+  LayerType type = LayerType::linear;
   std::string name;              // unique; default "<type><index>" e.g. "linear0"
   std::int64_t out = 0;          // linear: output features; conv: output channels (required)
   std::int64_t in = 0;           // linear: expected input features; 0 = inferred from the previous layer or the data
@@ -36,26 +39,26 @@ struct LayerSpec {
 
 struct RunSection {
   std::uint64_t seed = 0;
-  std::string output;          // default: runs/<deck file stem>
-  std::string device = "cpu";  // cpu | cuda | auto
-  std::int64_t threads = 0;    // per rank; 0 = cores available to the rank / ranks on its node (OMP_NUM_THREADS wins)
-  bool cuda_graphs = false;    // CUDA: capture the step into a CUDA graph after warm-up and replay it
+  std::string output;  // default: runs/<deck file stem>
+  Device device = Device::cpu;
+  std::int64_t threads = 0;  // per rank; 0 = cores available to the rank / ranks on its node (OMP_NUM_THREADS wins)
+  bool cuda_graphs = false;  // CUDA: capture the step into a CUDA graph after warm-up and replay it
 };
 
 struct ModelSection {
   std::vector<LayerSpec> layers;
-  std::string loss = "cross_entropy";  // cross_entropy | mse
+  LossKind loss = LossKind::cross_entropy;
 };
 
 struct DataSection {
-  std::vector<std::string> train;       // HDF5 files or glob patterns, read as one dataset (required)
-  std::vector<std::string> validation;  // the same for the validation set (optional; empty = none)
-  std::string features = "/features";   // (N, F), (N, C, H, W), (N, C, D, H, W): the sample shape the model reads
-  std::string labels = "/labels";       // cross_entropy: integer class labels (N)
-  std::string targets = "/targets";     // mse: float targets (N x K)
-  std::int64_t batch_size = 64;         // global batch over all ranks
-  std::int64_t eval_batch_size = 0;     // global; 0 = batch_size
-  std::string shuffle = "global";       // global (TOML true) | none (false) | local (each rank within its own slice)
+  std::vector<std::string> train;             // HDF5 files or glob patterns, read as one dataset (required)
+  std::vector<std::string> validation;        // the same for the validation set (optional; empty = none)
+  std::string features = "/features";         // (N, F), (N, C, H, W), (N, C, D, H, W): the sample shape the model reads
+  std::string labels = "/labels";             // cross_entropy: integer class labels (N)
+  std::string targets = "/targets";           // mse: float targets (N x K)
+  std::int64_t batch_size = 64;               // global batch over all ranks
+  std::int64_t eval_batch_size = 0;           // global; 0 = batch_size
+  ShuffleMode shuffle = ShuffleMode::global;  // TOML true | false | "local" (each rank within its own slice)
   bool drop_last = false;
   std::int64_t prefetch = 2;  // batches read ahead by a background thread; 0 = read in next()
   bool in_memory = false;     // load the rank's share once (global/none: the whole split) instead of reading per batch
@@ -71,12 +74,12 @@ struct TrainSection {
   std::int64_t log_every = 10;
   std::int64_t eval_every = 0;  // 0 = evaluate only at the end
   bool profile = false;         // print the time per phase of the step at the end (--profile)
-  std::string time_limit;       // "HH:MM:SS" wall-clock budget: checkpoint and stop before it runs out; "" = none
+  TimeLimit time_limit;         // "HH:MM:SS" wall-clock budget: checkpoint and stop before it runs out; "" = none
   std::int64_t accumulate = 1;  // micro-batches per optimizer step (gradient accumulation)
 };
 
 struct OptimizerSection {
-  std::string type = "adamw";  // adamw | sgd
+  OptimizerKind type = OptimizerKind::adamw;
   double lr = 1e-3;
   double weight_decay = 0.0;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
@@ -89,15 +92,16 @@ struct OptimizerSection {
 };
 
 struct CheckpointSection {
-  std::int64_t every_steps = 0;                                   // 0 = not by step count
-  double every_seconds = 0.0;                                     // 0 = not by time (decided on rank 0, agreed by all)
-  std::int64_t keep = 3;                                          // newest checkpoints kept; 0 = keep all
-  bool at_end = true;                                             // write one when training finishes
-  std::vector<std::string> on_signal = {"USR1", "USR2", "TERM"};  // checkpoint and exit on these signals
+  std::int64_t every_steps = 0;  // 0 = not by step count
+  double every_seconds = 0.0;    // 0 = not by time (decided on rank 0, agreed by all)
+  std::int64_t keep = 3;         // newest checkpoints kept; 0 = keep all
+  bool at_end = true;            // write one when training finishes
+  std::vector<CheckpointSignal> on_signal = {CheckpointSignal::usr1, CheckpointSignal::usr2,
+                                             CheckpointSignal::term};  // checkpoint and exit on these signals
 };
 
 struct ScheduleSection {
-  std::string type = "constant";  // constant | cosine | step
+  ScheduleKind type = ScheduleKind::constant;
   std::int64_t warmup_steps = 0;  // linear warm-up from 0 (all types)
   double min_lr = 0.0;            // cosine: final learning rate
   std::int64_t step_size = 1000;  // step: decay every step_size steps
@@ -105,8 +109,8 @@ struct ScheduleSection {
 };
 
 struct PrecisionSection {
-  std::string mode = "fp32";        // fp32 | bf16 | fp16
-  std::string loss_scale = "auto";  // auto (dynamic for fp16, none otherwise) | dynamic | none | a fixed number as text
+  PrecisionMode mode = PrecisionMode::fp32;
+  LossScaleSetting loss_scale = AutoLossScale{};
   double init_scale = 65536.0;
   double growth_factor = 2.0;
   double backoff_factor = 0.5;

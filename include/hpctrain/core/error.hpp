@@ -47,12 +47,16 @@ class InputError : public Error {
 class LibraryError : public Error {
  public:
   LibraryError(const std::string& library, const std::string& call, const std::string& detail, const char* file,
-               int line);
+               int line, int error_number = 0);
   // What the library said, without the call and source location (for messages about the user's file).
   [[nodiscard]] const std::string& detail() const { return detail_; }
+  // The system error behind a failed write or read, when the library passed it on (ENOSPC, EDQUOT, EFBIG, ...); 0 when
+  // unknown. Lets a caller say "the file system is full" instead of the library's words.
+  [[nodiscard]] int error_number() const { return error_number_; }
 
  private:
   std::string detail_;
+  int error_number_ = 0;
 };
 
 // Training went numerically wrong (NaN loss, collapsed loss scale). Every rank sees it (values are all-reduced).
@@ -73,6 +77,12 @@ class NotSupported : public Error {
 // everything the run printed. Thread-unsafe by design (set once at start-up).
 void set_error_log(const std::string& path);
 void append_to_error_log(const std::string& text);
+
+// A library holds state that its own shutdown would trip over (an HDF5 file whose close failed after a failed write:
+// HDF5 1.10 then keeps a dangling identifier and crashes closing it in MPI_Finalize). The error path then ends the
+// job with MPI_Abort instead of MPI_Finalize.
+void mark_shutdown_unsafe();
+[[nodiscard]] bool shutdown_is_safe();
 
 namespace detail {
 [[noreturn]] void throw_mpi_error(int code, const char* call, const char* file, int line);

@@ -18,15 +18,10 @@ struct TensorView {
   [[nodiscard]] std::size_t bytes() const { return static_cast<std::size_t>(size()) * dtype_size(dtype); }
   template <class T>
   [[nodiscard]] T* as() const {
-    HPCTRAIN_ASSERT(dtype_of<T>() == dtype, "view is " << dtype_name(dtype) << ", accessed as " << dtype_name(dtype_of<T>()));
+    HPCTRAIN_ASSERT(dtype_of<T>() == dtype,
+                    "view is " << dtype_name(dtype) << ", accessed as " << dtype_name(dtype_of<T>()));
     return static_cast<T*>(data);
   }
-};
-
-// A 1-D slice of a flat buffer, in elements.
-struct Slice {
-  std::int64_t offset = 0;
-  std::int64_t count = 0;
 };
 
 }  // namespace hpctrain

@@ -54,8 +54,6 @@ class BatchLoader {
   // The next batch; valid until the following call of next() or seek(). Moves to the next epoch after the last batch of
   // one.
   const HostBatch& next();
-  // Seconds next() spent waiting for data (reading, when nothing was prefetched).
-  [[nodiscard]] double wait_seconds() const { return wait_seconds_; }
 
  private:
   struct Slot {
@@ -71,7 +69,6 @@ class BatchLoader {
   std::unique_ptr<Sampler> sampler_;
   std::int64_t local_batch_ = 0, steps_per_epoch_ = 0, prefetch_ = 0;
   LoaderPosition position_;  // the main thread's: what next() returns next
-  double wait_seconds_ = 0.0;
 
   // Used only by whoever fills slots (the reader thread, or the main thread without prefetch).
   std::int64_t indices_epoch_ = -1;

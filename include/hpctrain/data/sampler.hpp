@@ -12,15 +12,12 @@
 #include <utility>
 #include <vector>
 
+#include "hpctrain/config/choices.hpp"
+
 namespace hpctrain {
 
-// data.shuffle: "global" (= true) PyTorch's DistributedSampler with shuffling, "none" (= false) the same without
-// shuffling, "local" each rank shuffles within its own contiguous slice of the data.
-enum class ShuffleMode { none, global, local };
-
-// Throws InputError for a word other than none, global, local.
-ShuffleMode parse_shuffle_mode(const std::string& word);
-const char* shuffle_mode_name(ShuffleMode mode);
+// data.shuffle (ShuffleMode, config/choices.hpp): global (= true) PyTorch's DistributedSampler with shuffling, none
+// (= false) the same without shuffling, local each rank shuffles within its own contiguous slice of the data.
 
 class Sampler {
  public:

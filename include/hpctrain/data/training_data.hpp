@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/config/choices.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
 
 namespace hpctrain {
@@ -21,6 +22,11 @@ struct RunConfig;
 struct DataSection;
 
 enum class TaskKind { classification, regression };
+
+// What the model's loss makes of the data: class labels for cross-entropy, real-valued targets for MSE.
+constexpr TaskKind task_of(LossKind loss) {
+  return loss == LossKind::mse ? TaskKind::regression : TaskKind::classification;
+}
 
 // What a split is read for: training and evaluation need the labels/targets, predictions the features alone.
 enum class DataContents { features_and_answers, features_only };

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace hpctrain {
@@ -43,4 +44,16 @@ void broadcast_string(const MpiEnvironment& mpi, std::string& text);
 // Run `action` on rank 0 only (creating a directory, writing a file); if it throws, every rank throws the same error,
 // so rank 0 alone prints it and no rank waits forever for the others.
 void run_on_root(const MpiEnvironment& mpi, const std::function<void()>& action);
+
+// The outcome of a collective step that may fail on some ranks only (a write that fills the disk).
+struct AgreedFailure {
+  int failure = 0;  // the largest failure code of any rank (0: every rank succeeded)
+  int rank = 0;     // the lowest rank that reported it
+};
+
+// Agree on `failure`, this rank's failure code (0: none; larger codes say more), through a non-blocking all-reduce
+// polled so that a failed rank cannot hang: another rank may be stuck in a collective call this rank left, so a rank
+// whose failure is non-zero waits at most `seconds` and then gets nullopt (the caller ends the job from this rank). A
+// rank that did not fail waits for the others as long as they take. Collective.
+std::optional<AgreedFailure> agree_on_failure(const MpiEnvironment& mpi, int failure, double seconds);
 }  // namespace hpctrain

@@ -1,43 +1,29 @@
-// Checkpoints: one HDF5 file per checkpoint, written by all ranks together through parallel HDF5 (MPI-IO), committed
-// atomically, verified by a CRC-32 per dataset on load. Layout (docs/file-formats.md):
-//   /model/<layer>/<param>                    fp32, PyTorch's shapes (linear weight: out x in)
-//   /optimizer/<state>/<layer>/<param>        exp_avg, exp_avg_sq (AdamW) or momentum_buffer (SGD); attrs type, step
-//   /precision/loss_scale, growth_tracker, consecutive_skips
-//   /data/epoch, /data/step_in_epoch          position in the (rank-count independent) global data order
-//   /rng/seed                                 all randomness is counter-based: the seed is the whole state
-//   /train/step                               optimizer steps completed
-//   root attributes: format, hpctrain_version, world_size, deck (the resolved deck text), run_id (the run that wrote
-//   it)
-// Every dataset has an attribute crc32 (zlib's CRC-32 of its little-endian bytes).
+// Checkpoint files, without knowing what a run stores in them (train/checkpointing.hpp decides that: which vectors,
+// under PyTorch's names). A checkpoint is one HDF5 file written by all ranks together through parallel HDF5 (MPI-IO),
+// committed atomically in a directory with a `latest` pointer and rotation, and checked by a CRC-32 per dataset.
 //
-// Writing: the flat parameter vector and each optimizer state vector are cut into R contiguous slices; rank r writes
-// slice r (the parts of each tensor it overlaps) with collective I/O. Reading: each rank reads its slice, then an
-// all-gather assembles the full vectors, so a checkpoint loads on any rank count.
+// What is stored: flat float vectors (each rank holds the same values) as named tensors, each a contiguous piece of
+// the vector with a shape; scalar datasets; attributes. Every dataset has an attribute crc32 (zlib's CRC-32 of its
+// little-endian bytes). Root attributes written here: format, hpctrain_version, world_size, run_id (the run that wrote
+// it). Writing: a vector is cut into R contiguous slices and rank r writes slice r (the parts of each tensor it
+// overlaps) with collective I/O. Reading: each rank reads its slice, then an all-gather assembles the whole vector, so
+// a checkpoint loads on any rank count.
 #pragma once
+
+#include <hdf5.h>
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
-#include "hpctrain/kernels/backend.hpp"
 
 namespace hpctrain {
 
-class Model;
-class Optimizer;
-
 inline constexpr const char* checkpoint_format = "hpctrain-checkpoint-1";
-
-// The scalars of a run besides the flat buffers.
-struct CheckpointState {
-  std::int64_t step = 0;  // optimizer steps completed (the next step to run)
-  std::int64_t epoch = 0, step_in_epoch = 0;
-  StepScalars scalars;
-  std::uint64_t seed = 0;
-};
 
 // A checkpoint that cannot be read: missing, truncated, damaged metadata, a failing checksum. An older checkpoint of
 // the same run may still do.
@@ -55,15 +41,70 @@ class CheckpointMismatch : public InputError {
 // CRC-32 (IEEE 802.3, as zlib.crc32), continuing from `crc`.
 std::uint32_t crc32(const void* data, std::size_t bytes, std::uint32_t crc = 0);
 
-class CheckpointStore {
- public:
-  // directory: OUTPUT/checkpoints; keep: newest checkpoints kept (0 = all); run_id: stored in every checkpoint.
-  CheckpointStore(std::filesystem::path directory, const MpiEnvironment& mpi, std::int64_t keep,
-                  std::string run_id = {});
+// A tensor of a flat vector: the elements [offset, offset + count) stored as dataset `path` of shape `shape`
+// (row-major; the product of the extents is count).
+struct FlatTensor {
+  std::string path;
+  std::vector<std::int64_t> shape;
+  std::int64_t offset = 0, count = 0;
+};
 
-  // Write and commit a checkpoint of the current state (collective). Returns its final path.
-  std::string save(const Model& model, const Optimizer& optimizer, Backend& backend, const CheckpointState& state,
-                   const std::string& deck_text);
+// A checkpoint file being written. Every call is collective: all ranks make the same calls, in the same order, with
+// the same arguments (the values of the vectors too). Object paths name groups or datasets ("/", "/optimizer").
+class CheckpointFileWriter {
+ public:
+  CheckpointFileWriter(hid_t file, hid_t transfer, const MpiEnvironment& mpi)
+      : file_(file), transfer_(transfer), mpi_(mpi) {}
+  void write_vector(const std::vector<FlatTensor>& tensors, const float* flat, std::int64_t count);
+  void write_int64(const std::string& path, std::int64_t value);
+  void write_uint64(const std::string& path, std::uint64_t value);
+  void write_float(const std::string& path, float value);
+  void write_string_attribute(const std::string& object, const std::string& name, const std::string& value);
+  void write_integer_attribute(const std::string& object, const std::string& name, std::int64_t value);
+
+ private:
+  hid_t file_, transfer_;
+  const MpiEnvironment& mpi_;
+};
+
+// A checkpoint file open for reading by all ranks; every call is collective. A missing dataset or a failing checksum
+// throws CheckpointDamaged, a tensor missing or of another shape CheckpointMismatch (naming it).
+class CheckpointFileReader {
+ public:
+  CheckpointFileReader(hid_t file, hid_t transfer, std::string path, const MpiEnvironment& mpi)
+      : file_(file), transfer_(transfer), path_(std::move(path)), mpi_(mpi) {}
+  // Every rank gets the whole vector.
+  void read_vector(const std::vector<FlatTensor>& tensors, float* flat, std::int64_t count);
+  [[nodiscard]] std::int64_t read_int64(const std::string& path);
+  [[nodiscard]] std::uint64_t read_uint64(const std::string& path);
+  [[nodiscard]] float read_float(const std::string& path);
+  [[nodiscard]] std::string read_string_attribute(const std::string& object, const std::string& name);
+  [[nodiscard]] const std::string& path() const { return path_; }
+
+ private:
+  hid_t file_, transfer_;
+  std::string path_;
+  const MpiEnvironment& mpi_;
+};
+
+// Opens checkpoint `path` on all ranks, checks its format and runs read(reader) (collective). A file that cannot be
+// opened or whose HDF5 structure cannot be read throws CheckpointDamaged naming it, without HDF5's call text.
+void read_checkpoint_file(const std::string& path, const MpiEnvironment& mpi,
+                          const std::function<void(CheckpointFileReader&)>& read);
+
+// A run's checkpoint directory (OUTPUT/checkpoints): step-NNNNNNNN.h5 files and `latest`, the name of the newest.
+class CheckpointDirectory {
+ public:
+  // keep: newest checkpoints kept (0 = all); run_id: stored in every checkpoint.
+  CheckpointDirectory(std::filesystem::path directory, const MpiEnvironment& mpi, std::int64_t keep,
+                      std::string run_id = {});
+
+  // Writes and commits the checkpoint of `step` (collective): fill(writer) writes its contents, then rank 0 commits it
+  // (fsync, rename, fsync the directory), points `latest` at it, and removes the checkpoints beyond `keep`. When the
+  // write fails on any rank (a full disk), the partial file is removed and every rank throws one Error that says why;
+  // the previous checkpoint stays committed. expected_bytes: about how large the file becomes. Returns its path.
+  std::string write(std::int64_t step, std::uintmax_t expected_bytes,
+                    const std::function<void(CheckpointFileWriter&)>& fill);
 
   // Checkpoint files, newest first: the one `latest` names, then the others by step.
   [[nodiscard]] std::vector<std::filesystem::path> candidates() const;
@@ -82,19 +123,13 @@ class CheckpointStore {
 // The checkpoints of a directory (OUTPUT/checkpoints), newest first: the one `latest` names, then the others by step.
 std::vector<std::filesystem::path> checkpoint_files(const std::filesystem::path& directory);
 
-// Load a checkpoint into the model, the optimizer and state (collective). Throws CheckpointDamaged when the file cannot
-// be read (checksum, truncation, damaged metadata) and CheckpointMismatch when it does not match the model (naming the
-// first mismatching tensor) or the optimizer.
-void load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer, Backend& backend,
-                     CheckpointState& state, const MpiEnvironment& mpi);
-
-// Load only the model parameters (inference): no optimizer state is read or kept. Collective.
-void load_parameters(const std::string& path, Model& model, Backend& backend, const MpiEnvironment& mpi);
-// The resolved deck a checkpoint was written with (its `deck` attribute). Throws InputError if it is not a checkpoint.
-std::string checkpoint_deck(const std::string& path);
-
 // The run_id attribute of a checkpoint ("" when it has none or cannot be read). Rank-local.
 std::string checkpoint_run_id(const std::string& path);
+
+// A root attribute of a checkpoint, read by one process. Throws InputError if `path` is not an hpctrain checkpoint or
+// has no such attribute.
+std::string checkpoint_string_attribute(const std::string& path, const std::string& name);
+std::int64_t checkpoint_integer_attribute(const std::string& path, const std::string& name);
 
 // What a user may name as a checkpoint: a file, a run directory (its checkpoints/latest), a run's checkpoints/
 // directory, or a `latest` file. Returns the checkpoint file; throws InputError naming the argument when none is found.

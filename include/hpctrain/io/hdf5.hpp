@@ -11,6 +11,7 @@
 #pragma once
 
 #include <hdf5.h>
+#include <mpi.h>
 
 #include <cstdint>
 #include <mutex>
@@ -30,7 +31,9 @@ class H5Handle {
  public:
   H5Handle() = default;
   explicit H5Handle(hid_t id) : id_(id) {}
-  ~H5Handle();  // a failed close is logged to stderr, never thrown
+  // A failed close is logged to stderr, never thrown; not logged while an exception unwinds the stack (the failure that
+  // threw it is reported, and a close after a failed write fails too: its warning would only repeat it).
+  ~H5Handle();
   H5Handle(const H5Handle&) = delete;
   H5Handle& operator=(const H5Handle&) = delete;
   H5Handle(H5Handle&& other) noexcept : id_(other.release()) {}
@@ -59,6 +62,15 @@ H5Handle open_file_read_only(const std::string& path, std::string_view descripti
 // Creates a file, truncating any existing one. File locking is off so that a reader (a live plot, h5dump) can open a
 // file that a running job is still appending to.
 H5Handle create_file(const std::string& path);
+
+// Files all ranks open together through the MPI-IO driver, for collective reads and writes (parallel HDF5). Collective:
+// every rank passes the same path. Metadata is read and written collectively; file locking is off (not every parallel
+// file system has it). Both throw LibraryError.
+H5Handle create_file_collectively(const std::string& path, MPI_Comm comm);  // truncates an existing file
+H5Handle open_file_collectively(const std::string& path, MPI_Comm comm);    // read-only
+
+// A dataset transfer property list for collective I/O: every rank takes part in each H5Dread / H5Dwrite.
+H5Handle collective_transfer();
 
 // Opens a dataset; throws LibraryError when it does not exist (check with link_exists first for a friendly message).
 H5Handle open_dataset(hid_t location, const std::string& path);

@@ -2,10 +2,12 @@
 //
 // Each group is a table ("/train": step, loss, learning_rate, ...) stored as one extendible 1-D dataset per column, so
 // any tool reads a column as a plain array (h5py: f["train/loss"][:]). Every append is flushed to disk: a run that
-// crashes or is killed keeps every row written before, and the file opens without repair (see create_file).
+// crashes or is killed keeps every row written before, and the file opens without repair (see create_file). A write
+// that fails (a full disk) throws one Error that names the file and says why (write_failure_reason), and closes it.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -55,7 +57,11 @@ class MetricsWriter {
     std::int64_t rows = 0;
   };
   const Table& table(const std::string& group) const;
+  void create_table(const std::string& group, const std::vector<std::pair<std::string, MetricKind>>& columns);
+  void append_row(const std::string& group, Table& destination, const std::vector<double>& values);
   void flush();
+  // Runs write(); a failing HDF5 call becomes the Error above. needed_bytes: about what the write adds to the file.
+  void writing(std::uintmax_t needed_bytes, const std::function<void()>& write);
 
   std::string path_;
   H5Handle file_;

@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/kernels/backend_buffer.hpp"
 #include "hpctrain/nn/layer.hpp"
+#include "hpctrain/nn/loss.hpp"
 
 namespace hpctrain {
 
@@ -68,8 +70,8 @@ class Model {
   [[nodiscard]] std::int64_t parameter_begin(std::size_t index) const { return parameter_begin_[index]; }
 
   // Flat buffers in backend memory.
-  [[nodiscard]] void* master() const { return master_; }
-  [[nodiscard]] void* gradients() const { return gradients_; }
+  [[nodiscard]] void* master() const { return master_.data; }
+  [[nodiscard]] void* gradients() const { return gradients_.data; }
   [[nodiscard]] TensorView working_copy() const;  // data == nullptr when the matrix products read the master directly
 
   // PyTorch-style initialisation from the counter-based generator, identical for every rank count.
@@ -81,13 +83,19 @@ class Model {
   [[nodiscard]] TensorView input(std::int64_t rows) const;
   // Forward over context.rows rows of input(); returns the output (rows, output_width).
   TensorView forward(const StepContext& context);
-  // Backward from the gradient of the loss with respect to the output, which the loss wrote over forward()'s output.
+  // The output of the last forward pass, (rows, output_width).
+  [[nodiscard]] TensorView output(std::int64_t rows) const;
+  // The model's loss (deck: model.loss) and the buffer the batch's answers are uploaded into.
+  [[nodiscard]] const Loss& loss() const { return *loss_; }
+  // sums += the loss of the last forward pass over `rows` rows; with gradient_scale (backend memory), the loss
+  // gradient times *gradient_scale is written over the output, where backward() starts.
+  void apply_loss(std::int64_t rows, const float* gradient_scale, LossSums* sums);
+  // Backward from the gradient of the loss with respect to the output, which apply_loss wrote over the output.
   // after_layer(begin) is called when every parameter gradient at [begin, parameter_count) is final.
   void backward(const StepContext& context, bool accumulate, const std::function<void(std::int64_t)>& after_layer);
 
   // A printed summary: layer, type, output shape, parameters.
   [[nodiscard]] std::string summary() const;
-  [[nodiscard]] std::size_t activation_bytes() const { return activation_bytes_; }
   // How the conv layers hold their samples: channels-last when the backend prefers it and the model allows it.
   [[nodiscard]] SpatialLayout spatial_layout() const { return layout_; }
 
@@ -109,15 +117,13 @@ class Model {
   std::int64_t trainable_parameters_ = 0;
   bool padded_ = false;  // some tensor starts after a gap (see the constructor)
   std::size_t parameter_alignment_ = 0;
-  void* master_ = nullptr;
-  void* gradients_ = nullptr;
-  void* working_ = nullptr;
+  BackendBuffer master_, gradients_, working_;
   SpatialLayout layout_ = SpatialLayout::channels_first;
-  std::vector<void*> activations_;         // activations_[i]: input of layer i; activations_[L]: the output
-  void* converted_input_ = nullptr;        // channels-last: the input batch in that layout (layer 0 reads it)
-  void* saved_ = nullptr;                  // per-row statistics of layers that keep them
-  void* scratch_[2] = {nullptr, nullptr};  // backward ping-pong buffers (max_rows, widest layer)
-  std::size_t activation_bytes_ = 0;
+  std::vector<BackendBuffer> activations_;  // activations_[i]: input of layer i; activations_[L]: the output
+  BackendBuffer converted_input_;           // channels-last: the input batch in that layout (layer 0 reads it)
+  BackendBuffer saved_;                     // per-row statistics of layers that keep them
+  BackendBuffer scratch_[2];                // backward ping-pong buffers (max_rows, widest layer)
+  std::unique_ptr<Loss> loss_;
 };
 
 }  // namespace hpctrain

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "hpctrain/kernels/backend.hpp"
+#include "hpctrain/kernels/backend_buffer.hpp"
 
 namespace hpctrain {
 
@@ -23,8 +24,7 @@ class Optimizer {
   void gradient_statistics(StepScalars* scalars);
   // The fused update (skipped on the backend when scalars->found_nonfinite).
   void step(const StepScalars* scalars);
-  [[nodiscard]] float* state(int index) const { return state_[index]; }  // nullptr if unused
-  [[nodiscard]] std::size_t state_bytes() const;
+  [[nodiscard]] float* state(int index) const { return state_[index].as<float>(); }  // nullptr if unused
 
  private:
   struct Range {
@@ -35,7 +35,7 @@ class Optimizer {
   Backend& backend_;
   OptimizerHyper hyper_;
   std::vector<Range> ranges_;  // consecutive parameters with the same decay setting, merged
-  float* state_[2] = {nullptr, nullptr};
+  BackendBuffer state_[2];
 };
 
 }  // namespace hpctrain

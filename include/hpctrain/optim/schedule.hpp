@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "hpctrain/config/choices.hpp"
+
 namespace hpctrain {
 
 struct ScheduleSection;
@@ -14,7 +16,7 @@ class LearningRateSchedule {
   [[nodiscard]] double at(std::int64_t step) const;
 
  private:
-  enum class Kind { constant, cosine, step } kind_;
+  ScheduleKind kind_;
   double base_lr_, min_lr_, gamma_;
   std::int64_t warmup_, step_size_, total_;
 };

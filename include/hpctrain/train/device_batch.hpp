@@ -1,5 +1,5 @@
-// The backend side of a batch: the model's input plus the labels/targets and sample ids the loss and dropout read,
-// filled from a host batch (or a slice of it: a micro-batch), and the loss computed on the model's output.
+// The backend side of a batch: the model's input and the loss's answers (labels or targets) plus the sample ids dropout
+// reads, filled from a host batch (or a slice of it: a micro-batch).
 #pragma once
 
 #include <cstdint>
@@ -18,25 +18,21 @@ enum class BatchSource : std::uint8_t { transient, loader_ring };
 
 class DeviceBatch {
  public:
-  DeviceBatch(Backend& backend, const Model& model, TaskKind task, std::int64_t max_rows);
+  DeviceBatch(Backend& backend, const Model& model, std::int64_t max_rows);
   ~DeviceBatch();
   DeviceBatch(const DeviceBatch&) = delete;
   DeviceBatch& operator=(const DeviceBatch&) = delete;
 
-  // Rows [first, first + rows) of a host batch -> the model's input (cast to the activation dtype) and the loss inputs.
-  // The features go through Backend::upload_cast (CUDA: a copy stream overlapping the step before).
+  // Rows [first, first + rows) of a host batch -> the model's input (cast to the activation dtype), the answers of the
+  // model's loss (when the batch has them: predictions need none) and the sample ids. The features go through
+  // Backend::upload_cast (CUDA: a copy stream overlapping the step before).
   void upload(const HostBatch& batch, std::int64_t first, std::int64_t rows, Model& model,
               BatchSource source = BatchSource::transient);
-  // sums += the loss of `output`; with gradient_scale (backend memory) != nullptr the loss gradient (times the scale)
-  // is written over output.
-  void loss(const TensorView& output, const float* gradient_scale, LossSums* sums) const;
-
   [[nodiscard]] const std::int64_t* sample_ids() const { return sample_ids_.as<std::int64_t>(); }
 
  private:
   Backend& backend_;
-  TaskKind task_;
-  BackendBuffer labels_, targets_, sample_ids_;
+  BackendBuffer sample_ids_;
   std::vector<const void*> seen_;    // loader buffers offered to the backend for pinning
   std::vector<const void*> pinned_;  // those it page-locked (unpinned at destruction)
 };

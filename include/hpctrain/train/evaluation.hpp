@@ -10,6 +10,7 @@
 
 #include "hpctrain/data/training_data.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
+#include "hpctrain/io/metrics_writer.hpp"
 #include "hpctrain/nn/layer.hpp"
 
 namespace hpctrain {
@@ -40,6 +41,11 @@ void forward_split(const TrainingData& data, Model& model, Backend& backend, Dev
 // Metrics reduced over all ranks.
 EvalMetrics evaluate_split(const TrainingData& data, Model& model, Backend& backend, DeviceBatch& device, TaskKind task,
                            std::int64_t local_batch, const StepContext& context, const MpiEnvironment& mpi);
+
+// The columns of the evaluation table (metrics.h5 /eval, and `evaluate --output`) for a task and output width, and one
+// row of it: step, loss, then accuracy (and top5_accuracy with more than 5 classes) or mae, mse, r2.
+std::vector<std::pair<std::string, MetricKind>> eval_columns(TaskKind task, std::int64_t outputs);
+std::vector<double> eval_row(std::int64_t step, const EvalMetrics& metrics, TaskKind task, std::int64_t outputs);
 
 // "loss 0.1234  accuracy 0.9876" etc.
 std::string describe(const EvalMetrics& metrics);

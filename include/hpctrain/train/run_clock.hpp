@@ -20,8 +20,6 @@ class RunClock {
   double simulated_seconds_ = 0.0;
 };
 
-// train.time_limit ("HH:MM:SS", "MM:SS" or "SS") in seconds; 0 for "" (no limit). The deck parser checked the format.
-double parse_time_limit(const std::string& text);
 // "H:MM:SS" (seconds rounded; negative as 0), for logs.
 std::string format_duration(double seconds);
 

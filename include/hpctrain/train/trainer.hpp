@@ -22,15 +22,9 @@ struct TrainOptions {
 };
 
 struct TrainSummary {
-  int exit_code = 0;  // 0, or exit_checkpointed after a signal / the time limit
+  int exit_code = 0;              // 0, or exit_checkpointed after a signal / the time limit
   bool already_complete = false;  // --resume found the run finished: nothing was trained or written
-  std::int64_t steps = 0;
-  double final_train_loss = 0.0;
-  double final_eval_loss = 0.0;
-  double final_eval_accuracy = -1.0;  // -1 without classification or validation data
-  double samples_per_second = 0.0;    // median over the logged intervals
-  double seconds = 0.0;
-  std::string output_directory;
+  std::int64_t steps = 0;         // the run's steps so far
 };
 
 class Trainer {

@@ -34,6 +34,25 @@ make_spirals() {
   "$HPCTRAIN" data generate spirals --samples "$2" --classes 3 --noise 0.05 --seed "${3:-1}" --output "$1" >/dev/null
 }
 
+# wide_mlp_deck FILE STEPS EVERY_STEPS: a deck on train.h5 (spirals) whose 2-256-256-3 MLP with AdamW makes checkpoints
+# of about 840 KB, written every EVERY_STEPS steps, the newest 2 kept.
+wide_mlp_deck() {
+  cat >"$1" <<TOML
+[data]
+train = "train.h5"
+batch_size = 32
+[model]
+layers = [ { type = "linear", out = 256 }, { type = "relu" }, { type = "linear", out = 256 }, { type = "relu" },
+           { type = "linear", out = 3 } ]
+[train]
+steps = $2
+log_every = 1000
+[checkpoint]
+every_steps = $3
+keep = 2
+TOML
+}
+
 # expect_error NAME PATTERN RANKS ARGS...: the run must fail (non-zero, not a timeout), print PATTERN, and print
 # exactly one "hpctrain: error:" line however many ranks ran.
 expect_error() {
@@ -47,6 +66,22 @@ expect_error() {
   copies=$(grep -c "hpctrain: error:" "$log" || true)
   if ((copies != 1)); then fail "$name: $copies error messages instead of 1"; cat "$log" >&2; return; fi
   pass "$name (exit $status): $(grep "hpctrain: error:" "$log")"
+}
+
+# check_write_failure NAME LOG RUN_DIR PATTERN: a failed write of a run was reported once (one "hpctrain: error:" line
+# matching PATTERN), in words rather than HDF5's calls or our source locations, without HDF5's close warnings, and
+# the same line reached RUN_DIR/train.log.
+check_write_failure() {
+  local name=$1 log=$2 run=$3 pattern=$4 copies
+  copies=$(grep -c "hpctrain: error:" "$log" || true)
+  if ((copies != 1)); then fail "$name: $copies error messages instead of 1"; cat "$log" >&2; return; fi
+  grep -qE -- "$pattern" "$log" || { fail "$name: message does not match '$pattern'"; cat "$log" >&2; return; }
+  if grep -qE 'H5[A-Z][a-z_]+\(|\.cpp:[0-9]|closing an HDF5 object failed' "$log"; then
+    fail "$name: HDF5 call text, source locations or close warnings printed"; cat "$log" >&2; return
+  fi
+  grep -q "hpctrain: error: .*$(grep -o "failed: [a-z -]*" "$log" | head -1)" "$run/train.log" ||
+    { fail "$name: the error is not in $run/train.log"; return; }
+  pass "$name: $(grep "hpctrain: error:" "$log")"
 }
 
 finish() {

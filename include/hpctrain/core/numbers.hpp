@@ -1,0 +1,22 @@
+// Small helpers on numbers shared by log lines, messages and summaries: one text form each, and the median.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hpctrain {
+
+// Six significant digits, as printf's "%.6g": "0.123457", "1e+06". Log lines and messages.
+std::string number_text(double value);
+
+// The shortest text that reads back as the same double: "0.1", "1e-08", "65536". Values shown to be copied.
+std::string shortest_number_text(double value);
+
+// A size in bytes for people: "512 bytes", "400.0 KiB", "1.6 MiB", "2.0 GiB".
+std::string byte_size_text(std::uintmax_t bytes);
+
+// The middle value, or the mean of the middle two; 0 for none. (Rates over intervals and ranks.)
+double median(std::vector<double> values);
+
+}  // namespace hpctrain

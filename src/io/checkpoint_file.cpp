@@ -1,0 +1,334 @@
+// Checkpoint files: flat vectors written as per-rank slices with collective I/O, read back on any rank count, each
+// dataset checked by its CRC-32.
+#include <zlib.h>
+
+#include <algorithm>
+
+#include "hpctrain/core/error.hpp"
+#include "hpctrain/core/files.hpp"
+#include "hpctrain/io/checkpoint.hpp"
+#include "hpctrain/io/hdf5.hpp"
+#include "hpctrain/io/parallel_file.hpp"
+
+namespace hpctrain {
+
+std::uint32_t crc32(const void* data, std::size_t bytes, std::uint32_t crc) {
+  // zlib's CRC-32 (the one Python's zlib.crc32 computes), in pieces its 32-bit length argument can take.
+  const auto* byte = static_cast<const Bytef*>(data);
+  while (bytes > 0) {
+    const auto piece = static_cast<uInt>(std::min<std::size_t>(bytes, 1u << 30));
+    crc = static_cast<std::uint32_t>(::crc32(crc, byte, piece));
+    byte += piece;
+    bytes -= piece;
+  }
+  return crc;
+}
+
+namespace {
+
+std::vector<hsize_t> dims_of(const std::vector<std::int64_t>& shape) { return {shape.begin(), shape.end()}; }
+
+// This rank's contiguous part [begin, end) of a flat vector of `count` elements.
+std::pair<std::int64_t, std::int64_t> rank_slice(std::int64_t count, int rank, int ranks) {
+  const std::int64_t per_rank = (count + ranks - 1) / ranks;
+  const std::int64_t begin = std::min<std::int64_t>(per_rank * rank, count);
+  return {begin, std::min<std::int64_t>(begin + per_rank, count)};
+}
+
+// Add the row-major flat range [first, last) of the trailing dimensions dims[depth:] (leading coordinates fixed by
+// prefix) to a selection, as at most three hyperslabs per level: a partial first row, whole rows, a partial last row.
+void select_flat_range(hid_t space, const std::vector<hsize_t>& dims, std::size_t depth, std::vector<hsize_t>& prefix,
+                       hsize_t first, hsize_t last) {
+  if (first >= last) return;
+  const std::size_t rank = dims.size();
+  auto add_block = [&](hsize_t row_begin, hsize_t rows, std::size_t level, hsize_t inner_begin, hsize_t inner_count) {
+    std::vector<hsize_t> start(prefix), count(prefix.size(), 1);
+    start.push_back(row_begin);
+    count.push_back(rows);
+    for (std::size_t d = level + 1; d < rank; ++d) {
+      start.push_back(d == rank - 1 ? inner_begin : 0);
+      count.push_back(d == rank - 1 ? inner_count : dims[d]);
+    }
+    HPCTRAIN_H5_CHECK(H5Sselect_hyperslab(space, H5S_SELECT_OR, start.data(), nullptr, count.data(), nullptr));
+  };
+  if (depth == rank - 1) {
+    add_block(first, last - first, depth, 0, 0);
+    return;
+  }
+  hsize_t inner = 1;
+  for (std::size_t d = depth + 1; d < rank; ++d) inner *= dims[d];
+  hsize_t row_first = first / inner;
+  const hsize_t row_last = last / inner;
+  if (row_first == row_last) {
+    prefix.push_back(row_first);
+    select_flat_range(space, dims, depth + 1, prefix, first % inner, last % inner);
+    prefix.pop_back();
+    return;
+  }
+  if (first % inner != 0) {
+    prefix.push_back(row_first);
+    select_flat_range(space, dims, depth + 1, prefix, first % inner, inner);
+    prefix.pop_back();
+    ++row_first;
+  }
+  if (row_last > row_first) {  // whole rows: every trailing dimension in full
+    std::vector<hsize_t> start(prefix), count(prefix.size(), 1);
+    start.push_back(row_first);
+    count.push_back(row_last - row_first);
+    for (std::size_t d = depth + 1; d < rank; ++d) {
+      start.push_back(0);
+      count.push_back(dims[d]);
+    }
+    HPCTRAIN_H5_CHECK(H5Sselect_hyperslab(space, H5S_SELECT_OR, start.data(), nullptr, count.data(), nullptr));
+  }
+  if (last % inner != 0) {
+    prefix.push_back(row_last);
+    select_flat_range(space, dims, depth + 1, prefix, 0, last % inner);
+    prefix.pop_back();
+  }
+}
+
+// The part of a tensor inside [slice_begin, slice_end) of the flat vector, in the tensor's own flat coordinates.
+std::pair<hsize_t, hsize_t> overlap(const FlatTensor& tensor, std::int64_t slice_begin, std::int64_t slice_end) {
+  const std::int64_t begin = std::max(tensor.offset, slice_begin);
+  const std::int64_t end = std::min(tensor.offset + tensor.count, slice_end);
+  if (begin >= end) return {0, 0};
+  return {static_cast<hsize_t>(begin - tensor.offset), static_cast<hsize_t>(end - tensor.offset)};
+}
+
+// The part of a tensor in this rank's slice, as a file selection on the dataset and a 1-D memory selection (both
+// empty when the slice misses the tensor: the collective call is still made).
+struct SliceSelection {
+  H5Handle file, memory;
+  hsize_t first = 0;  // first element, in the tensor's flat coordinates
+};
+
+SliceSelection select_slice(hid_t dataset, const FlatTensor& tensor, std::int64_t slice_begin, std::int64_t slice_end) {
+  const auto [first, last] = overlap(tensor, slice_begin, slice_end);
+  SliceSelection slice{H5Handle(HPCTRAIN_H5_CHECK(H5Dget_space(dataset))), {}, first};
+  HPCTRAIN_H5_CHECK(H5Sselect_none(slice.file.get()));
+  std::vector<hsize_t> prefix;
+  select_flat_range(slice.file.get(), dims_of(tensor.shape), 0, prefix, first, last);
+  const hsize_t elements = std::max<hsize_t>(last - first, 1);
+  slice.memory = H5Handle(HPCTRAIN_H5_CHECK(H5Screate_simple(1, &elements, nullptr)));
+  if (last == first) HPCTRAIN_H5_CHECK(H5Sselect_none(slice.memory.get()));
+  return slice;
+}
+
+H5Handle create_dataset(hid_t file, const std::string& path, hid_t type, const std::vector<std::int64_t>& extents) {
+  const std::vector<hsize_t> shape = dims_of(extents);
+  H5Handle link_creation(HPCTRAIN_H5_CHECK(H5Pcreate(H5P_LINK_CREATE)));
+  HPCTRAIN_H5_CHECK(H5Pset_create_intermediate_group(link_creation.get(), 1));
+  H5Handle space(shape.empty()
+                     ? HPCTRAIN_H5_CHECK(H5Screate(H5S_SCALAR))
+                     : HPCTRAIN_H5_CHECK(H5Screate_simple(static_cast<int>(shape.size()), shape.data(), nullptr)));
+  return H5Handle(HPCTRAIN_H5_CHECK(
+      H5Dcreate2(file, path.c_str(), type, space.get(), link_creation.get(), H5P_DEFAULT, H5P_DEFAULT)));
+}
+
+void write_crc(hid_t dataset, std::uint32_t crc) {
+  H5Handle space(HPCTRAIN_H5_CHECK(H5Screate(H5S_SCALAR)));
+  H5Handle attribute(
+      HPCTRAIN_H5_CHECK(H5Acreate2(dataset, "crc32", H5T_STD_U32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT)));
+  HPCTRAIN_H5_CHECK(H5Awrite(attribute.get(), H5T_NATIVE_UINT32, &crc));
+}
+
+std::uint32_t read_crc(hid_t dataset, const std::string& path, const std::string& file) {
+  HPCTRAIN_VERIFY(H5Aexists(dataset, "crc32") > 0, CheckpointDamaged,
+                  "checkpoint '" << file << "' is damaged: dataset " << path << " has no crc32 attribute");
+  H5Handle attribute(HPCTRAIN_H5_CHECK(H5Aopen(dataset, "crc32", H5P_DEFAULT)));
+  std::uint32_t crc = 0;
+  HPCTRAIN_H5_CHECK(H5Aread(attribute.get(), H5T_NATIVE_UINT32, &crc));
+  return crc;
+}
+
+// The CRC-32 of every whole tensor, computed in parallel: each rank checksums the part of each tensor inside its own
+// slice, the parts are gathered, and zlib's crc32_combine joins them in order. All ranks get the same values.
+std::vector<std::uint32_t> tensor_checksums(const std::vector<FlatTensor>& tensors, const float* flat,
+                                            std::int64_t count, const MpiEnvironment& mpi) {
+  const auto [slice_begin, slice_end] = rank_slice(count, mpi.rank(), mpi.size());
+  std::vector<std::uint64_t> mine(2 * tensors.size());  // per tensor: crc, bytes
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const auto [first, last] = overlap(tensors[t], slice_begin, slice_end);
+    const std::size_t bytes = static_cast<std::size_t>(last - first) * sizeof(float);
+    mine[2 * t] = crc32(flat + tensors[t].offset + static_cast<std::int64_t>(first), bytes);
+    mine[2 * t + 1] = bytes;
+  }
+  std::vector<std::uint64_t> all(mine.size() * static_cast<std::size_t>(mpi.size()));
+  HPCTRAIN_MPI_CHECK(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_UINT64_T, all.data(),
+                                   static_cast<int>(mine.size()), MPI_UINT64_T, mpi.world()));
+  std::vector<std::uint32_t> checksums(tensors.size(), 0);
+  for (std::size_t t = 0; t < tensors.size(); ++t)
+    for (int r = 0; r < mpi.size(); ++r) {
+      const std::size_t base = static_cast<std::size_t>(r) * mine.size() + 2 * t;
+      if (all[base + 1] > 0)
+        checksums[t] = static_cast<std::uint32_t>(
+            crc32_combine(checksums[t], static_cast<uLong>(all[base]), static_cast<z_off_t>(all[base + 1])));
+    }
+  return checksums;
+}
+
+// Small items: scalar datasets written by rank 0 inside a collective call.
+template <class T>
+void write_scalar(hid_t file, const std::string& path, hid_t file_type, hid_t memory_type, T value,
+                  const MpiEnvironment& mpi, hid_t transfer) {
+  H5Handle dataset = create_dataset(file, path, file_type, {});
+  H5Handle space(HPCTRAIN_H5_CHECK(H5Screate(H5S_SCALAR)));
+  if (!mpi.is_root()) HPCTRAIN_H5_CHECK(H5Sselect_none(space.get()));
+  HPCTRAIN_H5_CHECK(H5Dwrite(dataset.get(), memory_type, space.get(), space.get(), transfer, &value));
+  write_crc(dataset.get(), crc32(&value, sizeof value));
+}
+
+template <class T>
+T read_scalar(hid_t file, const std::string& path, hid_t memory_type, const std::string& file_name) {
+  HPCTRAIN_VERIFY(link_exists(file, path), CheckpointDamaged,
+                  "checkpoint '" << file_name << "' is damaged: it has no " << path);
+  H5Handle dataset(HPCTRAIN_H5_CHECK(H5Dopen2(file, path.c_str(), H5P_DEFAULT)));
+  T value{};
+  HPCTRAIN_H5_CHECK(H5Dread(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, &value));
+  HPCTRAIN_VERIFY(read_crc(dataset.get(), path, file_name) == crc32(&value, sizeof value), CheckpointDamaged,
+                  "checkpoint '" << file_name << "' is damaged: " << path << " fails its checksum");
+  return value;
+}
+
+// An object (group or dataset) of the file by path, for its attributes.
+H5Handle open_object(hid_t file, const std::string& path) {
+  return H5Handle(HPCTRAIN_H5_CHECK(H5Oopen(file, path.c_str(), H5P_DEFAULT)));
+}
+
+}  // namespace
+
+// --- writing ---
+
+// This rank's slice of each tensor (collective: every rank calls for every tensor).
+void CheckpointFileWriter::write_vector(const std::vector<FlatTensor>& tensors, const float* flat, std::int64_t count) {
+  const auto [slice_begin, slice_end] = rank_slice(count, mpi_.rank(), mpi_.size());
+  const std::vector<std::uint32_t> checksums = tensor_checksums(tensors, flat, count, mpi_);
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const FlatTensor& tensor = tensors[t];
+    write_step_collectively(mpi_, [&, begin = slice_begin, end = slice_end] {
+      H5Handle dataset = create_dataset(file_, tensor.path, H5T_IEEE_F32LE, tensor.shape);
+      const SliceSelection slice = select_slice(dataset.get(), tensor, begin, end);
+      HPCTRAIN_H5_CHECK(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, slice.memory.get(), slice.file.get(), transfer_,
+                                 flat + tensor.offset + static_cast<std::int64_t>(slice.first)));
+      write_crc(dataset.get(), checksums[t]);  // the same value on every rank, as a collective attribute needs
+    });
+  }
+}
+
+void CheckpointFileWriter::write_int64(const std::string& path, std::int64_t value) {
+  write_step_collectively(
+      mpi_, [&] { write_scalar<std::int64_t>(file_, path, H5T_STD_I64LE, H5T_NATIVE_INT64, value, mpi_, transfer_); });
+}
+
+void CheckpointFileWriter::write_uint64(const std::string& path, std::uint64_t value) {
+  write_step_collectively(mpi_, [&] {
+    write_scalar<std::uint64_t>(file_, path, H5T_STD_U64LE, H5T_NATIVE_UINT64, value, mpi_, transfer_);
+  });
+}
+
+void CheckpointFileWriter::write_float(const std::string& path, float value) {
+  write_step_collectively(
+      mpi_, [&] { write_scalar<float>(file_, path, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, value, mpi_, transfer_); });
+}
+
+void CheckpointFileWriter::write_string_attribute(const std::string& object, const std::string& name,
+                                                  const std::string& value) {
+  write_step_collectively(mpi_,
+                          [&] { hpctrain::write_string_attribute(open_object(file_, object).get(), name, value); });
+}
+
+void CheckpointFileWriter::write_integer_attribute(const std::string& object, const std::string& name,
+                                                   std::int64_t value) {
+  write_step_collectively(mpi_,
+                          [&] { hpctrain::write_integer_attribute(open_object(file_, object).get(), name, value); });
+}
+
+// --- reading ---
+
+// Each rank reads its slice of each tensor into flat, then the slices are gathered: afterwards every rank holds the
+// whole vector. Checksums are checked on the assembled tensors.
+void CheckpointFileReader::read_vector(const std::vector<FlatTensor>& tensors, float* flat, std::int64_t count) {
+  const auto [slice_begin, slice_end] = rank_slice(count, mpi_.rank(), mpi_.size());
+  for (const FlatTensor& tensor : tensors) {
+    HPCTRAIN_VERIFY(
+        link_exists(file_, tensor.path), CheckpointMismatch,
+        "checkpoint '" << path_ << "' has no tensor " << tensor.path << ": it was written for a different model",
+        "resume with the deck the checkpoint was written with (stored in its 'deck' attribute)");
+    H5Handle dataset(HPCTRAIN_H5_CHECK(H5Dopen2(file_, tensor.path.c_str(), H5P_DEFAULT)));
+    H5Handle file_space(HPCTRAIN_H5_CHECK(H5Dget_space(dataset.get())));
+    const auto shape = dataspace_shape(file_space.get());
+    HPCTRAIN_VERIFY(shape == tensor.shape, CheckpointMismatch,
+                    "checkpoint '" << path_ << "': tensor " << tensor.path << " has shape " << shape_text(shape)
+                                   << " but the deck's model needs " << shape_text(tensor.shape),
+                    "resume with the deck the checkpoint was written with (stored in its 'deck' attribute)");
+    const SliceSelection slice = select_slice(dataset.get(), tensor, slice_begin, slice_end);
+    HPCTRAIN_H5_CHECK(H5Dread(dataset.get(), H5T_NATIVE_FLOAT, slice.memory.get(), slice.file.get(), transfer_,
+                              flat + tensor.offset + static_cast<std::int64_t>(slice.first)));
+  }
+  // Checksums of the whole tensors from the slices just read, before they are assembled.
+  const std::vector<std::uint32_t> checksums = tensor_checksums(tensors, flat, count, mpi_);
+  // Assemble: rank r contributed [slice_begin_r, slice_end_r).
+  std::vector<int> counts(static_cast<std::size_t>(mpi_.size())), displacements(counts.size());
+  for (int r = 0; r < mpi_.size(); ++r) {
+    const auto [begin, end] = rank_slice(count, r, mpi_.size());
+    counts[static_cast<std::size_t>(r)] = static_cast<int>(end - begin);
+    displacements[static_cast<std::size_t>(r)] = static_cast<int>(begin);
+  }
+  HPCTRAIN_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, flat, counts.data(), displacements.data(),
+                                    MPI_FLOAT, mpi_.world()));
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const FlatTensor& tensor = tensors[t];
+    H5Handle dataset(HPCTRAIN_H5_CHECK(H5Dopen2(file_, tensor.path.c_str(), H5P_DEFAULT)));
+    const std::uint32_t stored = read_crc(dataset.get(), tensor.path, path_);
+    HPCTRAIN_VERIFY(stored == checksums[t], CheckpointDamaged,
+                    "checkpoint '" << path_ << "' is damaged: tensor " << tensor.path << " fails its checksum");
+  }
+}
+
+std::int64_t CheckpointFileReader::read_int64(const std::string& path) {
+  return read_scalar<std::int64_t>(file_, path, H5T_NATIVE_INT64, path_);
+}
+
+std::uint64_t CheckpointFileReader::read_uint64(const std::string& path) {
+  return read_scalar<std::uint64_t>(file_, path, H5T_NATIVE_UINT64, path_);
+}
+
+float CheckpointFileReader::read_float(const std::string& path) {
+  return read_scalar<float>(file_, path, H5T_NATIVE_FLOAT, path_);
+}
+
+std::string CheckpointFileReader::read_string_attribute(const std::string& object, const std::string& name) {
+  HPCTRAIN_VERIFY(link_exists(file_, object), CheckpointDamaged,
+                  "checkpoint '" << path_ << "' is damaged: it has no " << object);
+  return hpctrain::read_string_attribute(open_object(file_, object).get(), name);
+}
+
+void read_checkpoint_file(const std::string& path, const MpiEnvironment& mpi,
+                          const std::function<void(CheckpointFileReader&)>& read) {
+  silence_hdf5_error_printing();
+  require_regular_file(path, "checkpoint");
+  // A failing HDF5 call (damaged metadata, a truncated file) becomes CheckpointDamaged naming the file and what HDF5
+  // found, without HDF5's call text.
+  try {
+    const auto lock = lock_hdf5();
+    H5Handle file;
+    try {
+      file = open_file_collectively(path, mpi.world());
+    } catch (const LibraryError&) {
+      throw CheckpointDamaged("checkpoint '" + path + "' cannot be opened: missing, truncated or not an HDF5 file");
+    }
+    HPCTRAIN_VERIFY(
+        attribute_exists(file.get(), "format") && read_string_attribute(file.get(), "format") == checkpoint_format,
+        CheckpointDamaged, "'" << path << "' is not an hpctrain checkpoint (" << checkpoint_format << ")");
+    H5Handle transfer = collective_transfer();
+    CheckpointFileReader reader(file.get(), transfer.get(), path, mpi);
+    read(reader);
+  } catch (const LibraryError& error) {
+    throw CheckpointDamaged("checkpoint '" + path + "' is damaged: its HDF5 structure cannot be read (" +
+                                (error.detail().empty() ? std::string("no detail") : error.detail()) + ")",
+                            "'hpctrain checkpoint verify " + path + "' checks it; resume from an older checkpoint");
+  }
+}
+
+}  // namespace hpctrain

@@ -1,0 +1,124 @@
+// A run's state as named checkpoint vectors: the model's parameters and the optimizer's state under PyTorch's names.
+#include "hpctrain/train/checkpointing.hpp"
+
+#include "hpctrain/nn/model.hpp"
+#include "hpctrain/optim/optimizer.hpp"
+
+namespace hpctrain {
+
+namespace {
+
+// The optimizer state vectors under their PyTorch names.
+std::vector<std::string> state_names(const Optimizer& optimizer) {
+  if (optimizer.hyper().type == OptimizerType::adamw) return {"exp_avg", "exp_avg_sq"};
+  if (optimizer.state(0) != nullptr) return {"momentum_buffer"};
+  return {};
+}
+
+const char* optimizer_type_name(const Optimizer& optimizer) {
+  return optimizer.hyper().type == OptimizerType::adamw ? "adamw" : "sgd";
+}
+
+// The model's parameters as tensors of a flat vector, under `prefix` ("/model", "/optimizer/exp_avg").
+std::vector<FlatTensor> tensors_of(const Model& model, const std::string& prefix) {
+  std::vector<FlatTensor> tensors;
+  for (const ParameterEntry& parameter : model.parameter_entries())
+    tensors.push_back(
+        {prefix + "/" + parameter.layer + "/" + parameter.name, parameter.shape, parameter.offset, parameter.count});
+  return tensors;
+}
+
+// Host copies of the optimizer's state vectors (every rank holds the same values).
+std::vector<std::vector<float>> state_vectors(const Model& model, const Optimizer& optimizer, Backend& backend) {
+  std::vector<std::vector<float>> states;
+  for (std::size_t i = 0; i < state_names(optimizer).size(); ++i) {
+    states.emplace_back(static_cast<std::size_t>(model.parameter_count()));
+    backend.copy_to_host(states.back().data(), optimizer.state(static_cast<int>(i)),
+                         states.back().size() * sizeof(float));
+  }
+  return states;
+}
+
+}  // namespace
+
+CheckpointStore::CheckpointStore(std::filesystem::path directory, const MpiEnvironment& mpi, std::int64_t keep,
+                                 std::string run_id)
+    : files_(std::move(directory), mpi, keep, std::move(run_id)) {}
+
+std::string CheckpointStore::save(const Model& model, const Optimizer& optimizer, Backend& backend,
+                                  const CheckpointState& state, const std::string& deck_text) {
+  const std::int64_t count = model.parameter_count();
+  std::vector<float> parameters(static_cast<std::size_t>(count));
+  backend.copy_to_host(parameters.data(), model.master(), parameters.size() * sizeof(float));
+  const auto names = state_names(optimizer);
+  const auto states = state_vectors(model, optimizer, backend);
+  // The vectors plus the small items and the deck: what the file system must find room for.
+  const std::uintmax_t expected_bytes =
+      (1 + names.size()) * static_cast<std::uintmax_t>(count) * sizeof(float) + deck_text.size() + (64 << 10);
+  return files_.write(state.step, expected_bytes, [&](CheckpointFileWriter& file) {
+    file.write_vector(tensors_of(model, "/model"), parameters.data(), count);
+    for (std::size_t i = 0; i < names.size(); ++i)
+      file.write_vector(tensors_of(model, "/optimizer/" + names[i]), states[i].data(), count);
+    file.write_int64("/optimizer/step", state.scalars.applied_steps);
+    file.write_float("/precision/loss_scale", state.scalars.loss_scale);
+    file.write_int64("/precision/growth_tracker", state.scalars.growth_tracker);
+    file.write_int64("/precision/consecutive_skips", state.scalars.consecutive_skips);
+    file.write_int64("/data/epoch", state.epoch);
+    file.write_int64("/data/step_in_epoch", state.step_in_epoch);
+    file.write_uint64("/rng/seed", state.seed);
+    file.write_int64("/train/step", state.step);
+    file.write_string_attribute("/optimizer", "type", optimizer_type_name(optimizer));
+    file.write_integer_attribute("/", "input_features", model.input_width());
+    file.write_string_attribute("/", "deck", deck_text);
+  });
+}
+
+void load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer, Backend& backend,
+                     CheckpointState& state, const MpiEnvironment& mpi) {
+  const std::int64_t count = model.parameter_count();
+  std::vector<float> parameters(static_cast<std::size_t>(count));
+  const auto names = state_names(optimizer);
+  std::vector<std::vector<float>> states(names.size(), std::vector<float>(static_cast<std::size_t>(count)));
+  read_checkpoint_file(path, mpi, [&](CheckpointFileReader& file) {
+    file.read_vector(tensors_of(model, "/model"), parameters.data(), count);
+    const std::string stored_type = file.read_string_attribute("/optimizer", "type");
+    const std::string wanted_type = optimizer_type_name(optimizer);
+    HPCTRAIN_VERIFY(
+        stored_type == wanted_type, CheckpointMismatch,
+        "checkpoint '" << path << "' holds " << stored_type << " state but the deck asks for " << wanted_type,
+        "resume with the optimizer the checkpoint was written with");
+    for (std::size_t i = 0; i < names.size(); ++i)
+      file.read_vector(tensors_of(model, "/optimizer/" + names[i]), states[i].data(), count);
+    state.scalars = StepScalars{};
+    state.scalars.applied_steps = static_cast<std::int32_t>(file.read_int64("/optimizer/step"));
+    state.scalars.loss_scale = file.read_float("/precision/loss_scale");
+    state.scalars.growth_tracker = static_cast<std::int32_t>(file.read_int64("/precision/growth_tracker"));
+    state.scalars.consecutive_skips = static_cast<std::int32_t>(file.read_int64("/precision/consecutive_skips"));
+    state.epoch = file.read_int64("/data/epoch");
+    state.step_in_epoch = file.read_int64("/data/step_in_epoch");
+    state.seed = file.read_uint64("/rng/seed");
+    state.step = file.read_int64("/train/step");
+  });
+  backend.copy_to_backend(model.master(), parameters.data(), parameters.size() * sizeof(float));
+  model.refresh_working_copy();
+  for (std::size_t i = 0; i < names.size(); ++i)
+    backend.copy_to_backend(optimizer.state(static_cast<int>(i)), states[i].data(), states[i].size() * sizeof(float));
+}
+
+void load_parameters(const std::string& path, Model& model, Backend& backend, const MpiEnvironment& mpi) {
+  const std::int64_t count = model.parameter_count();
+  std::vector<float> parameters(static_cast<std::size_t>(count));
+  read_checkpoint_file(path, mpi, [&](CheckpointFileReader& file) {
+    file.read_vector(tensors_of(model, "/model"), parameters.data(), count);
+  });
+  backend.copy_to_backend(model.master(), parameters.data(), parameters.size() * sizeof(float));
+  model.refresh_working_copy();
+}
+
+std::string checkpoint_deck(const std::string& path) { return checkpoint_string_attribute(path, "deck"); }
+
+std::int64_t checkpoint_input_features(const std::string& path) {
+  return checkpoint_integer_attribute(path, "input_features");
+}
+
+}  // namespace hpctrain

@@ -1,0 +1,272 @@
+// Tests of the CPU backend's optimizer kernels (the others: cpu_kernels_test.cpp): gradient statistics (norm,
+// non-finite detection, clipping, determinism across thread counts); the fused optimizer step against references over
+// several steps; the loss scaler through finish_step.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "hpctrain/kernels/backend.hpp"
+#include "kernel_test_support.hpp"
+
+namespace hpctrain {
+namespace {
+
+using namespace test_support;
+
+class CpuKernels : public ::testing::Test {
+ protected:
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+};
+
+// ---- gradient statistics ----
+
+StepScalars statistics_of(Backend& backend, const std::vector<float>& gradients, float loss_scale,
+                          float max_grad_norm) {
+  TestArray<float> buffer(backend, gradients);
+  StepScalars initial;
+  initial.loss_scale = loss_scale;
+  initial.grad_norm = std::nanf("");
+  initial.clip_coefficient = std::nanf("");
+  TestArray<StepScalars> scalars(backend, std::vector<StepScalars>{initial});
+  OptimizerHyper hyper;
+  hyper.max_grad_norm = max_grad_norm;
+  backend.gradient_statistics(buffer.data(), static_cast<std::int64_t>(gradients.size()), hyper, scalars.data());
+  return scalars.get()[0];
+}
+
+TEST_F(CpuKernels, GradientStatisticsNormClipAndNonFinite) {
+  const float loss_scale = 1024.0f;
+  const auto values = random_values(3 * 4096 + 123, 161);
+  std::vector<float> gradients;
+  double sum = 0.0;
+  for (double value : values) {
+    gradients.push_back(static_cast<float>(value * loss_scale));
+    sum += static_cast<double>(gradients.back()) * gradients.back();
+  }
+  const double norm = std::sqrt(sum) / loss_scale;
+
+  StepScalars s = statistics_of(*backend, gradients, loss_scale, 0.0f);
+  EXPECT_EQ(s.found_nonfinite, 0);
+  EXPECT_NEAR(s.grad_norm, norm, 1e-6 * norm);
+  EXPECT_EQ(s.clip_coefficient, 1.0f) << "no clipping without max_grad_norm";
+
+  s = statistics_of(*backend, gradients, loss_scale, static_cast<float>(norm / 4));
+  EXPECT_NEAR(s.clip_coefficient, (norm / 4) / (norm + 1e-6), 1e-6);
+  s = statistics_of(*backend, gradients, loss_scale, static_cast<float>(norm * 2));
+  EXPECT_EQ(s.clip_coefficient, 1.0f);
+
+  for (const float bad :
+       {std::nanf(""), std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()})
+    for (const std::size_t position : {std::size_t{0}, std::size_t{5000}, gradients.size() - 1}) {
+      auto broken = gradients;
+      broken[position] = bad;
+      s = statistics_of(*backend, broken, loss_scale, 1.0f);
+      EXPECT_EQ(s.found_nonfinite, 1) << bad << " at " << position;
+      EXPECT_EQ(s.clip_coefficient, 1.0f);
+    }
+  s = statistics_of(*backend, {}, 1.0f, 1.0f);
+  EXPECT_EQ(s.found_nonfinite, 0);
+  EXPECT_EQ(s.grad_norm, 0.0f);
+}
+
+TEST_F(CpuKernels, GradientStatisticsDoNotDependOnTheThreadCount) {
+  std::vector<float> gradients;
+  for (double value : random_values((std::size_t{1} << 20) + 77, 171, -1e3, 1e3))
+    gradients.push_back(static_cast<float>(value));
+  const int threads_before = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const float one = statistics_of(*backend, gradients, 8.0f, 0.0f).grad_norm;
+  omp_set_num_threads(2);
+  const float two = statistics_of(*backend, gradients, 8.0f, 0.0f).grad_norm;
+  omp_set_num_threads(3);
+  const float three = statistics_of(*backend, gradients, 8.0f, 0.0f).grad_norm;
+  omp_set_num_threads(threads_before);
+  EXPECT_EQ(one, two);
+  EXPECT_EQ(one, three);
+}
+
+// ---- optimizer ----
+
+struct ParameterState {
+  std::vector<double> parameters, state1, state2;
+};
+
+// PyTorch AdamW / SGD written out in double for a whole buffer; gradients already unscaled and clipped.
+void reference_update(const OptimizerHyper& h, bool decay, double lr, int applied_steps,
+                      const std::vector<double>& gradients, ParameterState& s) {
+  const double wd = decay ? h.weight_decay : 0.0;
+  const int t = applied_steps + 1;
+  for (std::size_t i = 0; i < gradients.size(); ++i) {
+    double& p = s.parameters[i];
+    double g = gradients[i];
+    if (h.type == OptimizerType::adamw) {
+      p -= lr * wd * p;
+      s.state1[i] = h.beta1 * s.state1[i] + (1 - static_cast<double>(h.beta1)) * g;
+      s.state2[i] = h.beta2 * s.state2[i] + (1 - static_cast<double>(h.beta2)) * g * g;
+      const double m_hat = s.state1[i] / (1 - std::pow(static_cast<double>(h.beta1), t));
+      const double v_hat = s.state2[i] / (1 - std::pow(static_cast<double>(h.beta2), t));
+      p -= lr * m_hat / (std::sqrt(v_hat) + h.eps);
+    } else {
+      g += wd * p;
+      if (h.momentum != 0.0f) {
+        s.state1[i] = applied_steps == 0 ? g : h.momentum * s.state1[i] + g;
+        g = h.nesterov ? g + h.momentum * s.state1[i] : s.state1[i];
+      }
+      p -= lr * g;
+    }
+  }
+}
+
+std::vector<double> as_double(const std::vector<float>& values) { return {values.begin(), values.end()}; }
+
+// Runs `steps` optimizer steps through the backend (gradient_statistics, optimizer_step, finish_step), one of them
+// non-finite, and follows them with the reference.
+void check_optimizer(Backend& backend, const OptimizerHyper& hyper, bool decay, DType working_dtype) {
+  const std::size_t count = 1000;
+  const float loss_scale = 512.0f;
+  std::vector<float> initial;
+  for (double value : random_values(count, 181)) initial.push_back(static_cast<float>(value));
+  TestArray<float> parameters(backend, initial);
+  TestArray<float> gradients(backend, count);
+  // SGD's momentum buffer starts as the first gradient whatever the buffer holds: start it with junk to check that
+  std::vector<float> state1_initial(count, hyper.type == OptimizerType::sgd ? 123.0f : 0.0f);
+  TestArray<float> state1(backend, state1_initial);
+  TestArray<float> state2(backend, std::vector<float>(count, 0.0f));
+  const bool sgd_without_momentum = hyper.type == OptimizerType::sgd && hyper.momentum == 0.0f;
+  TestTensor working(backend, working_dtype, 1, static_cast<std::int64_t>(count));
+  working.poison();
+  StepScalars start;
+  start.loss_scale = loss_scale;
+  TestArray<StepScalars> scalars(backend, std::vector<StepScalars>{start});
+  LossScalerConfig scaler;  // disabled: the scale stays fixed
+
+  ParameterState want{as_double(initial), as_double(state1_initial), std::vector<double>(count, 0.0)};
+  int applied = 0;
+  for (int step = 0; step < 6; ++step) {
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    std::vector<float> scaled;
+    for (double value : random_values(count, 190 + step)) scaled.push_back(static_cast<float>(value * loss_scale));
+    const bool skip = step == 3;
+    if (skip) scaled[17] = std::numeric_limits<float>::infinity();
+    gradients.set(scaled);
+    auto s = scalars.get()[0];
+    s.learning_rate = 0.01f * (step + 1);  // a schedule changes it every step
+    scalars.set({s});
+    const auto working_before = working.get();
+    backend.gradient_statistics(gradients.data(), static_cast<std::int64_t>(count), hyper, scalars.data());
+    backend.optimizer_step(hyper, decay, parameters.data(), gradients.data(),
+                           sgd_without_momentum ? nullptr : state1.data(),
+                           hyper.type == OptimizerType::adamw ? state2.data() : nullptr,
+                           static_cast<std::int64_t>(count), working.view(), scalars.data());
+    s = scalars.get()[0];
+    EXPECT_EQ(s.found_nonfinite, skip ? 1 : 0);
+    if (skip) {
+      EXPECT_EQ(working.get(), working_before) << "a skipped step must not write the working copy";
+    } else {
+      if (hyper.max_grad_norm > 0.0f) {
+        EXPECT_LT(s.clip_coefficient, 1.0f) << "the test should exercise clipping";
+      }
+      std::vector<double> unscaled;
+      for (float g : scaled) unscaled.push_back(static_cast<double>(g) / loss_scale * s.clip_coefficient);
+      reference_update(hyper, decay, s.learning_rate, s.applied_steps, unscaled, want);
+      ++applied;
+    }
+    // (a skipped step leaves everything as the reference left it)
+    const auto got = as_double(parameters.get());
+    EXPECT_LE(relative_error(got, want.parameters), 1e-6);
+    if (!sgd_without_momentum) {
+      EXPECT_LE(relative_error(as_double(state1.get()), want.state1), 1e-6);
+    }
+    if (hyper.type == OptimizerType::adamw) {
+      EXPECT_LE(relative_error(as_double(state2.get()), want.state2), 1e-6);
+    }
+    EXPECT_EQ(working.get(), quantized(working_dtype, got)) << "working copy is the rounded parameters";
+    backend.finish_step(scaler, scalars.data());
+    EXPECT_EQ(scalars.get()[0].applied_steps, applied);
+  }
+}
+
+TEST_F(CpuKernels, AdamWStepMatchesReference) {
+  OptimizerHyper hyper;
+  hyper.type = OptimizerType::adamw;
+  hyper.beta2 = 0.95f;
+  hyper.weight_decay = 0.1f;
+  hyper.max_grad_norm = 5.0f;  // the gradients' norm is about 18: clipped
+  for (DType working : {DType::bf16, DType::f16, DType::f32}) {
+    SCOPED_TRACE(dtype_name(working));
+    check_optimizer(*backend, hyper, true, working);
+  }
+  check_optimizer(*backend, hyper, false, DType::bf16);  // no weight decay on this range
+}
+
+TEST_F(CpuKernels, SgdStepMatchesReference) {
+  OptimizerHyper hyper;
+  hyper.type = OptimizerType::sgd;
+  hyper.weight_decay = 0.01f;
+  for (const float momentum : {0.0f, 0.9f})
+    for (const bool nesterov : {false, true}) {
+      if (momentum == 0.0f && nesterov) continue;
+      SCOPED_TRACE(::testing::Message() << "momentum " << momentum << " nesterov " << nesterov);
+      hyper.momentum = momentum;
+      hyper.nesterov = nesterov;
+      hyper.max_grad_norm = nesterov ? 5.0f : 0.0f;
+      check_optimizer(*backend, hyper, true, DType::bf16);
+      check_optimizer(*backend, hyper, false, DType::f32);
+    }
+}
+
+TEST_F(CpuKernels, OptimizerWithoutWorkingCopy) {
+  OptimizerHyper hyper;
+  TestArray<float> parameters(*backend, std::vector<float>{1.0f, -1.0f});
+  TestArray<float> gradients(*backend, std::vector<float>{2.0f, -2.0f});
+  TestArray<float> m(*backend, std::vector<float>{0.0f, 0.0f}), v(*backend, std::vector<float>{0.0f, 0.0f});
+  StepScalars s;
+  s.learning_rate = 0.1f;
+  TestArray<StepScalars> scalars(*backend, std::vector<StepScalars>{s});
+  backend->optimizer_step(hyper, true, parameters.data(), gradients.data(), m.data(), v.data(), 2, TensorView{},
+                          scalars.data());
+  const auto p = parameters.get();
+  EXPECT_NEAR(p[0], 0.9f, 1e-6);  // first AdamW step: lr * sign(g)
+  EXPECT_NEAR(p[1], -0.9f, 1e-6);
+}
+
+// ---- loss scaler ----
+
+TEST_F(CpuKernels, FinishStepFollowsTheScalerTrajectory) {
+  LossScalerConfig config;
+  config.enabled = true;
+  config.growth_interval = 3;
+  config.growth_factor = 2.0f;
+  config.backoff_factor = 0.5f;
+  StepScalars start;
+  start.loss_scale = 65536.0f;
+  TestArray<StepScalars> scalars(*backend, std::vector<StepScalars>{start});
+  // (found_nonfinite, then expected scale, growth tracker, applied steps, consecutive skips), worked out by hand
+  struct Row {
+    int nonfinite;
+    float scale;
+    int tracker, applied, skips;
+  };
+  const Row rows[] = {
+      {1, 32768, 0, 0, 1}, {1, 16384, 0, 0, 2}, {0, 16384, 1, 1, 0}, {0, 16384, 2, 2, 0}, {0, 32768, 0, 3, 0},
+      {0, 32768, 1, 4, 0}, {1, 16384, 0, 4, 1}, {0, 16384, 1, 5, 0}, {0, 16384, 2, 6, 0}, {0, 32768, 0, 7, 0},
+  };
+  for (const Row& row : rows) {
+    auto s = scalars.get()[0];
+    s.found_nonfinite = row.nonfinite;
+    scalars.set({s});
+    backend->finish_step(config, scalars.data());
+    s = scalars.get()[0];
+    EXPECT_EQ(s.loss_scale, row.scale);
+    EXPECT_EQ(s.growth_tracker, row.tracker);
+    EXPECT_EQ(s.applied_steps, row.applied);
+    EXPECT_EQ(s.consecutive_skips, row.skips);
+  }
+}
+
+}  // namespace
+}  // namespace hpctrain
