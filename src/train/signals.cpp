@@ -1,6 +1,7 @@
 // Signal handlers that only set a flag (async-signal-safe); everything else happens at the step boundary.
 #include "hpctrain/train/signals.hpp"
 
+#include <cerrno>
 #include <csignal>
 #include <cstring>
 
@@ -31,7 +32,8 @@ void install_checkpoint_signals(const std::vector<std::string>& names) {
     action.sa_handler = record_signal;
     sigemptyset(&action.sa_mask);
     action.sa_flags = SA_RESTART;
-    sigaction(signal_number_of(name), &action, nullptr);
+    if (sigaction(signal_number_of(name), &action, nullptr) != 0)
+      throw LibraryError("the C library", "sigaction(SIG" + name + ")", std::strerror(errno), __FILE__, __LINE__);
   }
 }
 
