@@ -1,11 +1,30 @@
 # hpctrain_add_test(NAME name COMMAND exe args... [RANKS n] [LABELS l...] [TIMEOUT s] [SKIP_RETURN_CODE c])
-# One helper for every test: with RANKS the command runs under mpiexec with that many ranks (oversubscribed, and allowed
-# as root), so unit tests and MPI tests are registered the same way.
-execute_process(COMMAND id -u OUTPUT_VARIABLE HPCTRAIN_UID OUTPUT_STRIP_TRAILING_WHITESPACE)
-set(HPCTRAIN_MPIEXEC_EXTRA --oversubscribe)
-if(HPCTRAIN_UID STREQUAL "0")
-  list(APPEND HPCTRAIN_MPIEXEC_EXTRA --allow-run-as-root)
+# One helper for every test: with RANKS the command runs under mpiexec with that many ranks (and the launcher flags
+# below), so unit tests and MPI tests are registered the same way.
+
+# Launcher flags for running tests on a workstation: oversubscribed cores, and root in containers. They differ by MPI
+# (Open MPI refuses both without its flags; MPICH's and Intel MPI's Hydra allow both and reject those flags), so they
+# are chosen by vendor unless HPCTRAIN_MPIEXEC_FLAGS is set.
+execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE mpiexec_version ERROR_VARIABLE mpiexec_version
+  TIMEOUT 30)
+set(default_flags "")
+if(mpiexec_version MATCHES "Open MPI|OpenRTE")
+  set(HPCTRAIN_MPI_VENDOR "Open MPI")
+  set(default_flags --oversubscribe)
+  execute_process(COMMAND id -u OUTPUT_VARIABLE uid OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(uid STREQUAL "0")
+    list(APPEND default_flags --allow-run-as-root)
+  endif()
+elseif(mpiexec_version MATCHES "HYDRA|MPICH|Intel\\(R\\) MPI")
+  set(HPCTRAIN_MPI_VENDOR "MPICH family")
+else()
+  set(HPCTRAIN_MPI_VENDOR "unknown")
 endif()
+string(JOIN " " default_flags ${default_flags})
+set(HPCTRAIN_MPIEXEC_FLAGS "${default_flags}" CACHE STRING
+  "Flags the tests give mpiexec (default by vendor; Open MPI: --oversubscribe, as root --allow-run-as-root)")
+separate_arguments(HPCTRAIN_MPIEXEC_EXTRA UNIX_COMMAND "${HPCTRAIN_MPIEXEC_FLAGS}")
+message(STATUS "hpctrain tests: ${MPIEXEC_EXECUTABLE} (${HPCTRAIN_MPI_VENDOR}) ${HPCTRAIN_MPIEXEC_FLAGS}")
 
 function(hpctrain_add_test)
   cmake_parse_arguments(T "" "NAME;RANKS;TIMEOUT;SKIP_RETURN_CODE;WORKING_DIRECTORY" "COMMAND;LABELS;ENVIRONMENT" ${ARGN})

@@ -7,8 +7,13 @@ tools/install-deps.sh
 cmake --preset release >/dev/null
 cmake --build --preset release -j2
 hpctrain=build/release/bin/hpctrain
-mpiexec_flags=(--oversubscribe --bind-to none)
-[[ $(id -u) -eq 0 ]] && mpiexec_flags+=(--allow-run-as-root)
+# Open MPI refuses more ranks than cores and root without these flags; MPICH-family launchers allow both and reject
+# them.
+mpiexec_flags=()
+if mpiexec --version 2>&1 | grep -qE "Open MPI|OpenRTE"; then
+  mpiexec_flags=(--oversubscribe --bind-to none)
+  [[ $(id -u) -eq 0 ]] && mpiexec_flags+=(--allow-run-as-root)
+fi
 mkdir -p data
 [[ -f data/spirals-train.h5 ]] ||
   "$hpctrain" data generate spirals --samples 20000 --classes 3 --noise 0.05 --seed 1 --output data/spirals-train.h5

@@ -27,7 +27,8 @@ const char* const usage_text =
     "  predict CHECKPOINT.h5 --data FILE.h5 [--output FILE.h5]       apply a trained model, write predictions\n"
     "  evaluate CHECKPOINT.h5 --data FILE.h5                         the model's loss and metrics on a dataset\n"
     "  checkpoint verify FILE.h5|RUN_DIR                             check a checkpoint's checksums\n"
-    "  report RUN_DIR... [--plot OUT.png] [--csv [FILE]]             summarise runs; plot or export their curves (no MPI)\n"
+    "  report RUN_DIR... [--plot OUT.png] [--csv [FILE]]             summarise runs; plot or export their curves (no "
+    "MPI)\n"
     "  --version                                                     version and build facts\n"
     "\n"
     "Run 'hpctrain <command> --help' for a command's options. Launch with mpiexec/srun for several ranks.\n";
@@ -46,11 +47,19 @@ int main(int argc, char** argv) {
     }
   }
   // A checkpoint signal that arrives while MPI and the run start up is recorded, not fatal (see train/signals.hpp).
-  if (argc > 1 && std::string(argv[1]) == "train")
-    hpctrain::record_checkpoint_signals_early(hpctrain::CheckpointSection{}.on_signal);
+  // A failure here is reported like any other, once MPI is up.
+  std::exception_ptr early_failure;
+  if (argc > 1 && std::string(argv[1]) == "train") {
+    try {
+      hpctrain::record_checkpoint_signals_early(hpctrain::CheckpointSection{}.on_signal);
+    } catch (const hpctrain::Error&) {
+      early_failure = std::current_exception();
+    }
+  }
   hpctrain::MpiEnvironment mpi(&argc, &argv);
   const std::vector<std::string> args(argv + 1, argv + argc);
   try {
+    if (early_failure) std::rethrow_exception(early_failure);
     if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
       if (mpi.is_root()) std::fputs(usage_text, args.empty() ? stderr : stdout);
       return args.empty() ? hpctrain::exit_input_error : 0;

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <string>
 #include <thread>
 
 #include "hpctrain/core/error.hpp"
@@ -15,14 +16,24 @@ MpiEnvironment::MpiEnvironment(int* argc, char*** argv) {
   int provided = 0;
   HPCTRAIN_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
   // Errors come back as codes so the check macros can report them with file and line.
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  HPCTRAIN_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   HPCTRAIN_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   HPCTRAIN_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
   MPI_Comm node = MPI_COMM_NULL;
   HPCTRAIN_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
   HPCTRAIN_MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
   HPCTRAIN_MPI_CHECK(MPI_Comm_size(node, &local_size_));
-  MPI_Comm_free(&node);
+  HPCTRAIN_MPI_CHECK(MPI_Comm_free(&node));
+  // OpenMP threads and the batch loader's thread run beside the one thread that calls MPI: an MPI that promises less
+  // (MPI_THREAD_SINGLE) may break in ways nobody could trace back to this. Every rank gets the same library's answer.
+  if (provided < MPI_THREAD_FUNNELED)
+    abort_on(Error("the MPI library provides thread support level " + std::to_string(provided) +
+                       " (MPI_THREAD_SINGLE), but hpctrain needs MPI_THREAD_FUNNELED: its OpenMP and data-loading "
+                       "threads run beside the thread that calls MPI",
+                   ErrorScope::all_ranks,
+                   "use an MPI built with thread support (Open MPI's, MPICH's and the vendors' default builds are); "
+                   "check MPI settings that lower it (e.g. MPICH_MAX_THREAD_SAFETY=single)",
+                   exit_runtime_error));
 }
 
 MpiEnvironment::~MpiEnvironment() {

@@ -269,9 +269,7 @@ PY
 
 # --- (3) the mpiexec launcher inside the allocation (OpenMPI reads the allocation from Slurm) ---
 write_deck deck_c.toml 200
-mpiexec_flags="--oversubscribe"
-[[ $(id -u) -eq 0 ]] && mpiexec_flags+=" --allow-run-as-root"
-job_c=$(HPCTRAIN_LAUNCHER=mpiexec HPCTRAIN_MPIEXEC_FLAGS=$mpiexec_flags submit deck_c.toml --output run_c)
+job_c=$(HPCTRAIN_LAUNCHER=mpiexec HPCTRAIN_MPIEXEC_FLAGS=$MPIEXEC_FLAGS submit deck_c.toml --output run_c)
 if wait_for "$job_c" 60 '[[ $state == COMPLETED ]]' && grep -q "2 ranks" run_c/train.log; then
   pass "HPCTRAIN_LAUNCHER=mpiexec: job $job_c trained on 2 ranks"
 else

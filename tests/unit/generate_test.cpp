@@ -51,7 +51,8 @@ SyntheticSpec make_spec(SyntheticKind kind, std::int64_t samples, std::uint64_t 
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  // memcmp must not see the null data() of an empty vector, even for 0 bytes (undefined behaviour).
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 const SyntheticKind all_kinds[] = {SyntheticKind::blobs, SyntheticKind::spirals, SyntheticKind::regression};

@@ -5,10 +5,13 @@
 // Reductions (gradient statistics, loss sums, column sums) have a fixed order whatever the thread count: results are
 // bit-identical for any OMP_NUM_THREADS. A backend is driven by one host thread at a time (like a CUDA stream); its
 // scratch buffers are not shared between concurrent calls.
+#if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -521,16 +524,27 @@ class CpuBackend final : public Backend {
   cpu::ScratchBuffer partial_flags_;  // (chunks)
 };
 
+// Flush subnormal floats to zero (FTZ) and read them as zero (DAZ) in the calling thread's floating-point control.
+void flush_subnormals_to_zero() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_setcsr(_mm_getcsr() | 0x8040u);  // MXCSR bit 15: FTZ, bit 6: DAZ
+#elif defined(__aarch64__)
+  std::uint64_t control = 0;
+  __asm__ __volatile__("mrs %0, fpcr" : "=r"(control));
+  control |= std::uint64_t{1} << 24;  // FPCR.FZ: subnormal inputs and results of single/double operations are zero
+  __asm__ __volatile__("msr fpcr, %0" : : "r"(control));
+#endif  // elsewhere subnormals stay (slower on some cores, same results to far below any update's size)
+}
+
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend(SpatialLayout preferred) {
-  // Flush subnormal floats to zero (FTZ) and read them as zero (DAZ) on every OpenMP thread: once a loss gets close
-  // to zero the gradients turn subnormal, and x86 cores then run ~10x slower (measured with bench/run.sh). GPUs
-  // flush in most kernels too; values this small do not change an update. The 16-bit conversions are bit
-  // manipulations and unaffected.
+  // On every OpenMP thread: once a loss gets close to zero the gradients turn subnormal, and x86 cores then run ~10x
+  // slower (measured with bench/run.sh). GPUs flush in most kernels too; values this small do not change an update.
+  // The 16-bit conversions are bit manipulations and unaffected.
 #pragma omp parallel
-  _mm_setcsr(_mm_getcsr() | 0x8040u);  // bit 15: FTZ, bit 6: DAZ
-  _mm_setcsr(_mm_getcsr() | 0x8040u);
+  flush_subnormals_to_zero();
+  flush_subnormals_to_zero();
   return std::make_unique<CpuBackend>(preferred);
 }
 

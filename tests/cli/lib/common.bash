@@ -1,8 +1,10 @@
 # Shared helpers for the command-line tests (sourced, not run). The CMake test driver sets HPCTRAIN (the binary),
-# HPCTRAIN_SOURCE_DIR and MPIEXEC (mpiexec with --oversubscribe and, as root, --allow-run-as-root).
+# HPCTRAIN_SOURCE_DIR, MPIEXEC (mpiexec and the launcher flags for this MPI: with Open MPI --oversubscribe and, as
+# root, --allow-run-as-root; cmake/HpctrainTest.cmake), MPIEXEC_FLAGS (those flags alone) and PYTHON (the python3 that
+# imports h5py and numpy, found at configure time). The defaults are for running a script by hand on Debian.
 set -euo pipefail
 : "${HPCTRAIN:?set by CTest}" "${HPCTRAIN_SOURCE_DIR:?set by CTest}" "${MPIEXEC:=mpiexec --oversubscribe}"
-PYTHON=/usr/bin/python3  # Debian's python3 with python3-h5py (a pyenv python3 may come first on PATH)
+: "${MPIEXEC_FLAGS:=--oversubscribe}" "${PYTHON:=/usr/bin/python3}"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/hpctrain-cli.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
