@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/core/numbers.hpp"
 #include "hpctrain/data/batch_loader.hpp"
 #include "hpctrain/data/training_data.hpp"
 #include "hpctrain/dist/gradient_allreduce.hpp"
@@ -43,23 +44,6 @@
 namespace hpctrain {
 
 namespace fs = std::filesystem;
-
-namespace {
-
-std::string number_text(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.6g", value);
-  return text;
-}
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0.0;
-  std::sort(values.begin(), values.end());
-  const std::size_t middle = values.size() / 2;
-  return values.size() % 2 ? values[middle] : 0.5 * (values[middle - 1] + values[middle]);
-}
-
-}  // namespace
 
 class Trainer::Impl {
  public:
