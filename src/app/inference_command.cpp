@@ -131,7 +131,8 @@ const char* const predict_usage =
     "usage: hpctrain predict CHECKPOINT.h5 --data FILE.h5 [--output predictions.h5] [--set section.key=value]...\n"
     "                        [--force]\n"
     "\n"
-    "CHECKPOINT.h5 may also be a run directory or its checkpoints/latest (the newest checkpoint).\n"
+    "CHECKPOINT.h5 may also be a run directory or its checkpoints/latest (the newest checkpoint) or\n"
+    "checkpoints/best (the best by the run's checkpoint.best_metric).\n"
     "Run the checkpoint's model (its deck is stored in the checkpoint) over every sample of FILE.h5 (the dataset\n"
     "data.features, transformed by the deck's data.log1p/scale/shift as in training), sharded over the ranks, in the\n"
     "deck's precision, and write one HDF5 file (written by all ranks together) with /predictions (N x outputs,\n"
@@ -142,7 +143,8 @@ const char* const evaluate_usage =
     "usage: hpctrain evaluate CHECKPOINT.h5 --data FILE.h5 [--output evaluation.h5] [--set section.key=value]...\n"
     "                         [--force]\n"
     "\n"
-    "CHECKPOINT.h5 may also be a run directory or its checkpoints/latest (the newest checkpoint).\n"
+    "CHECKPOINT.h5 may also be a run directory or its checkpoints/latest (the newest checkpoint) or\n"
+    "checkpoints/best (the best by the run's checkpoint.best_metric).\n"
     "The deck's loss and metrics (classification: accuracy, top-5 accuracy with more than 5 classes; regression:\n"
     "MSE, MAE, R^2) of the checkpoint's model on FILE.h5, printed and, with --output, written to HDF5 as /eval/...\n";
 

@@ -265,6 +265,13 @@ void DeckReader::assign(ValueKind kind, const FieldRef& target, const toml::node
       }
       return;
     }
+    case ValueKind::seconds_or_off:
+      if (const auto* flag = node.as_boolean()) {  // false turns it off; true names no duration
+        if (flag->get()) type_error(dotted_key, kind, node, example);
+        *std::get<double*>(target) = 0.0;
+        return;
+      }
+      [[fallthrough]];
     case ValueKind::number: {
       double number = 0.0;
       if (const auto* integer = node.as_integer()) {

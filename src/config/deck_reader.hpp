@@ -140,6 +140,8 @@ class DeckReader {
   void validate();
 
   void validate_layers();
+  // Intervals in steps or epochs, checkpoint.best_metric against the task, early stopping's keys.
+  void validate_intervals_and_best();
 
   // conv, pooling and groupnorm keys: required keys present, extents with one value or one per spatial axis, ranges,
   // and the stride default (1 for conv, the kernel for pooling).

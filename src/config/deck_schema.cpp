@@ -44,9 +44,14 @@ const std::vector<SectionSpec>& schema() {
            {"epochs", Kind::integer, bind_field<&Config::train, &TrainSection::epochs>},
            {"log_every", Kind::integer, bind_field<&Config::train, &TrainSection::log_every>},
            {"eval_every", Kind::integer, bind_field<&Config::train, &TrainSection::eval_every>},
+           {"eval_every_epochs", Kind::integer, bind_field<&Config::train, &TrainSection::eval_every_epochs>},
            {"profile", Kind::boolean, bind_field<&Config::train, &TrainSection::profile>},
            {"time_limit", Kind::string, bind_field<&Config::train, &TrainSection::time_limit>},
            {"accumulate", Kind::integer, bind_field<&Config::train, &TrainSection::accumulate>},
+           {"early_stopping_patience", Kind::integer,
+            bind_field<&Config::train, &TrainSection::early_stopping_patience>},
+           {"early_stopping_min_delta", Kind::number,
+            bind_field<&Config::train, &TrainSection::early_stopping_min_delta>},
        }},
       {"optimizer",
        {
@@ -83,10 +88,12 @@ const std::vector<SectionSpec>& schema() {
       {"checkpoint",
        {
            {"every_steps", Kind::integer, bind_field<&Config::checkpoint, &CheckpointSection::every_steps>},
-           {"every_seconds", Kind::number, bind_field<&Config::checkpoint, &CheckpointSection::every_seconds>},
+           {"every_epochs", Kind::integer, bind_field<&Config::checkpoint, &CheckpointSection::every_epochs>},
+           {"every_seconds", Kind::seconds_or_off, bind_field<&Config::checkpoint, &CheckpointSection::every_seconds>},
            {"keep", Kind::integer, bind_field<&Config::checkpoint, &CheckpointSection::keep>},
            {"at_end", Kind::boolean, bind_field<&Config::checkpoint, &CheckpointSection::at_end>},
            {"on_signal", Kind::string_array, bind_field<&Config::checkpoint, &CheckpointSection::on_signal>},
+           {"best_metric", Kind::string, bind_field<&Config::checkpoint, &CheckpointSection::best_metric>},
        }},
   };
   return sections;

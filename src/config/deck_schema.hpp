@@ -19,8 +19,20 @@ namespace hpctrain::deck {
 // How a key's TOML value is read. `number` accepts integers too; `loss_scale` is a word or a positive number;
 // `string_array` is an array of strings (a single string is taken as a one-element array); `shuffle` is a boolean or a
 // word (true = "global", false = "none").
-// `extents` is an integer or an array of integers (conv/pool windows).
-enum class ValueKind { integer, number, boolean, string, string_array, shuffle, loss_scale, layers, extents };
+// `extents` is an integer or an array of integers (conv/pool windows). `seconds_or_off` is a number, or false for 0
+// (off).
+enum class ValueKind {
+  integer,
+  number,
+  boolean,
+  string,
+  string_array,
+  shuffle,
+  loss_scale,
+  layers,
+  extents,
+  seconds_or_off
+};
 
 // An enumeration field seen through its words (config/choices.hpp): the reader sets it from a word, to_toml writes
 // the word back. `get`/`set` convert between the enum and its index in `words`.

@@ -143,6 +143,7 @@ void DeckReader::validate() {
   check_integer("checkpoint.every_steps", checkpoint.every_steps, 0);
   check_number("checkpoint.every_seconds", checkpoint.every_seconds, checkpoint.every_seconds >= 0, ">= 0");
   check_integer("checkpoint.keep", checkpoint.keep, 0);
+  validate_intervals_and_best();
 
   const OptimizerSection& optimizer = config.optimizer;
   check_number("optimizer.lr", optimizer.lr, optimizer.lr > 0, "> 0");
@@ -175,6 +176,60 @@ void DeckReader::validate() {
                precision.backoff_factor > 0 && precision.backoff_factor < 1, "in (0, 1)");
   check_integer("precision.growth_interval", precision.growth_interval, 1);
   check_integer("precision.max_skipped_steps", precision.max_skipped_steps, 1);
+}
+
+void DeckReader::validate_intervals_and_best() {
+  const RunConfig& config = config_;
+  check_integer("train.eval_every_epochs", config.train.eval_every_epochs, 0);
+  check_integer("checkpoint.every_epochs", config.checkpoint.every_epochs, 0);
+  for (const auto& [steps_key, steps, epochs_key, epochs] :
+       {std::tuple<std::string, std::int64_t, std::string, std::int64_t>{
+            "train.eval_every", config.train.eval_every, "train.eval_every_epochs", config.train.eval_every_epochs},
+        {"checkpoint.every_steps", config.checkpoint.every_steps, "checkpoint.every_epochs",
+         config.checkpoint.every_epochs}})
+    if (steps > 0 && epochs > 0)
+      fail(location(override_for(steps_key) ? steps_key : epochs_key),
+           steps_key + " (" + std::to_string(steps) + ") and " + epochs_key + " (" + std::to_string(epochs) +
+               ") are both set: give the interval in steps or in epochs",
+           "remove one of them (or set it to 0, e.g. --set " + steps_key + "=0)");
+
+  const BestMetric metric = config.checkpoint.best_metric;
+  const bool classification = config.model.loss == LossKind::cross_entropy;
+  const std::vector<BestMetric> computed =
+      classification ? std::vector<BestMetric>{BestMetric::loss, BestMetric::accuracy, BestMetric::top5_accuracy}
+                     : std::vector<BestMetric>{BestMetric::loss, BestMetric::mae, BestMetric::mse, BestMetric::r2};
+  std::vector<std::string_view> computed_words;
+  for (const BestMetric each : computed) computed_words.push_back(word_of(each));
+  if (metric != BestMetric::none && std::find(computed.begin(), computed.end(), metric) == computed.end())
+    fail(location("checkpoint.best_metric"),
+         "checkpoint.best_metric = \"" + std::string(word_of(metric)) + "\" is not computed by a model.loss = \"" +
+             std::string(word_of(config.model.loss)) + "\" run: its validation metrics are " + join(computed_words),
+         "use one of: " + join(computed_words) + " (or \"none\")");
+  const auto& validation = config.data.validation;
+  if (metric != BestMetric::none &&
+      std::all_of(validation.begin(), validation.end(), [](const std::string& file) { return file.empty(); }))
+    fail(location("checkpoint.best_metric"),
+         "checkpoint.best_metric = \"" + std::string(word_of(metric)) +
+             "\" needs a validation set, and data.validation is empty",
+         "set data.validation = \"path/to/validation.h5\" ('hpctrain data split' carves one out of the training file), "
+         "or remove checkpoint.best_metric");
+
+  const TrainSection& train = config.train;
+  check_integer("train.early_stopping_patience", train.early_stopping_patience, 0);
+  check_number("train.early_stopping_min_delta", train.early_stopping_min_delta, train.early_stopping_min_delta >= 0,
+               ">= 0");
+  for (const auto& [key, set] :
+       {std::pair<std::string, bool>{"train.early_stopping_patience", train.early_stopping_patience > 0},
+        {"train.early_stopping_min_delta", train.early_stopping_min_delta > 0}})
+    if (set && metric == BestMetric::none)
+      fail(location(key), key + " is set but checkpoint.best_metric is \"none\": there is no metric to watch",
+           "set checkpoint.best_metric, e.g. best_metric = \"" + std::string(classification ? "accuracy" : "loss") +
+               "\" under [checkpoint]");
+  if (train.early_stopping_patience > 0 && train.eval_every == 0 && train.eval_every_epochs == 0)
+    fail(location("train.early_stopping_patience"),
+         "train.early_stopping_patience = " + std::to_string(train.early_stopping_patience) +
+             " counts evaluations, but the run evaluates only at the end",
+         "set train.eval_every (steps) or train.eval_every_epochs");
 }
 
 void DeckReader::validate_layers() {

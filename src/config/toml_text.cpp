@@ -145,6 +145,8 @@ std::string_view expected_description(ValueKind kind) {
       return "an array of tables";
     case ValueKind::extents:
       return "an integer or an array of integers";
+    case ValueKind::seconds_or_off:
+      return "a number of seconds, or false (off)";
   }
   return "a value";
 }

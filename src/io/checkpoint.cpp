@@ -52,6 +52,12 @@ std::uint32_t stored_crc(hid_t dataset) {
 
 }  // namespace
 
+std::string pointed_name(const fs::path& directory, const std::string& pointer) {
+  std::ifstream file(directory / pointer);
+  std::string name;
+  return file >> name ? name : std::string();
+}
+
 CheckpointDirectory::CheckpointDirectory(fs::path directory, const MpiEnvironment& mpi, std::int64_t keep,
                                          std::string run_id)
     : directory_(std::move(directory)), mpi_(mpi), keep_(keep), run_id_(std::move(run_id)) {}
@@ -64,9 +70,8 @@ std::vector<fs::path> checkpoint_files(const fs::path& directory) {
   for (const auto& item : fs::directory_iterator(directory, error))
     if (const std::int64_t step = step_of(item.path()); step >= 0) by_step.emplace_back(step, item.path());
   std::sort(by_step.begin(), by_step.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  std::ifstream latest(directory / "latest");
-  std::string named;
-  if (latest >> named && fs::exists(directory / named)) files.push_back(directory / named);
+  const std::string named = pointed_name(directory, "latest");
+  if (!named.empty() && fs::exists(directory / named)) files.push_back(directory / named);
   for (auto& [step, path] : by_step)
     if (files.empty() || path != files.front()) files.push_back(path);
   return files;
@@ -77,13 +82,17 @@ std::vector<fs::path> CheckpointDirectory::candidates() const { return checkpoin
 std::size_t CheckpointDirectory::discard_after(std::int64_t step) const {
   std::size_t removed = 0;
   std::error_code error;
+  const std::string best = pointed_name(directory_, "best");
   for (const fs::path& file : candidates())
-    if (step_of(file) > step && fs::remove(file, error)) ++removed;
+    if (step_of(file) > step && fs::remove(file, error)) {
+      ++removed;
+      if (file.filename() == best) fs::remove(directory_ / "best", error);  // it named an abandoned checkpoint
+    }
   return removed;
 }
 
 std::string CheckpointDirectory::write(std::int64_t step, std::uintmax_t expected_bytes,
-                                       const std::function<void(CheckpointFileWriter&)>& fill) {
+                                       const std::function<void(CheckpointFileWriter&)>& fill, bool best) {
   const fs::path final_path = directory_ / step_file_name(step);
   run_on_root(mpi_, [&] {
     std::error_code error;
@@ -110,11 +119,14 @@ std::string CheckpointDirectory::write(std::int64_t step, std::uintmax_t expecte
   });
   run_on_root(mpi_, [&] {
     write_text_file_atomically(directory_ / "latest", final_path.filename().string() + "\n");
-    // Only now remove old checkpoints beyond `keep`.
+    if (best) write_text_file_atomically(directory_ / "best", final_path.filename().string() + "\n");
+    // Only now remove old checkpoints beyond `keep`; the one `best` names stays.
     if (keep_ > 0) {
       const auto files = candidates();
+      const std::string kept = pointed_name(directory_, "best");
       std::error_code error;
-      for (std::size_t i = static_cast<std::size_t>(keep_); i < files.size(); ++i) fs::remove(files[i], error);
+      for (std::size_t i = static_cast<std::size_t>(keep_); i < files.size(); ++i)
+        if (files[i].filename() != kept) fs::remove(files[i], error);
     }
   });
   return final_path.string();
@@ -150,14 +162,19 @@ fs::path resolve_checkpoint(const std::string& argument) {
     directory = given / "checkpoints";  // a run directory
   else if (fs::is_directory(given, error))
     directory = given;  // a run's checkpoints/ directory
-  else if (given.filename() == "latest")
+  else if (given.filename() == "latest" || given.filename() == "best")
     directory = given.parent_path();
   else
     return given;
-  std::ifstream latest(directory / "latest");
-  std::string name;
+  const std::string pointer = given.filename() == "best" ? "best" : "latest";
+  const std::string name = pointed_name(directory, pointer);
+  if (pointer == "best")
+    HPCTRAIN_VERIFY(!name.empty(), InputError,
+                    "'" << argument << "': the run has no best checkpoint (no " << (directory / "best").string() << ")",
+                    "a run keeps checkpoints/best when its deck sets checkpoint.best_metric; pass " +
+                        (directory / "latest").string() + " or a checkpoint file instead");
   HPCTRAIN_VERIFY(
-      static_cast<bool>(latest >> name), InputError,
+      !name.empty(), InputError,
       "'" << argument << "' is a directory without a checkpoint (no " << (directory / "latest").string() << ")",
       "pass a checkpoint file (step-NNNNNNNN.h5) or a run directory that holds checkpoints");
   return directory / name;

@@ -232,6 +232,11 @@ void CheckpointFileWriter::write_float(const std::string& path, float value) {
       mpi_, [&] { write_scalar<float>(file_, path, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, value, mpi_, transfer_); });
 }
 
+void CheckpointFileWriter::write_double(const std::string& path, double value) {
+  write_step_collectively(
+      mpi_, [&] { write_scalar<double>(file_, path, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, value, mpi_, transfer_); });
+}
+
 void CheckpointFileWriter::write_string_attribute(const std::string& object, const std::string& name,
                                                   const std::string& value) {
   write_step_collectively(mpi_,
@@ -297,6 +302,12 @@ std::uint64_t CheckpointFileReader::read_uint64(const std::string& path) {
 float CheckpointFileReader::read_float(const std::string& path) {
   return read_scalar<float>(file_, path, H5T_NATIVE_FLOAT, path_);
 }
+
+double CheckpointFileReader::read_double(const std::string& path) {
+  return read_scalar<double>(file_, path, H5T_NATIVE_DOUBLE, path_);
+}
+
+bool CheckpointFileReader::has(const std::string& path) const { return link_exists(file_, path); }
 
 std::string CheckpointFileReader::read_string_attribute(const std::string& object, const std::string& name) {
   HPCTRAIN_VERIFY(link_exists(file_, object), CheckpointDamaged,

@@ -157,6 +157,34 @@ void MetricsWriter::set_attribute(const std::string& name, const std::string& va
   });
 }
 
+void MetricsWriter::set_number_attribute(const std::string& name, double value) {
+  const auto lock = lock_hdf5();
+  HPCTRAIN_ASSERT(file_.valid(), "metrics file '" << path_ << "' is closed");
+  writing(0, [&] {
+    write_float_attribute(file_.get(), name, value);
+    flush();
+  });
+}
+
+void MetricsWriter::set_integer_attribute(const std::string& name, std::int64_t value) {
+  const auto lock = lock_hdf5();
+  HPCTRAIN_ASSERT(file_.valid(), "metrics file '" << path_ << "' is closed");
+  writing(0, [&] {
+    write_integer_attribute(file_.get(), name, value);
+    flush();
+  });
+}
+
+void MetricsWriter::remove_attribute(const std::string& name) {
+  const auto lock = lock_hdf5();
+  HPCTRAIN_ASSERT(file_.valid(), "metrics file '" << path_ << "' is closed");
+  if (!attribute_exists(file_.get(), name)) return;
+  writing(0, [&] {
+    HPCTRAIN_H5_CHECK(H5Adelete(file_.get(), name.c_str()));
+    flush();
+  });
+}
+
 void MetricsWriter::flush() { HPCTRAIN_H5_CHECK(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL)); }
 
 void MetricsWriter::close() {

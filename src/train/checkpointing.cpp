@@ -46,7 +46,7 @@ CheckpointStore::CheckpointStore(std::filesystem::path directory, const MpiEnvir
     : files_(std::move(directory), mpi, keep, std::move(run_id)) {}
 
 std::string CheckpointStore::save(const Model& model, const Optimizer& optimizer, Backend& backend,
-                                  const CheckpointState& state, const std::string& deck_text) {
+                                  const CheckpointState& state, const std::string& deck_text, bool best) {
   const std::int64_t count = model.parameter_count();
   std::vector<float> parameters(static_cast<std::size_t>(count));
   backend.copy_to_host(parameters.data(), model.master(), parameters.size() * sizeof(float));
@@ -55,22 +55,30 @@ std::string CheckpointStore::save(const Model& model, const Optimizer& optimizer
   // The vectors plus the small items and the deck: what the file system must find room for.
   const std::uintmax_t expected_bytes =
       (1 + names.size()) * static_cast<std::uintmax_t>(count) * sizeof(float) + deck_text.size() + (64 << 10);
-  return files_.write(state.step, expected_bytes, [&](CheckpointFileWriter& file) {
-    file.write_vector(tensors_of(model, "/model"), parameters.data(), count);
-    for (std::size_t i = 0; i < names.size(); ++i)
-      file.write_vector(tensors_of(model, "/optimizer/" + names[i]), states[i].data(), count);
-    file.write_int64("/optimizer/step", state.scalars.applied_steps);
-    file.write_float("/precision/loss_scale", state.scalars.loss_scale);
-    file.write_int64("/precision/growth_tracker", state.scalars.growth_tracker);
-    file.write_int64("/precision/consecutive_skips", state.scalars.consecutive_skips);
-    file.write_int64("/data/epoch", state.epoch);
-    file.write_int64("/data/step_in_epoch", state.step_in_epoch);
-    file.write_uint64("/rng/seed", state.seed);
-    file.write_int64("/train/step", state.step);
-    file.write_string_attribute("/optimizer", "type", optimizer_type_name(optimizer));
-    file.write_integer_attribute("/", "input_features", model.input_width());
-    file.write_string_attribute("/", "deck", deck_text);
-  });
+  return files_.write(
+      state.step, expected_bytes,
+      [&](CheckpointFileWriter& file) {
+        file.write_vector(tensors_of(model, "/model"), parameters.data(), count);
+        for (std::size_t i = 0; i < names.size(); ++i)
+          file.write_vector(tensors_of(model, "/optimizer/" + names[i]), states[i].data(), count);
+        file.write_int64("/optimizer/step", state.scalars.applied_steps);
+        file.write_float("/precision/loss_scale", state.scalars.loss_scale);
+        file.write_int64("/precision/growth_tracker", state.scalars.growth_tracker);
+        file.write_int64("/precision/consecutive_skips", state.scalars.consecutive_skips);
+        file.write_int64("/data/epoch", state.epoch);
+        file.write_int64("/data/step_in_epoch", state.step_in_epoch);
+        file.write_uint64("/rng/seed", state.seed);
+        file.write_int64("/train/step", state.step);
+        if (state.watches_best) {  // only then: other runs' checkpoints keep their layout
+          file.write_int64("/train/best_step", state.best.step);
+          file.write_double("/train/best_value", state.best.value);
+          file.write_int64("/train/evaluations_without_improvement", state.best.stale_evaluations);
+        }
+        file.write_string_attribute("/optimizer", "type", optimizer_type_name(optimizer));
+        file.write_integer_attribute("/", "input_features", model.input_width());
+        file.write_string_attribute("/", "deck", deck_text);
+      },
+      best);
 }
 
 void load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer, Backend& backend,
@@ -98,6 +106,13 @@ void load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer
     state.step_in_epoch = file.read_int64("/data/step_in_epoch");
     state.seed = file.read_uint64("/rng/seed");
     state.step = file.read_int64("/train/step");
+    state.watches_best = file.has("/train/best_step");
+    state.best = BestState{};
+    if (state.watches_best) {
+      state.best.step = file.read_int64("/train/best_step");
+      state.best.value = file.read_double("/train/best_value");
+      state.best.stale_evaluations = file.read_int64("/train/evaluations_without_improvement");
+    }
   });
   backend.copy_to_backend(model.master(), parameters.data(), parameters.size() * sizeof(float));
   model.refresh_working_copy();

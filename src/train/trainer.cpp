@@ -28,6 +28,7 @@
 #include "hpctrain/precision/loss_scaler.hpp"
 #include "hpctrain/precision/policy.hpp"
 #include "hpctrain/train/backend_choice.hpp"
+#include "hpctrain/train/best_checkpoint.hpp"
 #include "hpctrain/train/checkpointing.hpp"
 #include "hpctrain/train/device_batch.hpp"
 #include "hpctrain/train/evaluation.hpp"
@@ -37,6 +38,7 @@
 #include "hpctrain/train/run_clock.hpp"
 #include "hpctrain/train/run_control.hpp"
 #include "hpctrain/train/run_outputs.hpp"
+#include "hpctrain/train/run_schedule.hpp"
 #include "hpctrain/train/signals.hpp"
 #include "hpctrain/train/step_records.hpp"
 #include "hpctrain/train/training_step.hpp"
@@ -61,10 +63,16 @@ class Trainer::Impl {
   [[nodiscard]] std::string head() const;
   // The recorded steps' results to the host: metrics rows, the divergence check. Returns seconds per step.
   double flush_steps();
-  void save_checkpoint(std::int64_t step);
+  // best: the checkpoint becomes checkpoints/best.
+  void save_checkpoint(std::int64_t step, bool best = false);
   // "stopping at step N after SIGTERM / nearing train.time_limit ..." (the checkpoint is already committed).
   void log_stop(std::int64_t step, bool out_of_time);
   EvalMetrics evaluate(std::int64_t step);
+  // checkpoint.best_metric: the evaluation after `step` seen by the tracker (rank 0's decision, agreed), its log note
+  // and metrics.h5's attributes.
+  Observation watch_best(std::int64_t step, const EvalMetrics& metrics, std::string& note);
+  // A resumed run whose patience was already exhausted: says so. Returns whether training is over.
+  bool stopped_early_before();
 
   const RunConfig& config_;
   const MpiEnvironment& mpi_;
@@ -77,6 +85,8 @@ class Trainer::Impl {
   RunClock clock_;                           // decides checkpoint.every_seconds and train.time_limit (rank 0's)
   double construction_time_ = clock_.now();  // train.time_limit counts from here
   PhaseTimer timer_;
+  const bool watch_best_;  // checkpoint.best_metric is set
+  BestTracker best_;       // the best checkpoint and early stopping (restored on resume)
 
   // set-up
   std::unique_ptr<Backend> backend_;
@@ -98,6 +108,7 @@ class Trainer::Impl {
   bool graphs_ = false;      // run.cuda_graphs, and the run allows it
   std::string graphs_note_;  // run.cuda_graphs: whether steps are captured, for the log
   std::unique_ptr<StepRecords> records_;
+  std::unique_ptr<RunSchedule> run_schedule_;  // evaluation and checkpoint intervals, rank 0's clock decisions
   bool defer_ = false;  // results read back at log/eval/checkpoint points only (CUDA), not after every step
 
   // start and progress
@@ -119,7 +130,9 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
       task_(task_of(config.model.loss)),
       precision_(PrecisionPolicy::of(config.precision.mode)),
       outputs_(config, mpi, status_),
-      timer_(config.train.profile) {
+      timer_(config.train.profile),
+      watch_best_(config.checkpoint.best_metric != BestMetric::none),
+      best_(tracker_for(config)) {
   set_up_data();
   set_up_model();
   set_up_step();
@@ -187,6 +200,7 @@ void Trainer::Impl::set_up_model() {
                         << config.data.targets << "' have " << train_data_->target_width() << " columns",
                     "make the last linear layer's 'out' equal to the number of target columns");
   }
+  if (watch_best_) check_best_metric_computed(config, task_, model_->output_width());
   const std::int64_t classes = task_ == TaskKind::classification ? model_->output_width() : 0;
   train_data_->validate(mpi_, classes);
   if (validation_data_) validation_data_->validate(mpi_, classes);
@@ -201,6 +215,7 @@ void Trainer::Impl::set_up_step() {
   HPCTRAIN_VERIFY(steps_per_epoch_ > 0, InputError,
                   config.where("data.batch_size")
                       << ": data.batch_size = " << config.data.batch_size << " leaves no full batch per epoch");
+  run_schedule_ = std::make_unique<RunSchedule>(config, steps_per_epoch_);
   total_steps_ = config.train.steps;
   if (total_steps_ == 0) {
     // Steps key the 32-bit random streams (dropout masks): a run counts at most 2^31 - 1 of them.
@@ -284,6 +299,7 @@ void Trainer::Impl::start() {
       return;
     }
     scaler_->restore(state.scalars);
+    best_.restore(state.best);
     last_scalars_ = scaler_->read();
     LoaderPosition position{state.epoch, state.step_in_epoch};
     if (position.step_in_epoch >= steps_per_epoch_) position = {position.epoch + 1, 0};  // other rank count
@@ -349,17 +365,20 @@ void Trainer::Impl::log_stop(std::int64_t step, bool out_of_time) {
       ": continue with --resume auto");
 }
 
-void Trainer::Impl::save_checkpoint(std::int64_t step) {
+void Trainer::Impl::save_checkpoint(std::int64_t step, bool best) {
   CheckpointState state;
   state.scalars = scaler_->read();
   state.step = step;
   state.epoch = loader_->position().epoch;
   state.step_in_epoch = loader_->position().step_in_epoch;
   state.seed = config_.run.seed;
+  state.watches_best = watch_best_;
+  state.best = best_.state();
   const double start = MPI_Wtime();
-  const std::string path = checkpoints_->save(*model_, *optimizer_, *backend_, state, to_toml(config_));
+  const std::string path = checkpoints_->save(*model_, *optimizer_, *backend_, state, to_toml(config_), best);
   char line[512];
-  std::snprintf(line, sizeof line, "checkpoint %s written in %.3f s", path.c_str(), MPI_Wtime() - start);
+  std::snprintf(line, sizeof line, "checkpoint %s written in %.3f s%s", path.c_str(), MPI_Wtime() - start,
+                best ? " (best: checkpoints/best)" : "");
   log(line);
 }
 
@@ -379,12 +398,17 @@ TrainSummary Trainer::Impl::run() {
   const int ranks = mpi_.size();
   log(head());
   for (const std::string& warning : resource_warnings_) log(warning);
+  log(run_schedule_->describe(config_.checkpoint.at_end, validation_data_ != nullptr));
+  if (stopped_early_before()) {
+    summary.steps = first_step_;
+    return summary;
+  }
 
   const double start = MPI_Wtime();
   double interval_start = start, last_eval_accuracy = -1.0, last_eval_loss = 0.0;
   std::int64_t interval_samples = 0, evaluations = 0;
   std::int64_t step = first_step_;
-  const double time_limit = config_.train.time_limit.seconds;
+  bool stopped_early = false;
   double last_checkpoint_time = clock_.now(), recent_step = 0.0, longest_checkpoint = 1.0;
   // A signal during start-up (recorded since main began) is honoured before the first step: the launcher that sent
   // it may kill the ranks a few seconds later, so no step is started first.
@@ -401,10 +425,8 @@ TrainSummary Trainer::Impl::run() {
     // Rank 0's clock decides time-based checkpoints; the step's agreement tells every rank.
     RunControl control;
     if (mpi_.is_root()) {
-      if (config_.checkpoint.every_seconds > 0 && decided_at - last_checkpoint_time >= config_.checkpoint.every_seconds)
-        control.clock = ClockRequest::checkpoint;
-      if (time_limit > 0 && decided_at - construction_time_ + 3 * recent_step + 2 * longest_checkpoint >= time_limit)
-        control.clock = ClockRequest::checkpoint_and_stop;
+      control.clock = run_schedule_->clock_request(
+          {decided_at, last_checkpoint_time, construction_time_, recent_step, longest_checkpoint});
     }
     timer_.begin(Phase::data);
     const HostBatch& batch = loader_->next();
@@ -421,12 +443,11 @@ TrainSummary Trainer::Impl::run() {
     ++step;
     const bool last = step == total_steps_;
     const bool log_now = step % config_.train.log_every == 0 || last;
-    const bool evaluate_now =
-        validation_data_ && (last || (config_.train.eval_every > 0 && step % config_.train.eval_every == 0));
+    const bool evaluate_now = validation_data_ && run_schedule_->evaluate_after(step, last);
     const bool signalled = control.signal_seen, out_of_time = control.clock == ClockRequest::checkpoint_and_stop;
-    const bool periodic = (config_.checkpoint.every_steps > 0 && step % config_.checkpoint.every_steps == 0) ||
-                          control.clock == ClockRequest::checkpoint;
-    const bool checkpoint_now = periodic || signalled || out_of_time || (last && config_.checkpoint.at_end);
+    const bool periodic = run_schedule_->checkpoint_after(step) || control.clock == ClockRequest::checkpoint;
+    bool checkpoint_now = periodic || signalled || out_of_time || (last && config_.checkpoint.at_end);
+    Observation best_seen;  // a new best is checkpointed; early stopping ends the run like its last step
     // Results reach the host here: every step on the CPU, at these points (or when the ring is full) on CUDA.
     if (!defer_ || log_now || evaluate_now || checkpoint_now || records_->full()) {
       // A moving average of the step time: one slow step (start-up, a busy node) must not stop the run early.
@@ -465,13 +486,16 @@ TrainSummary Trainer::Impl::run() {
       ++evaluations;
       if (MetricsWriter* writer = outputs_.metrics())
         writer->append("eval", eval_row(step, metrics, task_, model_->output_width()));
-      log("eval at step " + std::to_string(step) + ": " + describe(metrics));
+      std::string note;
+      if (watch_best_) best_seen = watch_best(step, metrics, note);
+      log("eval at step " + std::to_string(step) + ": " + describe(metrics) + note);
+      checkpoint_now = checkpoint_now || best_seen.improved || (best_seen.stop && config_.checkpoint.at_end);
     }
 
     status_.set_step(step);
     if (checkpoint_now) {
       const double checkpoint_start = clock_.now();
-      save_checkpoint(step);
+      save_checkpoint(step, best_seen.improved);
       last_checkpoint_time = clock_.now();
       longest_checkpoint = std::max(longest_checkpoint, last_checkpoint_time - checkpoint_start);
     }
@@ -480,12 +504,26 @@ TrainSummary Trainer::Impl::run() {
       summary.exit_code = exit_checkpointed;
       break;
     }
+    if (best_seen.stop) {
+      stopped_early = true;
+      const std::string reason = early_stopping_reason(config_.checkpoint.best_metric, best_);
+      log("early stopping at step " + std::to_string(step) + " of " + std::to_string(total_steps_) + ": " + reason +
+          "; best: " + describe_best(config_.checkpoint.best_metric, best_.state()) + " (" +
+          (checkpoints_->directory() / "best").string() + ")");
+      if (MetricsWriter* writer = outputs_.metrics()) {
+        writer->set_integer_attribute("early_stopping_step", step);
+        writer->set_attribute("early_stopping", reason);
+      }
+      break;
+    }
   }
   summary.steps = step;
   // Only figures this invocation measured: a run stopped before its first evaluation has no validation figure.
   std::ostringstream done;
-  done << (summary.exit_code == exit_checkpointed ? "stopped: " : "done: ") << step << " steps (" << step - first_step_
-       << " in this run) in " << format_duration(MPI_Wtime() - start);
+  done << (summary.exit_code == exit_checkpointed ? "stopped: "
+           : stopped_early                        ? "stopped early: "
+                                                  : "done: ")
+       << step << " steps (" << step - first_step_ << " in this run) in " << format_duration(MPI_Wtime() - start);
   if (step > first_step_) done << "; final train loss " << number_text(last_train_loss_);
   if (evaluations > 0)
     done << (task_ == TaskKind::classification ? ", validation accuracy " + number_text(last_eval_accuracy)
@@ -505,6 +543,45 @@ TrainSummary Trainer::Impl::run() {
   if (mpi_.is_root())
     status_.write(summary.exit_code == exit_checkpointed ? "checkpointed" : "complete", summary.exit_code, step);
   return summary;
+}
+
+Observation Trainer::Impl::watch_best(std::int64_t step, const EvalMetrics& metrics, std::string& note) {
+  const BestMetric metric = config_.checkpoint.best_metric;
+  Observation seen = best_.observe(step, metric_value(metrics, metric));
+  // Every rank saw the same all-reduced metrics; rank 0's decision is made everyone's anyway, since the checkpoint
+  // that follows is collective.
+  int decision[2] = {seen.improved ? 1 : 0, seen.stop ? 1 : 0};
+  HPCTRAIN_MPI_CHECK(MPI_Bcast(decision, 2, MPI_INT, 0, mpi_.world()));
+  seen = {decision[0] != 0, decision[1] != 0};
+  note = "  (" + observation_note(metric, best_, seen) + ")";
+  MetricsWriter* writer = outputs_.metrics();
+  if (seen.improved && writer != nullptr) {
+    writer->set_attribute("best_metric", std::string(word_of(metric)));
+    writer->set_integer_attribute("best_step", best_.state().step);
+    writer->set_number_attribute("best_value", best_.state().value);
+  }
+  return seen;
+}
+
+bool Trainer::Impl::stopped_early_before() {
+  if (!watch_best_) return false;
+  MetricsWriter* writer = outputs_.metrics();
+  if (!best_.patience_exhausted()) {
+    // A run that continues (its patience raised) has not stopped early any more.
+    if (writer != nullptr) {
+      writer->remove_attribute("early_stopping_step");
+      writer->remove_attribute("early_stopping");
+    }
+    if (first_step_ > 0 && best_.state().has_best())
+      log("best so far: " + describe_best(config_.checkpoint.best_metric, best_.state()));
+    return false;
+  }
+  log("the run in '" + outputs_.directory().string() + "' stopped early at step " + std::to_string(first_step_) + " (" +
+      std::to_string(best_.state().stale_evaluations) +
+      " evaluations without improvement; best: " + describe_best(config_.checkpoint.best_metric, best_.state()) +
+      "); nothing to train. Raise train.early_stopping_patience (or set it to 0) to train further.");
+  if (mpi_.is_root()) status_.write("complete", 0, first_step_);
+  return true;
 }
 
 // ---- CUDA teardown order ----

@@ -72,10 +72,14 @@ struct TrainSection {
   std::int64_t steps = 0;  // optimizer steps; exactly one of steps/epochs must be set
   std::int64_t epochs = 0;
   std::int64_t log_every = 10;
-  std::int64_t eval_every = 0;  // 0 = evaluate only at the end
-  bool profile = false;         // print the time per phase of the step at the end (--profile)
+  std::int64_t eval_every = 0;         // 0 = evaluate only at the end (or by epochs)
+  std::int64_t eval_every_epochs = 0;  // the same in epochs; at most one of the two is set
+  bool profile = false;                // print the time per phase of the step at the end (--profile)
   TimeLimit time_limit;         // "HH:MM:SS" wall-clock budget: checkpoint and stop before it runs out; "" = none
   std::int64_t accumulate = 1;  // micro-batches per optimizer step (gradient accumulation)
+  // Stop after this many evaluations in a row without improvement of checkpoint.best_metric; 0 = never.
+  std::int64_t early_stopping_patience = 0;
+  double early_stopping_min_delta = 0.0;  // an improvement beats the best by more than this (best checkpoint too)
 };
 
 struct OptimizerSection {
@@ -92,12 +96,16 @@ struct OptimizerSection {
 };
 
 struct CheckpointSection {
-  std::int64_t every_steps = 0;  // 0 = not by step count
-  double every_seconds = 0.0;    // 0 = not by time (decided on rank 0, agreed by all)
-  std::int64_t keep = 3;         // newest checkpoints kept; 0 = keep all
-  bool at_end = true;            // write one when training finishes
+  std::int64_t every_steps = 0;   // 0 = not by step count
+  std::int64_t every_epochs = 0;  // the same in epochs; at most one of the two is set
+  // At least one checkpoint per this many seconds (decided on rank 0, agreed by all); 0 (or false) = not by time. On by
+  // default, so that a crash loses at most half an hour.
+  double every_seconds = 1800.0;
+  std::int64_t keep = 3;  // newest checkpoints kept; 0 = keep all
+  bool at_end = true;     // write one when training finishes
   std::vector<CheckpointSignal> on_signal = {CheckpointSignal::usr1, CheckpointSignal::usr2,
                                              CheckpointSignal::term};  // checkpoint and exit on these signals
+  BestMetric best_metric = BestMetric::none;  // keep checkpoints/best by this validation metric; none = no best
 };
 
 struct ScheduleSection {

@@ -59,6 +59,7 @@ class CheckpointFileWriter {
   void write_int64(const std::string& path, std::int64_t value);
   void write_uint64(const std::string& path, std::uint64_t value);
   void write_float(const std::string& path, float value);
+  void write_double(const std::string& path, double value);
   void write_string_attribute(const std::string& object, const std::string& name, const std::string& value);
   void write_integer_attribute(const std::string& object, const std::string& name, std::int64_t value);
 
@@ -78,6 +79,9 @@ class CheckpointFileReader {
   [[nodiscard]] std::int64_t read_int64(const std::string& path);
   [[nodiscard]] std::uint64_t read_uint64(const std::string& path);
   [[nodiscard]] float read_float(const std::string& path);
+  [[nodiscard]] double read_double(const std::string& path);
+  // Whether the file has an object (datasets that only some runs write, or only newer versions).
+  [[nodiscard]] bool has(const std::string& path) const;
   [[nodiscard]] std::string read_string_attribute(const std::string& object, const std::string& name);
   [[nodiscard]] const std::string& path() const { return path_; }
 
@@ -92,7 +96,8 @@ class CheckpointFileReader {
 void read_checkpoint_file(const std::string& path, const MpiEnvironment& mpi,
                           const std::function<void(CheckpointFileReader&)>& read);
 
-// A run's checkpoint directory (OUTPUT/checkpoints): step-NNNNNNNN.h5 files and `latest`, the name of the newest.
+// A run's checkpoint directory (OUTPUT/checkpoints): step-NNNNNNNN.h5 files, `latest`, the name of the newest, and
+// `best`, the name of the best by the run's validation metric (when it watches one); rotation never removes that one.
 class CheckpointDirectory {
  public:
   // keep: newest checkpoints kept (0 = all); run_id: stored in every checkpoint.
@@ -100,16 +105,17 @@ class CheckpointDirectory {
                       std::string run_id = {});
 
   // Writes and commits the checkpoint of `step` (collective): fill(writer) writes its contents, then rank 0 commits it
-  // (fsync, rename, fsync the directory), points `latest` at it, and removes the checkpoints beyond `keep`. When the
-  // write fails on any rank (a full disk), the partial file is removed and every rank throws one Error that says why;
-  // the previous checkpoint stays committed. expected_bytes: about how large the file becomes. Returns its path.
+  // (fsync, rename, fsync the directory), points `latest` at it (and `best` too when `best`), and removes the
+  // checkpoints beyond `keep`, except the one `best` names. When the write fails on any rank (a full disk), the
+  // partial file is removed and every rank throws one Error that says why; the previous checkpoint stays committed.
+  // expected_bytes: about how large the file becomes. Returns its path.
   std::string write(std::int64_t step, std::uintmax_t expected_bytes,
-                    const std::function<void(CheckpointFileWriter&)>& fill);
+                    const std::function<void(CheckpointFileWriter&)>& fill, bool best = false);
 
   // Checkpoint files, newest first: the one `latest` names, then the others by step.
   [[nodiscard]] std::vector<std::filesystem::path> candidates() const;
-  // Removes the checkpoints past `step` (a run continued from an older checkpoint abandons them). Rank 0 only;
-  // returns how many were removed.
+  // Removes the checkpoints past `step` (a run continued from an older checkpoint abandons them), and `best` when it
+  // named one of them. Rank 0 only; returns how many were removed.
   std::size_t discard_after(std::int64_t step) const;
   [[nodiscard]] const std::filesystem::path& directory() const { return directory_; }
 
@@ -119,6 +125,9 @@ class CheckpointDirectory {
   std::int64_t keep_;
   std::string run_id_;
 };
+
+// The checkpoint file name a pointer file of a checkpoint directory holds (`latest`, `best`), "" when there is none.
+std::string pointed_name(const std::filesystem::path& directory, const std::string& pointer);
 
 // The checkpoints of a directory (OUTPUT/checkpoints), newest first: the one `latest` names, then the others by step.
 std::vector<std::filesystem::path> checkpoint_files(const std::filesystem::path& directory);
@@ -132,7 +141,8 @@ std::string checkpoint_string_attribute(const std::string& path, const std::stri
 std::int64_t checkpoint_integer_attribute(const std::string& path, const std::string& name);
 
 // What a user may name as a checkpoint: a file, a run directory (its checkpoints/latest), a run's checkpoints/
-// directory, or a `latest` file. Returns the checkpoint file; throws InputError naming the argument when none is found.
+// directory, or a `latest` or `best` file (the best checkpoint by checkpoint.best_metric). Returns the checkpoint file;
+// throws InputError naming the argument when none is found.
 std::filesystem::path resolve_checkpoint(const std::string& argument);
 
 // Check a checkpoint file on its own (one process): every dataset present and matching its checksum. Returns an empty

@@ -41,6 +41,11 @@ class MetricsWriter {
   [[nodiscard]] std::int64_t rows(const std::string& group) const;
   // A string attribute on the root, for run metadata (deck name, version, start time); flushed.
   void set_attribute(const std::string& name, const std::string& value);
+  // Numeric root attributes (float64, int64), replacing one of the same name; flushed.
+  void set_number_attribute(const std::string& name, double value);
+  void set_integer_attribute(const std::string& name, std::int64_t value);
+  // Removes a root attribute if the file has it; flushed.
+  void remove_attribute(const std::string& name);
   // Closes the file now and throws if that fails; the writer is unusable afterwards.
   void close();
 

@@ -8,6 +8,7 @@
 //   /data/epoch, /data/step_in_epoch          position in the (rank-count independent) global data order
 //   /rng/seed                                 all randomness is counter-based: the seed is the whole state
 //   /train/step                               optimizer steps completed
+//   /train/best_step, best_value, evaluations_without_improvement   runs with checkpoint.best_metric only
 //   root attributes: format, hpctrain_version, world_size, input_features, deck (the resolved deck text), run_id (the
 //   run that wrote it)
 #pragma once
@@ -20,6 +21,7 @@
 #include "hpctrain/dist/mpi_environment.hpp"
 #include "hpctrain/io/checkpoint.hpp"
 #include "hpctrain/kernels/backend.hpp"
+#include "hpctrain/train/best_checkpoint.hpp"
 
 namespace hpctrain {
 
@@ -32,6 +34,8 @@ struct CheckpointState {
   std::int64_t epoch = 0, step_in_epoch = 0;
   StepScalars scalars;
   std::uint64_t seed = 0;
+  bool watches_best = false;  // saving: store `best` (a run with checkpoint.best_metric); loading: the file had it
+  BestState best;             // the best-checkpoint and early-stopping decision so far
 };
 
 // A run's checkpoints (OUTPUT/checkpoints).
@@ -43,8 +47,9 @@ class CheckpointStore {
 
   // Write and commit a checkpoint of the current state (collective). Returns its final path. A failed write (a full
   // disk) throws one Error saying why, removes the partial file and leaves the previous checkpoint committed.
+  // best: this checkpoint becomes checkpoints/best (kept whatever checkpoint.keep says).
   std::string save(const Model& model, const Optimizer& optimizer, Backend& backend, const CheckpointState& state,
-                   const std::string& deck_text);
+                   const std::string& deck_text, bool best = false);
 
   // Checkpoint files, newest first: the one `latest` names, then the others by step.
   [[nodiscard]] std::vector<std::filesystem::path> candidates() const { return files_.candidates(); }
