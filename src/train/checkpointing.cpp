@@ -73,6 +73,7 @@ std::string CheckpointStore::save(const Model& model, const Optimizer& optimizer
           file.write_int64("/train/best_step", state.best.step);
           file.write_double("/train/best_value", state.best.value);
           file.write_int64("/train/evaluations_without_improvement", state.best.stale_evaluations);
+          file.write_string_attribute("/train", "best_metric", std::string(word_of(state.best_metric)));
         }
         file.write_string_attribute("/optimizer", "type", optimizer_type_name(optimizer));
         file.write_integer_attribute("/", "input_features", model.input_width());
@@ -112,6 +113,8 @@ void load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer
       state.best.step = file.read_int64("/train/best_step");
       state.best.value = file.read_double("/train/best_value");
       state.best.stale_evaluations = file.read_int64("/train/evaluations_without_improvement");
+      state.best_metric =
+          choice_named<BestMetric>(file.read_string_attribute("/train", "best_metric")).value_or(BestMetric::none);
     }
   });
   backend.copy_to_backend(model.master(), parameters.data(), parameters.size() * sizeof(float));

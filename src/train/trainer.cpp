@@ -299,7 +299,8 @@ void Trainer::Impl::start() {
       return;
     }
     scaler_->restore(state.scalars);
-    best_.restore(state.best);
+    // A best value of another metric (the deck's checkpoint.best_metric changed) means nothing: start over.
+    if (state.best_metric == config_.checkpoint.best_metric) best_.restore(state.best);
     last_scalars_ = scaler_->read();
     LoaderPosition position{state.epoch, state.step_in_epoch};
     if (position.step_in_epoch >= steps_per_epoch_) position = {position.epoch + 1, 0};  // other rank count
@@ -373,6 +374,7 @@ void Trainer::Impl::save_checkpoint(std::int64_t step, bool best) {
   state.step_in_epoch = loader_->position().step_in_epoch;
   state.seed = config_.run.seed;
   state.watches_best = watch_best_;
+  state.best_metric = config_.checkpoint.best_metric;
   state.best = best_.state();
   const double start = MPI_Wtime();
   const std::string path = checkpoints_->save(*model_, *optimizer_, *backend_, state, to_toml(config_), best);

@@ -113,6 +113,19 @@ for name in a:
 PY
   fail "early: continued run differs"
 
+# Resumed with another metric, the best starts over: the first evaluation (step 60) is the best loss, and patience 4
+# with min_delta 10 stops at step 100.
+run_ranks 2 train deck.toml --output straight --resume auto --set train.early_stopping_patience=4 "${early[@]}" \
+  --set checkpoint.best_metric=loss >other_metric.log 2>&1 || { cat other_metric.log >&2; fail "early: other metric"; }
+$PYTHON - <<'PY' && pass "early: resumed with checkpoint.best_metric = loss, the best starts over" ||
+import h5py
+m = h5py.File("straight/metrics.h5", "r")
+assert m.attrs["best_metric"] == "loss" and m.attrs["best_step"] == 60 and m.attrs["early_stopping_step"] == 100, dict(m.attrs)
+assert open("straight/checkpoints/best").read().strip() == "step-00000060.h5"
+assert open("straight/status").read().strip() == "complete 0 step 100"
+PY
+  fail "early: other metric"
+
 # --- Intervals in epochs: 40 steps per epoch (2000 samples, batch 50). ---
 run_ranks 2 train deck.toml --output epochs --set train.eval_every=0 --set train.eval_every_epochs=1 \
   --set checkpoint.every_steps=0 --set checkpoint.every_epochs=2 --set checkpoint.keep=0 \

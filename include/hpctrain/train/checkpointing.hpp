@@ -8,7 +8,8 @@
 //   /data/epoch, /data/step_in_epoch          position in the (rank-count independent) global data order
 //   /rng/seed                                 all randomness is counter-based: the seed is the whole state
 //   /train/step                               optimizer steps completed
-//   /train/best_step, best_value, evaluations_without_improvement   runs with checkpoint.best_metric only
+//   /train/best_step, best_value, evaluations_without_improvement; /train attribute best_metric
+//                                             (runs with checkpoint.best_metric only)
 //   root attributes: format, hpctrain_version, world_size, input_features, deck (the resolved deck text), run_id (the
 //   run that wrote it)
 #pragma once
@@ -35,7 +36,8 @@ struct CheckpointState {
   StepScalars scalars;
   std::uint64_t seed = 0;
   bool watches_best = false;  // saving: store `best` (a run with checkpoint.best_metric); loading: the file had it
-  BestState best;             // the best-checkpoint and early-stopping decision so far
+  BestMetric best_metric = BestMetric::none;  // the metric `best` is about
+  BestState best;                             // the best-checkpoint and early-stopping decision so far
 };
 
 // A run's checkpoints (OUTPUT/checkpoints).
