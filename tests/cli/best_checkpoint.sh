@@ -126,6 +126,28 @@ assert open("straight/status").read().strip() == "complete 0 step 100"
 PY
   fail "early: other metric"
 
+# Continuing from a checkpoint older than the best (step 5; the best is step 10) abandons the newer ones and `best` with
+# them. The resumed run stops after one step on train.time_limit (the simulated clock: no wall-clock timing), before
+# any evaluation, so `best` must be absent; resumed again, step 10's evaluation is the best again.
+run_ranks 2 train deck.toml --output older --set checkpoint.every_steps=5 --set checkpoint.keep=0 --set train.steps=20 \
+  --set train.early_stopping_min_delta=10 >older.log 2>&1 || { cat older.log >&2; fail "older: training run"; }
+[[ $(cat older/checkpoints/best) == step-00000010.h5 ]] || fail "older: best '$(cat older/checkpoints/best)'"
+status=0
+HPCTRAIN_TEST_SECONDS_PER_STEP=1 run_ranks 2 train deck.toml --output older --resume older/checkpoints/step-00000005.h5 \
+  --set checkpoint.every_steps=5 --set checkpoint.keep=0 --set train.steps=20 --set train.early_stopping_min_delta=10 \
+  --set train.time_limit=00:00:01 >older-resumed.log 2>&1 || status=$?
+checkpoints=$(cd older/checkpoints && echo step-*.h5)
+if ((status == 75)) && [[ ! -e older/checkpoints/best && $checkpoints == "step-00000005.h5 step-00000006.h5" ]]; then
+  pass "older: continuing from step 5 removed the newer checkpoints and the best that named one"
+else
+  cat older-resumed.log >&2
+  fail "older: exit $status, checkpoints '$checkpoints', best '$(cat older/checkpoints/best 2>/dev/null)'"
+fi
+run_ranks 2 train deck.toml --output older --resume auto --set checkpoint.every_steps=5 --set checkpoint.keep=0 \
+  --set train.steps=20 --set train.early_stopping_min_delta=10 >older-again.log 2>&1 || fail "older: resumed again"
+[[ $(cat older/checkpoints/best) == step-00000010.h5 && $(cat older/status) == "complete 0 step 20" ]] &&
+  pass "older: resumed again, step 10 is the best again" || fail "older: best '$(cat older/checkpoints/best)'"
+
 # --- Intervals in epochs: 40 steps per epoch (2000 samples, batch 50). ---
 run_ranks 2 train deck.toml --output epochs --set train.eval_every=0 --set train.eval_every_epochs=1 \
   --set checkpoint.every_steps=0 --set checkpoint.every_epochs=2 --set checkpoint.keep=0 \
