@@ -1,4 +1,4 @@
-// `hpctrain train DECK.toml [--set section.key=value]... [--output DIR]`
+// `hpctrain train DECK.toml [--set section.key=value]... [--output DIR] [--dry-run]`
 #include <cstdio>
 #include <exception>
 
@@ -7,6 +7,7 @@
 #include "hpctrain/config/run_config.hpp"
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
+#include "hpctrain/train/dry_run.hpp"
 #include "hpctrain/train/run_status.hpp"
 #include "hpctrain/train/trainer.hpp"
 
@@ -15,7 +16,7 @@ namespace hpctrain {
 namespace {
 const char* const train_usage =
     "usage: hpctrain train DECK.toml [--set section.key=value]... [--output DIR] [--resume auto|FILE] [--profile]\n"
-    "                      [--status-file FILE]\n"
+    "                      [--status-file FILE] [--dry-run]\n"
     "\n"
     "Train the model described by the input deck DECK.toml (see docs/input-reference.md).\n"
     "\n"
@@ -27,6 +28,9 @@ const char* const train_usage =
     "                            no run) or from a checkpoint (a file, a run directory or its checkpoints/latest)\n"
     "  --force                   with --resume CHECKPOINT: continue it even where OUTPUT holds another run\n"
     "  --status-file FILE        also write OUTPUT/status's line to FILE (job scripts: see docs/jobscripts.md)\n"
+    "  --dry-run                 check the deck and the data as a run would (on every rank), print the model, the\n"
+    "                            memory per rank and the plan (steps, epochs, evaluations, checkpoints, output,\n"
+    "                            whether it would resume), and exit without training or writing anything\n"
     "  --help                    show this help\n"
     "\n"
     "Outputs in the output directory: config.toml (the resolved deck), metrics.h5, train.log, checkpoints/, status\n"
@@ -42,7 +46,8 @@ int train_command(const Arguments& args, const MpiEnvironment& mpi) {
                           {"--resume", true},
                           {"--force", false},
                           {"--status-file", true},
-                          {"--profile", false}});
+                          {"--profile", false},
+                          {"--dry-run", false}});
   if (print_help_if_asked(line, train_usage, mpi)) return 0;
   std::vector<std::string> overrides = line.values("--set");
   if (line.has("--profile")) overrides.push_back("train.profile=true");
@@ -62,6 +67,12 @@ int train_command(const Arguments& args, const MpiEnvironment& mpi) {
                   "hpctrain train: more than one deck given ('" << decks[0] << "' and '" << decks[1] << "')",
                   "train one deck per run");
   const std::string deck = decks.empty() ? std::string() : decks[0];
+  if (line.has("--dry-run")) {  // before the status file: a dry run writes nothing
+    HPCTRAIN_VERIFY(!deck.empty(), InputError, "hpctrain train: no input deck given",
+                    "usage: hpctrain train DECK.toml --dry-run");
+    dry_run(load_run_config(deck, overrides), mpi, options);
+    return 0;
+  }
   RunStatus status(status_file);
   options.status = &status;
   try {

@@ -37,6 +37,7 @@
 #include "hpctrain/train/run_clock.hpp"
 #include "hpctrain/train/run_control.hpp"
 #include "hpctrain/train/run_outputs.hpp"
+#include "hpctrain/train/run_shape.hpp"
 #include "hpctrain/train/signals.hpp"
 #include "hpctrain/train/step_records.hpp"
 #include "hpctrain/train/training_step.hpp"
@@ -128,42 +129,14 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
 
 void Trainer::Impl::set_up_data() {
   const RunConfig& config = config_;
-  const int ranks = mpi_.size();
-  const std::int64_t batch = config.data.batch_size;
-  HPCTRAIN_VERIFY(batch % ranks == 0, InputError,
-                  config.where("data.batch_size") << ": data.batch_size = " << batch << " is not divisible by the "
-                                                  << ranks << " ranks of this run",
-                  "data.batch_size is the global batch; pick a multiple of the rank count (e.g. " +
-                      std::to_string((batch / ranks + 1) * ranks) + ")");
-  local_batch_ = batch / ranks;
-  const std::int64_t accumulate = config.train.accumulate;
-  HPCTRAIN_VERIFY(local_batch_ % accumulate == 0, InputError,
-                  config.where("train.accumulate")
-                      << ": train.accumulate = " << accumulate << " does not divide the " << local_batch_
-                      << " samples per rank (data.batch_size " << batch << " over " << ranks << " ranks)",
-                  "data.batch_size must be a multiple of ranks x train.accumulate");
-  micro_rows_ = local_batch_ / accumulate;
-  const std::int64_t eval_batch = config.data.eval_batch_size > 0 ? config.data.eval_batch_size : batch;
-  eval_local_batch_ = std::max<std::int64_t>(1, (eval_batch + ranks - 1) / ranks);
-
+  const BatchShape shape = batch_shape(config, mpi_.size());
+  local_batch_ = shape.local_batch;
+  micro_rows_ = shape.micro_rows;
+  eval_local_batch_ = shape.eval_local_batch;
   train_data_ = std::make_unique<TrainingData>(config, "data.train", config.data.train, task_);
   if (!config.data.validation.empty())
     validation_data_ = std::make_unique<TrainingData>(config, "data.validation", config.data.validation, task_);
-  HPCTRAIN_VERIFY(train_data_->samples() >= batch, InputError,
-                  config.where("data.batch_size") << ": data.batch_size = " << batch << " but '" << train_data_->file()
-                                                  << "' holds only " << train_data_->samples() << " samples",
-                  "use a smaller batch or more data: one global batch must fit in the training set");
-  if (validation_data_)
-    HPCTRAIN_VERIFY(validation_data_->sample_shape() == train_data_->sample_shape(), InputError,
-                    config.where("data.validation")
-                        << ": validation samples in '" << validation_data_->file() << "' have shape "
-                        << shape_text(validation_data_->sample_shape()) << " (" << validation_data_->feature_width()
-                        << " features), but training samples in '" << train_data_->file() << "' have shape "
-                        << shape_text(train_data_->sample_shape()) << " (" << train_data_->feature_width()
-                        << " features)",
-                    "the model takes one sample shape: give data.validation the shape of data.train ('hpctrain data "
-                    "inspect FILE' shows a file's shapes; 'hpctrain data split' carves a validation set out of the "
-                    "training file)");
+  check_data_fits(config, *train_data_, validation_data_.get());
 }
 
 void Trainer::Impl::set_up_model() {
@@ -180,16 +153,7 @@ void Trainer::Impl::set_up_model() {
   const ModelBuffers buffers{precision_.activations, precision_.master, std::max(micro_rows_, eval_local_batch_)};
   model_ =
       std::make_unique<Model>(config.model, train_data_->model_input_shape(), *backend_, buffers, config.deck_path);
-  if (task_ == TaskKind::regression) {
-    HPCTRAIN_VERIFY(model_->output_width() == train_data_->target_width(), InputError,
-                    config.where("model.layers")
-                        << ": the model has " << model_->output_width() << " outputs but the targets '"
-                        << config.data.targets << "' have " << train_data_->target_width() << " columns",
-                    "make the last linear layer's 'out' equal to the number of target columns");
-  }
-  const std::int64_t classes = task_ == TaskKind::classification ? model_->output_width() : 0;
-  train_data_->validate(mpi_, classes);
-  if (validation_data_) validation_data_->validate(mpi_, classes);
+  check_model_fits_data(config, *model_, *train_data_, validation_data_.get(), mpi_);
   device_batch_ = std::make_unique<DeviceBatch>(*backend_, *model_, buffers.max_rows);
   model_->initialize(config.run.seed);
 }
@@ -198,20 +162,7 @@ void Trainer::Impl::set_up_step() {
   const RunConfig& config = config_;
   loader_ = std::make_unique<BatchLoader>(*train_data_, config.data, mpi_, local_batch_, config.run.seed);
   steps_per_epoch_ = loader_->steps_per_epoch();
-  HPCTRAIN_VERIFY(steps_per_epoch_ > 0, InputError,
-                  config.where("data.batch_size")
-                      << ": data.batch_size = " << config.data.batch_size << " leaves no full batch per epoch");
-  total_steps_ = config.train.steps;
-  if (total_steps_ == 0) {
-    // Steps key the 32-bit random streams (dropout masks): a run counts at most 2^31 - 1 of them.
-    constexpr std::int64_t max_steps = 2147483647;
-    const bool overflow = __builtin_mul_overflow(config.train.epochs, steps_per_epoch_, &total_steps_);
-    HPCTRAIN_VERIFY(!overflow && total_steps_ <= max_steps, InputError,
-                    config.where("train.epochs")
-                        << ": train.epochs = " << config.train.epochs << " x " << steps_per_epoch_
-                        << " steps per epoch is more than the " << max_steps << " steps a run can take",
-                    "use at most " + std::to_string(max_steps / steps_per_epoch_) + " epochs");
-  }
+  total_steps_ = total_steps_of(config, steps_per_epoch_);
 
   optimizer_ = std::make_unique<Optimizer>(config.optimizer, *model_, *backend_);
   std::vector<std::int64_t> layer_begins;
