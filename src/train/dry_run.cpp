@@ -15,6 +15,7 @@
 #include "hpctrain/nn/model.hpp"
 #include "hpctrain/precision/policy.hpp"
 #include "hpctrain/train/resume.hpp"
+#include "hpctrain/train/run_continuation.hpp"
 #include "hpctrain/train/run_shape.hpp"
 
 namespace hpctrain {
@@ -130,6 +131,8 @@ std::string dry_run(const RunConfig& config, const MpiEnvironment& mpi, const Tr
 
   // The start a run would make (read-only: nothing in the output directory is touched).
   const StartPlan plan = agree_start_plan(config, mpi, options.resume, options.force);
+  const std::string changes = check_resume_changes(plan.candidates, config, options.allow_changed,
+                                                   std::filesystem::path(config.run.output) / "config.toml", mpi);
   std::string start = "fresh";
   if (!plan.candidates.empty()) {
     const std::string& from = plan.candidates.front().string();
@@ -141,6 +144,8 @@ std::string dry_run(const RunConfig& config, const MpiEnvironment& mpi, const Tr
   } else if (!plan.note.empty()) {
     start = "fresh (" + plan.note + ")";
   }
+  if (plan.candidates.empty() && !options.init_from.empty())
+    start += ", parameters from " + resolve_checkpoint(options.init_from).string() + " (--init-from)";
 
   std::ostringstream text;
   const std::int64_t accumulate = config.train.accumulate;
@@ -163,6 +168,7 @@ std::string dry_run(const RunConfig& config, const MpiEnvironment& mpi, const Tr
        << schedule_text(config, total_steps, validation.get(), shape.eval_local_batch * ranks)
        << "output: " << config.run.output << "\n"
        << "start: " << start << "\n";
+  if (!changes.empty()) text << changes << "\n";
   if (mpi.is_root()) {
     std::fputs(text.str().c_str(), stdout);
     std::fflush(stdout);

@@ -35,6 +35,7 @@
 #include "hpctrain/train/rank_resources.hpp"
 #include "hpctrain/train/resume.hpp"
 #include "hpctrain/train/run_clock.hpp"
+#include "hpctrain/train/run_continuation.hpp"
 #include "hpctrain/train/run_control.hpp"
 #include "hpctrain/train/run_outputs.hpp"
 #include "hpctrain/train/run_shape.hpp"
@@ -58,6 +59,9 @@ class Trainer::Impl {
   void set_up_step();
   // Plan the start, resume if the plan says so, and open the output directory (unless the run is already complete).
   void start();
+  // Resumed: where the learning-rate schedule starts (an extended run's --extend). Fresh: --init-from's parameters.
+  void start_schedule(const CheckpointState& state);
+  void start_weights(bool resumed);
   void log(const std::string& line) { outputs_.log(line); }
   [[nodiscard]] std::string head() const;
   // The recorded steps' results to the host: metrics rows, the divergence check. Returns seconds per step.
@@ -103,8 +107,9 @@ class Trainer::Impl {
 
   // start and progress
   std::unique_ptr<CheckpointStore> checkpoints_;
-  std::int64_t first_step_ = 0;  // 0, or the step a resumed run continues from
-  bool complete_ = false;        // resumed at the deck's last step: nothing to train, nothing to write
+  std::int64_t first_step_ = 0;       // 0, or the step a resumed run continues from
+  std::int64_t schedule_origin_ = 0;  // the step the learning-rate schedule starts from (train/run_continuation.hpp)
+  bool complete_ = false;             // resumed at the deck's last step: nothing to train, nothing to write
   double last_train_loss_ = 0.0;
   double interval_loss_sum_ = 0.0;  // training losses of the steps flushed since the last log line
   std::int64_t interval_steps_ = 0;
@@ -215,6 +220,10 @@ void Trainer::Impl::start() {
   checkpoints_ = std::make_unique<CheckpointStore>(outputs_.directory() / "checkpoints", mpi_, config_.checkpoint.keep,
                                                    plan.run_id);
   if (!plan.note.empty()) log(plan.note);
+  if (const std::string note = check_resume_changes(plan.candidates, config_, options_.allow_changed,
+                                                    outputs_.directory() / "config.toml", mpi_);
+      !note.empty())
+    log(note);
   const ResumedRun resumed =
       resume_from(plan, *model_, *optimizer_, *backend_, mpi_, outputs_.directory() / "config.toml");
   if (resumed.resumed) {
@@ -227,6 +236,7 @@ void Trainer::Impl::start() {
                     "hpctrain train " +
                         (outputs_.directory() / "config.toml").string() + " --resume auto");
     first_step_ = state.step;
+    start_schedule(state);
     if (state.step == total_steps_) {
       complete_ = true;
       log("the run in '" + outputs_.directory().string() + "' is already complete at step " +
@@ -251,10 +261,36 @@ void Trainer::Impl::start() {
     log("resumed from " + resumed.from.string() + " at step " + std::to_string(state.step) + " (epoch " +
         std::to_string(state.epoch) + "), read in " + seconds + " s");
   }
+  start_weights(resumed.resumed);
   graph_ = std::make_unique<StepGraph>(*backend_, graphs_, first_step_ + graph_warmup_steps);
   outputs_.open(resumed.resumed ? first_step_ : -1, plan.run_id, eval_columns(task_, model_->output_width()));
   install_checkpoint_signals(config_.checkpoint.on_signal);
   status_.set_step(first_step_);
+}
+
+void Trainer::Impl::start_schedule(const CheckpointState& state) {
+  const ScheduleExtension extension =
+      options_.extend.empty() ? ScheduleExtension::stretch : parse_schedule_extension(options_.extend);
+  const ScheduleStart schedule = schedule_start(state, total_steps_, options_.extend.empty() ? nullptr : &extension);
+  schedule_origin_ = schedule.origin;
+  if (schedule_origin_ != 0)
+    schedule_ =
+        std::make_unique<LearningRateSchedule>(config_.schedule, config_.optimizer.lr, total_steps_, schedule_origin_);
+  if (!schedule.note.empty()) log(schedule.note);
+}
+
+void Trainer::Impl::start_weights(bool resumed) {
+  HPCTRAIN_VERIFY(resumed || options_.extend.empty(), InputError,
+                  "--extend " << options_.extend << ": the run starts fresh, there is nothing to extend",
+                  "--extend applies when resuming a run whose train.steps was raised");
+  if (options_.init_from.empty()) return;
+  if (resumed) {
+    log("--init-from " + options_.init_from + ": not used, the run continues from its own checkpoint");
+    return;
+  }
+  const fs::path from = initialize_from(options_.init_from, *model_, *backend_, mpi_);
+  log("parameters initialised from " + from.string() +
+      " (--init-from); the optimizer state, the schedule and the step count start fresh");
 }
 
 std::string Trainer::Impl::head() const {
@@ -307,6 +343,8 @@ void Trainer::Impl::save_checkpoint(std::int64_t step) {
   state.epoch = loader_->position().epoch;
   state.step_in_epoch = loader_->position().step_in_epoch;
   state.seed = config_.run.seed;
+  state.schedule_origin = schedule_origin_;
+  state.schedule_total_steps = total_steps_;
   const double start = MPI_Wtime();
   const std::string path = checkpoints_->save(*model_, *optimizer_, *backend_, state, to_toml(config_));
   char line[512];
