@@ -119,8 +119,8 @@ std::string dry_run(const RunConfig& config, const MpiEnvironment& mpi, const Tr
   // The model for its shapes and sizes only: on the CPU (a dry run needs no GPU) and for one row, scaled below.
   const PrecisionPolicy precision = PrecisionPolicy::of(config.precision.mode);
   const std::unique_ptr<Backend> backend = make_cpu_backend();
-  const Model model(config.model, train.model_input_shape(), *backend, {precision.activations, precision.master, 1},
-                    config.deck_path);
+  Model model(config.model, train.model_input_shape(), *backend, {precision.activations, precision.master, 1},
+              config.deck_path);
   check_model_fits_data(config, model, train, validation.get(), mpi);
   std::int64_t steps_per_epoch = 0;
   {
@@ -144,8 +144,10 @@ std::string dry_run(const RunConfig& config, const MpiEnvironment& mpi, const Tr
   } else if (!plan.note.empty()) {
     start = "fresh (" + plan.note + ")";
   }
-  if (plan.candidates.empty() && !options.init_from.empty())
-    start += ", parameters from " + resolve_checkpoint(options.init_from).string() + " (--init-from)";
+  if (plan.candidates.empty() && !options.init_from.empty()) {  // read as the run reads it: shapes checked
+    start +=
+        ", parameters from " + initialize_from(options.init_from, model, *backend, mpi).string() + " (--init-from)";
+  }
 
   std::ostringstream text;
   const std::int64_t accumulate = config.train.accumulate;

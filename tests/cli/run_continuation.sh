@@ -50,6 +50,11 @@ PY
 expect_error init_shapes "tensor /model/linear0/weight has shape \(32, 2\) but the deck's model needs \(16, 2\)" 2 \
   train deck.toml --output wrong --set 'model.layers[0].out=16' --init-from base/checkpoints/latest
 [[ ! -e wrong ]] && pass "nothing written for the refused --init-from" || fail "--init-from refused but wrote wrong/"
+expect_error init_shapes_dry_run "tensor /model/linear0/weight has shape \(32, 2\) but the deck's model needs \(16, 2\)" \
+  2 train deck.toml --output wrong --set 'model.layers[0].out=16' --init-from base --dry-run
+run_ranks 2 train deck.toml --output dry --init-from base --dry-run >dry.log 2>&1 &&
+  grep -q "start: fresh, parameters from base/checkpoints/step-00000040.h5 (--init-from)" dry.log && [[ ! -e dry ]] &&
+  pass "dry run: $(grep start: dry.log)" || { cat dry.log >&2; fail "dry run with --init-from"; }
 expect_error init_and_resume "--init-from and --resume .* both name where to start" 1 train deck.toml --output x \
   --init-from base --resume base/checkpoints/latest
 
