@@ -153,7 +153,9 @@ std::string dry_run(const RunConfig& config, const MpiEnvironment& mpi, const Tr
   const std::int64_t accumulate = config.train.accumulate;
   text << "dry run of " << config.deck_path << " on " << ranks << " rank" << (ranks > 1 ? "s" : "") << ": nothing is "
        << "trained or written\n"
-       << "device: " << word_of(config.run.device) << ", precision " << precision.name() << "\n"
+       << "device: " << word_of(config.run.device)
+       << (config.run.device == Device::cpu ? "" : " (not opened by the dry run: the model is sized on the CPU)")
+       << ", precision " << precision.name() << "\n"
        << "data: training " << data_text(train) << "\n";
   if (validation) text << "      validation " << data_text(*validation) << "\n";
   text << "batches: global " << config.data.batch_size << ", " << shape.local_batch << " samples per rank and step";
