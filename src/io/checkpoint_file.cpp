@@ -298,6 +298,8 @@ float CheckpointFileReader::read_float(const std::string& path) {
   return read_scalar<float>(file_, path, H5T_NATIVE_FLOAT, path_);
 }
 
+bool CheckpointFileReader::has(const std::string& path) const { return link_exists(file_, path); }
+
 std::string CheckpointFileReader::read_string_attribute(const std::string& object, const std::string& name) {
   HPCTRAIN_VERIFY(link_exists(file_, object), CheckpointDamaged,
                   "checkpoint '" << path_ << "' is damaged: it has no " << object);

@@ -67,6 +67,8 @@ std::string CheckpointStore::save(const Model& model, const Optimizer& optimizer
     file.write_int64("/data/step_in_epoch", state.step_in_epoch);
     file.write_uint64("/rng/seed", state.seed);
     file.write_int64("/train/step", state.step);
+    file.write_int64("/schedule/origin", state.schedule_origin);
+    file.write_int64("/schedule/total_steps", state.schedule_total_steps);
     file.write_string_attribute("/optimizer", "type", optimizer_type_name(optimizer));
     file.write_integer_attribute("/", "input_features", model.input_width());
     file.write_string_attribute("/", "deck", deck_text);
@@ -98,6 +100,8 @@ void load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer
     state.step_in_epoch = file.read_int64("/data/step_in_epoch");
     state.seed = file.read_uint64("/rng/seed");
     state.step = file.read_int64("/train/step");
+    state.schedule_origin = file.has("/schedule/origin") ? file.read_int64("/schedule/origin") : 0;
+    state.schedule_total_steps = file.has("/schedule/total_steps") ? file.read_int64("/schedule/total_steps") : -1;
   });
   backend.copy_to_backend(model.master(), parameters.data(), parameters.size() * sizeof(float));
   model.refresh_working_copy();

@@ -79,6 +79,8 @@ class CheckpointFileReader {
   [[nodiscard]] std::uint64_t read_uint64(const std::string& path);
   [[nodiscard]] float read_float(const std::string& path);
   [[nodiscard]] std::string read_string_attribute(const std::string& object, const std::string& name);
+  // Whether the file holds `path` (items that older checkpoints lack).
+  [[nodiscard]] bool has(const std::string& path) const;
   [[nodiscard]] const std::string& path() const { return path_; }
 
  private:

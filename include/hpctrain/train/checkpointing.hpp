@@ -8,6 +8,7 @@
 //   /data/epoch, /data/step_in_epoch          position in the (rank-count independent) global data order
 //   /rng/seed                                 all randomness is counter-based: the seed is the whole state
 //   /train/step                               optimizer steps completed
+//   /schedule/origin, /schedule/total_steps   where the learning-rate schedule starts, the run's length (both optional)
 //   root attributes: format, hpctrain_version, world_size, input_features, deck (the resolved deck text), run_id (the
 //   run that wrote it)
 #pragma once
@@ -32,6 +33,9 @@ struct CheckpointState {
   std::int64_t epoch = 0, step_in_epoch = 0;
   StepScalars scalars;
   std::uint64_t seed = 0;
+  // The learning-rate schedule: the step it started from (0, or where an extended run restarted it) and the run's
+  // length when the checkpoint was written (-1: not recorded, a checkpoint of an older hpctrain).
+  std::int64_t schedule_origin = 0, schedule_total_steps = -1;
 };
 
 // A run's checkpoints (OUTPUT/checkpoints).
