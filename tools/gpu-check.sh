@@ -11,12 +11,18 @@
 # non-zero when a check failed.
 #
 #   tools/gpu-check.sh                 uses .device/rt.tar.xz (tools/pack-gpu.sh) when present, else build-gpu/
-#   HPCTRAIN_BIN=DIR tools/gpu-check.sh   takes the programs from DIR (hpctrain and the test programs)
+#   HPCTRAIN_BIN=DIR tools/gpu-check.sh   takes the programs from DIR (hpctrain and the test programs; the CUDA
+#                                         module from DIR/../lib, or wherever HPCTRAIN_CUDA_MODULE points)
 #
+# Without a GPU (nvidia-smi missing or listing none) it checks nothing and exits 77 (skipped).
 # Test programs run directly, not through CTest: CTest's files hold the build machine's absolute paths. Bit-for-bit
 # comparisons of metrics and checkpoints use h5diff (packed by tools/pack-gpu.sh).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+  echo "gpu-check: no GPU here (nvidia-smi lists none): nothing checked" >&2
+  exit 77
+fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/hpctrain-gpu-check.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
@@ -34,6 +40,9 @@ if [[ -z ${HPCTRAIN_BIN:-} && -f $root/.device/rt.tar.xz ]]; then
   mkdir -p "$rt" && tar xJf "$root/.device/rt.tar.xz" -C "$rt" || { echo "cannot unpack .device/rt.tar.xz" >&2; exit 2; }
   # shellcheck disable=SC1091
   source "$rt/env.sh"
+  # tools/pack-gpu.sh packs the CUDA module beside the programs (pack.sh puts everything it is given in bin/); they
+  # look for it in lib/ beside bin/, as in an installed tree.
+  [[ -f $rt/bin/libhpctrain_cuda.so ]] && mv "$rt/bin/libhpctrain_cuda.so" "$rt/lib/"
 fi
 hpctrain=$(find_program hpctrain) || { echo "gpu-check: no hpctrain program (run tools/pack-gpu.sh)" >&2; exit 2; }
 mpiexec_line=(mpiexec --oversubscribe)
@@ -55,6 +64,17 @@ timed() { # timed SECONDS_VAR COMMAND...: runs, stores the wall seconds, returns
 
 echo "== machine: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
 echo "== hpctrain: $hpctrain"
+
+# ---- 0. the CUDA module: hpctrain links no CUDA library and opens the module, which sees the GPUs ----
+cuda_line=$("$hpctrain" --version 2>&1 | sed -n 's/^  CUDA: *//p')
+cuda_needed=$(readelf -d "$hpctrain" 2>/dev/null | grep -oE '\[lib(cudart|cublas|cublasLt|cudnn|nccl)[^]]*\]' | tr '\n' ' ')
+if [[ -n $cuda_needed ]]; then
+  record "CUDA module" FAIL 0 "hpctrain links CUDA libraries: $cuda_needed"
+elif [[ $cuda_line == "module "*"), "[1-9]*" device(s) visible" ]]; then
+  record "CUDA module" PASS 0 "$cuda_line"
+else
+  record "CUDA module" FAIL 0 "${cuda_line:-no CUDA line in hpctrain --version}"
+fi
 
 # ---- 1. kernels against the CPU backend; large shapes, fused and copy-stream paths, graph slots ----
 gtest_result() { # gtest_result LOG STATUS: PASS / FAIL / SKIP and the summary

@@ -2,8 +2,8 @@
 #include <cstdio>
 #include <sstream>
 
-#include "hpctrain/app/command_line.hpp"
 #include "data_tools.hpp"
+#include "hpctrain/app/command_line.hpp"
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/data/generate.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
@@ -15,8 +15,10 @@ namespace {
 const char* const generate_usage =
     "usage: hpctrain data generate KIND --samples N --output FILE.h5 [options]\n"
     "\n"
-    "Write a synthetic dataset. Every value is a pure function of the options and the seed: the same command writes\n"
-    "the same data.\n"
+    "Write a synthetic dataset. Every value is a pure function of the options and the seeds: the same command writes\n"
+    "the same data. --problem-seed picks the problem (the blob centres, the regression weights, the plane of spirals\n"
+    "with F > 2) and --seed the samples drawn from it, so a training and a validation file of one problem differ in\n"
+    "--seed only, e.g. --seed 1 and --seed 2 (or write one file and cut it with 'hpctrain data split').\n"
     "\n"
     "kinds:\n"
     "  blobs       C Gaussian clusters, centres uniform in [-10, 10]^F; --noise is each cluster's standard deviation\n"
@@ -40,7 +42,10 @@ const char* const generate_usage =
     "  --size S          edge length of images and volumes (default 16)\n"
     "  --channels C      channels of images and volumes (default 1)\n"
     "  --noise X         noise level (default: blobs 1, spirals 0.05, regression 0.1, images 0.2, volumes 0.05)\n"
-    "  --seed S          random seed, 0 <= S < 2^63 (default 0)\n"
+    "  --seed S          seed of the samples (labels, positions, noise), 0 <= S < 2^63 (default 0)\n"
+    "  --problem-seed P  seed of the problem the samples come from, 0 <= P < 2^63 (default 0); images and volumes\n"
+    "                    have no per-problem values, and neither have spirals with F = 2. Files written before\n"
+    "                    this option existed are written again with --problem-seed equal to their --seed\n"
     "  --force           replace FILE.h5 if it exists\n"
     "  --help            show this help\n"
     "\n"
@@ -61,6 +66,7 @@ int data_generate_command(const Arguments& args, const MpiEnvironment& mpi) {
                             {"--channels", true},
                             {"--noise", true},
                             {"--seed", true},
+                            {"--problem-seed", true},
                             {"--output", true},
                             {"--force", false}});
   if (print_help_if_asked(parsed, generate_usage, mpi)) return 0;
@@ -107,6 +113,7 @@ int data_generate_command(const Arguments& args, const MpiEnvironment& mpi) {
                        parsed.has("--channels") ? parsed.integer<std::int64_t>("--channels") : spec.channels);
   if (parsed.has("--noise")) spec.noise = parsed.number("--noise");
   if (parsed.has("--seed")) spec.seed = parsed.integer<std::uint64_t>("--seed");
+  if (parsed.has("--problem-seed")) spec.problem_seed = parsed.integer<std::uint64_t>("--problem-seed");
   try {
     validate_synthetic_spec(spec);
   } catch (const InputError& error) {
@@ -128,8 +135,8 @@ int data_generate_command(const Arguments& args, const MpiEnvironment& mpi) {
     } else {
       line << spec.outputs << " outputs";
     }
-    line << ", noise " << spec.noise << ", seed " << spec.seed << "): /features (" << spec.samples << shape
-         << ") float32, ";
+    line << ", noise " << spec.noise << ", seed " << spec.seed << ", problem seed " << spec.problem_seed
+         << "): /features (" << spec.samples << shape << ") float32, ";
     if (is_classification(kind)) {
       line << "/labels (" << spec.samples << ") int32";
     } else {

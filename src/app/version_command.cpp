@@ -8,7 +8,7 @@
 
 #include "hpctrain/app/commands.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
-#include "hpctrain/kernels/backend.hpp"
+#include "hpctrain/kernels/cuda_module.hpp"
 
 namespace hpctrain {
 
@@ -29,13 +29,7 @@ int version_command(const MpiEnvironment& mpi) {
   const char* h5_parallel = "serial";
 #endif
   const dnnl_version_t* dnnl = dnnl_version();
-#if defined(HPCTRAIN_HAVE_CUDA) && defined(HPCTRAIN_HAVE_NCCL)
-  const std::string cuda = "on (NCCL), " + std::to_string(cuda_device_count()) + " device(s) visible";
-#elif defined(HPCTRAIN_HAVE_CUDA)
-  const std::string cuda = "on (no NCCL), " + std::to_string(cuda_device_count()) + " device(s) visible";
-#else
-  const std::string cuda = "off";
-#endif
+  const std::string cuda = cuda_module_summary();  // opens the module: whether it loads is what this line tells
   std::printf("hpctrain %s\n", HPCTRAIN_VERSION);
   std::printf("  compiler: %s %s, C++ %ld\n",
 #if defined(__clang__)

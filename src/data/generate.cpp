@@ -15,6 +15,8 @@ namespace {
 
 // Sub-streams of RngPurpose::data_generation, so that e.g. the labels never share random numbers with the noise. The
 // stream id is (role << 24 | block): a block supplies four 32-bit words, so one index gets up to 2^26 words per role.
+// The problem's roles (centres, frame, weights, amplitudes) draw from the problem seed, the others from the sample
+// seed: files written with different --seed and the same --problem-seed are samples of one problem.
 enum class Role : std::uint32_t {
   label = 1,         // per sample: class, and spiral position along the arm
   position = 2,      // per sample: regression inputs
@@ -89,7 +91,7 @@ std::vector<double> blob_centres(const SyntheticSpec& spec) {  // (C, F)
   for (std::int64_t c = 0; c < spec.classes; ++c) {
     for (std::int64_t j = 0; j < spec.features; ++j) {
       const Philox4 bits =
-          draw(spec.seed, Role::centres, static_cast<std::uint32_t>(j / 4), static_cast<std::uint64_t>(c));
+          draw(spec.problem_seed, Role::centres, static_cast<std::uint32_t>(j / 4), static_cast<std::uint64_t>(c));
       centres[static_cast<std::size_t>(c * spec.features + j)] = blob_box * (2.0 * open_uniform(bits.v[j % 4]) - 1.0);
     }
   }
@@ -126,7 +128,7 @@ std::vector<double> spiral_frame(const SyntheticSpec& spec) {  // (2, F)
   }
   for (int axis = 0; axis < 2; ++axis) {
     double* vector = frame.data() + axis * width;
-    NormalSequence normals(spec.seed, Role::frame, static_cast<std::uint64_t>(axis));
+    NormalSequence normals(spec.problem_seed, Role::frame, static_cast<std::uint64_t>(axis));
     for (std::int64_t j = 0; j < width; ++j) vector[j] = normals.next();
     if (axis == 1) {  // remove the component along the first axis
       double along = 0;
@@ -183,13 +185,13 @@ RegressionModel regression_model(const SyntheticSpec& spec) {
   model.phases.resize(static_cast<std::size_t>(terms));
   const double scale = regression_frequency / std::sqrt(static_cast<double>(width));
   for (std::int64_t term = 0; term < terms; ++term) {
-    NormalSequence normals(spec.seed, Role::weights, static_cast<std::uint64_t>(term));
+    NormalSequence normals(spec.problem_seed, Role::weights, static_cast<std::uint64_t>(term));
     for (std::int64_t j = 0; j < width; ++j)
       model.weights[static_cast<std::size_t>(term * width + j)] = scale * normals.next();
-    NormalSequence amplitude(spec.seed, Role::amplitudes, static_cast<std::uint64_t>(term));
+    NormalSequence amplitude(spec.problem_seed, Role::amplitudes, static_cast<std::uint64_t>(term));
     // Amplitudes ~ N(0, 1/M): each output has variance about 1/2 before noise, whatever M is.
     model.amplitudes[static_cast<std::size_t>(term)] = amplitude.next() / std::sqrt(double{regression_terms});
-    const Philox4 bits = draw(spec.seed, Role::amplitudes, 1, static_cast<std::uint64_t>(term));
+    const Philox4 bits = draw(spec.problem_seed, Role::amplitudes, 1, static_cast<std::uint64_t>(term));
     model.phases[static_cast<std::size_t>(term)] = 2.0 * std::numbers::pi * open_uniform(bits.v[0]);
   }
   return model;
@@ -492,6 +494,8 @@ void validate_synthetic_spec(const SyntheticSpec& spec) {
                   "noise must be a finite number >= 0 (got " << spec.noise << ")");
   HPCTRAIN_VERIFY(spec.seed <= static_cast<std::uint64_t>(INT64_MAX), InputError,
                   "seed must be in [0, 2^63) (got " << spec.seed << ")");
+  HPCTRAIN_VERIFY(spec.problem_seed <= static_cast<std::uint64_t>(INT64_MAX), InputError,
+                  "problem seed must be in [0, 2^63) (got " << spec.problem_seed << ")");
   const std::int64_t width = std::max(spec.features, is_classification(spec.kind) ? std::int64_t{1} : spec.outputs);
   HPCTRAIN_VERIFY(spec.samples <= (std::int64_t{1} << 62) / width, InputError,
                   spec.samples << " samples of " << width << " values is too many");
@@ -555,6 +559,7 @@ void write_synthetic_dataset(const SyntheticSpec& spec, const std::string& path)
   const hid_t root = file.get();
   write_string_attribute(root, "kind", synthetic_kind_name(spec.kind));
   write_integer_attribute(root, "seed", static_cast<std::int64_t>(spec.seed));
+  write_integer_attribute(root, "problem_seed", static_cast<std::int64_t>(spec.problem_seed));
   write_integer_attribute(root, "samples", rows);
   write_integer_attribute(root, "features", width);
   if (classification) {

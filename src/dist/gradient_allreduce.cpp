@@ -1,10 +1,13 @@
-// Bucketed gradient all-reduce with MPI_Iallreduce, and the bucket layout shared with the NCCL version.
+// Bucketed gradient all-reduce with MPI_Iallreduce, the bucket layout shared with the NCCL version, and the NCCL
+// version's entry in the CUDA module.
 #include "hpctrain/dist/gradient_allreduce.hpp"
 
 #include <algorithm>
+#include <string>
 
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/kernels/backend.hpp"
+#include "hpctrain/kernels/cuda_module.hpp"
 
 namespace hpctrain {
 
@@ -89,11 +92,15 @@ void StagedGradientAllreduce::finish() {
   backend_.copy_to_backend(gradients_, host_.data(), bytes);
 }
 
-#if !defined(HPCTRAIN_HAVE_CUDA)
-std::unique_ptr<GradientExchange> make_nccl_gradient_allreduce(MPI_Comm, Backend&, float*, std::int64_t,
-                                                               const std::vector<std::int64_t>&, std::int64_t) {
-  throw NotSupported("NCCL gradient all-reduce: this build has no CUDA backend; rebuild with -DHPCTRAIN_CUDA=ON");
+// The NCCL exchange is part of the CUDA module (src/dist/cuda/); the executable reaches it through the module's table.
+std::unique_ptr<GradientExchange> make_nccl_gradient_allreduce(MPI_Comm communicator, Backend& backend,
+                                                               float* gradients, std::int64_t count,
+                                                               const std::vector<std::int64_t>& layer_begins,
+                                                               std::int64_t bucket_bytes) {
+  std::string why;
+  const CudaModuleTable* module = load_cuda_module(&why);
+  if (module == nullptr) throw InputError("NCCL gradient all-reduce: " + why, {}, ErrorScope::this_rank);
+  return module->make_nccl_gradient_allreduce(communicator, backend, gradients, count, layer_begins, bucket_bytes);
 }
-#endif
 
 }  // namespace hpctrain

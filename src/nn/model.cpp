@@ -90,6 +90,18 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
   if (saved_rows_blocks > 0)
     saved_ = BackendBuffer(backend_, static_cast<std::size_t>(saved_rows_blocks * buffers_.max_rows) * master_size);
   loss_ = std::make_unique<Loss>(spec.loss, backend_, buffers_.max_rows, output_width());
+  memory_.parameters = parameter_bytes;
+  memory_.gradients = buffers_.training ? parameter_bytes : 0;
+  memory_.working_copy =
+      keep_working_copy ? static_cast<std::size_t>(parameter_count_) * dtype_size(buffers_.activation_dtype) : 0;
+  std::int64_t activation_elements = 0;  // per row
+  for (std::size_t i = 0; i <= layers_.size(); ++i)
+    activation_elements += i == 0 ? input_width_ : layers_[i - 1]->output_width();
+  if (layout_ == SpatialLayout::channels_last) activation_elements += input_width_;
+  if (buffers_.training) activation_elements += 2 * widest;
+  memory_.activations =
+      static_cast<std::size_t>(buffers_.max_rows) * (static_cast<std::size_t>(activation_elements) * activation_size +
+                                                     static_cast<std::size_t>(saved_rows_blocks) * master_size);
 
   // Hand each layer its views.
   std::size_t entry = 0;

@@ -10,16 +10,19 @@
 
 namespace hpctrain {
 
-LearningRateSchedule::LearningRateSchedule(const ScheduleSection& schedule, double base_lr, std::int64_t total_steps)
+LearningRateSchedule::LearningRateSchedule(const ScheduleSection& schedule, double base_lr, std::int64_t total_steps,
+                                           std::int64_t origin)
     : kind_(schedule.type),
       base_lr_(base_lr),
       min_lr_(schedule.min_lr),
       gamma_(schedule.gamma),
       warmup_(schedule.warmup_steps),
       step_size_(std::max<std::int64_t>(schedule.step_size, 1)),
-      total_(std::max<std::int64_t>(total_steps, 1)) {}
+      total_(std::max<std::int64_t>(total_steps - origin, 1)),
+      origin_(origin) {}
 
-double LearningRateSchedule::at(std::int64_t step) const {
+double LearningRateSchedule::at(std::int64_t run_step) const {
+  const std::int64_t step = run_step - origin_;
   if (step < warmup_) return base_lr_ * static_cast<double>(step + 1) / static_cast<double>(warmup_);
   const std::int64_t after_warmup = step - warmup_;
   switch (kind_) {

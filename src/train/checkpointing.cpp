@@ -69,6 +69,8 @@ std::string CheckpointStore::save(const Model& model, const Optimizer& optimizer
         file.write_int64("/data/step_in_epoch", state.step_in_epoch);
         file.write_uint64("/rng/seed", state.seed);
         file.write_int64("/train/step", state.step);
+        file.write_int64("/schedule/origin", state.schedule_origin);
+        file.write_int64("/schedule/total_steps", state.schedule_total_steps);
         if (state.watches_best) {  // only then: other runs' checkpoints keep their layout
           file.write_int64("/train/best_step", state.best.step);
           file.write_double("/train/best_value", state.best.value);
@@ -107,6 +109,8 @@ void load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer
     state.step_in_epoch = file.read_int64("/data/step_in_epoch");
     state.seed = file.read_uint64("/rng/seed");
     state.step = file.read_int64("/train/step");
+    state.schedule_origin = file.has("/schedule/origin") ? file.read_int64("/schedule/origin") : 0;
+    state.schedule_total_steps = file.has("/schedule/total_steps") ? file.read_int64("/schedule/total_steps") : -1;
     state.watches_best = file.has("/train/best_step");
     state.best = BestState{};
     if (state.watches_best) {

@@ -36,9 +36,11 @@
 #include "hpctrain/train/rank_resources.hpp"
 #include "hpctrain/train/resume.hpp"
 #include "hpctrain/train/run_clock.hpp"
+#include "hpctrain/train/run_continuation.hpp"
 #include "hpctrain/train/run_control.hpp"
 #include "hpctrain/train/run_outputs.hpp"
 #include "hpctrain/train/run_schedule.hpp"
+#include "hpctrain/train/run_shape.hpp"
 #include "hpctrain/train/signals.hpp"
 #include "hpctrain/train/step_records.hpp"
 #include "hpctrain/train/training_step.hpp"
@@ -59,6 +61,9 @@ class Trainer::Impl {
   void set_up_step();
   // Plan the start, resume if the plan says so, and open the output directory (unless the run is already complete).
   void start();
+  // Resumed: where the learning-rate schedule starts (an extended run's --extend). Fresh: --init-from's parameters.
+  void start_schedule(const CheckpointState& state);
+  void start_weights(bool resumed);
   void log(const std::string& line) { outputs_.log(line); }
   [[nodiscard]] std::string head() const;
   // The recorded steps' results to the host: metrics rows, the divergence check. Returns seconds per step.
@@ -113,8 +118,9 @@ class Trainer::Impl {
 
   // start and progress
   std::unique_ptr<CheckpointStore> checkpoints_;
-  std::int64_t first_step_ = 0;  // 0, or the step a resumed run continues from
-  bool complete_ = false;        // resumed at the deck's last step: nothing to train, nothing to write
+  std::int64_t first_step_ = 0;       // 0, or the step a resumed run continues from
+  std::int64_t schedule_origin_ = 0;  // the step the learning-rate schedule starts from (train/run_continuation.hpp)
+  bool complete_ = false;             // resumed at the deck's last step: nothing to train, nothing to write
   double last_train_loss_ = 0.0;
   double interval_loss_sum_ = 0.0;  // training losses of the steps flushed since the last log line
   std::int64_t interval_steps_ = 0;
@@ -141,42 +147,14 @@ Trainer::Impl::Impl(const RunConfig& config, const MpiEnvironment& mpi, TrainOpt
 
 void Trainer::Impl::set_up_data() {
   const RunConfig& config = config_;
-  const int ranks = mpi_.size();
-  const std::int64_t batch = config.data.batch_size;
-  HPCTRAIN_VERIFY(batch % ranks == 0, InputError,
-                  config.where("data.batch_size") << ": data.batch_size = " << batch << " is not divisible by the "
-                                                  << ranks << " ranks of this run",
-                  "data.batch_size is the global batch; pick a multiple of the rank count (e.g. " +
-                      std::to_string((batch / ranks + 1) * ranks) + ")");
-  local_batch_ = batch / ranks;
-  const std::int64_t accumulate = config.train.accumulate;
-  HPCTRAIN_VERIFY(local_batch_ % accumulate == 0, InputError,
-                  config.where("train.accumulate")
-                      << ": train.accumulate = " << accumulate << " does not divide the " << local_batch_
-                      << " samples per rank (data.batch_size " << batch << " over " << ranks << " ranks)",
-                  "data.batch_size must be a multiple of ranks x train.accumulate");
-  micro_rows_ = local_batch_ / accumulate;
-  const std::int64_t eval_batch = config.data.eval_batch_size > 0 ? config.data.eval_batch_size : batch;
-  eval_local_batch_ = std::max<std::int64_t>(1, (eval_batch + ranks - 1) / ranks);
-
+  const BatchShape shape = batch_shape(config, mpi_.size());
+  local_batch_ = shape.local_batch;
+  micro_rows_ = shape.micro_rows;
+  eval_local_batch_ = shape.eval_local_batch;
   train_data_ = std::make_unique<TrainingData>(config, "data.train", config.data.train, task_);
   if (!config.data.validation.empty())
     validation_data_ = std::make_unique<TrainingData>(config, "data.validation", config.data.validation, task_);
-  HPCTRAIN_VERIFY(train_data_->samples() >= batch, InputError,
-                  config.where("data.batch_size") << ": data.batch_size = " << batch << " but '" << train_data_->file()
-                                                  << "' holds only " << train_data_->samples() << " samples",
-                  "use a smaller batch or more data: one global batch must fit in the training set");
-  if (validation_data_)
-    HPCTRAIN_VERIFY(validation_data_->sample_shape() == train_data_->sample_shape(), InputError,
-                    config.where("data.validation")
-                        << ": validation samples in '" << validation_data_->file() << "' have shape "
-                        << shape_text(validation_data_->sample_shape()) << " (" << validation_data_->feature_width()
-                        << " features), but training samples in '" << train_data_->file() << "' have shape "
-                        << shape_text(train_data_->sample_shape()) << " (" << train_data_->feature_width()
-                        << " features)",
-                    "the model takes one sample shape: give data.validation the shape of data.train ('hpctrain data "
-                    "inspect FILE' shows a file's shapes; 'hpctrain data split' carves a validation set out of the "
-                    "training file)");
+  check_data_fits(config, *train_data_, validation_data_.get());
 }
 
 void Trainer::Impl::set_up_model() {
@@ -189,21 +167,13 @@ void Trainer::Impl::set_up_model() {
   cuda_ = choice.cuda;
   shared_device_ = choice.shared_device;
   resource_warnings_ = rank_resource_warnings(config, mpi_, threads_, cuda_);
+  if (!choice.note.empty()) resource_warnings_.insert(resource_warnings_.begin(), choice.note);
   // Activations are sized for one micro-batch: that is the memory gradient accumulation saves.
   const ModelBuffers buffers{precision_.activations, precision_.master, std::max(micro_rows_, eval_local_batch_)};
   model_ =
       std::make_unique<Model>(config.model, train_data_->model_input_shape(), *backend_, buffers, config.deck_path);
-  if (task_ == TaskKind::regression) {
-    HPCTRAIN_VERIFY(model_->output_width() == train_data_->target_width(), InputError,
-                    config.where("model.layers")
-                        << ": the model has " << model_->output_width() << " outputs but the targets '"
-                        << config.data.targets << "' have " << train_data_->target_width() << " columns",
-                    "make the last linear layer's 'out' equal to the number of target columns");
-  }
+  check_model_fits_data(config, *model_, *train_data_, validation_data_.get(), mpi_);
   if (watch_best_) check_best_metric_computed(config, task_, model_->output_width());
-  const std::int64_t classes = task_ == TaskKind::classification ? model_->output_width() : 0;
-  train_data_->validate(mpi_, classes);
-  if (validation_data_) validation_data_->validate(mpi_, classes);
   device_batch_ = std::make_unique<DeviceBatch>(*backend_, *model_, buffers.max_rows);
   model_->initialize(config.run.seed);
 }
@@ -212,21 +182,8 @@ void Trainer::Impl::set_up_step() {
   const RunConfig& config = config_;
   loader_ = std::make_unique<BatchLoader>(*train_data_, config.data, mpi_, local_batch_, config.run.seed);
   steps_per_epoch_ = loader_->steps_per_epoch();
-  HPCTRAIN_VERIFY(steps_per_epoch_ > 0, InputError,
-                  config.where("data.batch_size")
-                      << ": data.batch_size = " << config.data.batch_size << " leaves no full batch per epoch");
+  total_steps_ = total_steps_of(config, steps_per_epoch_);
   run_schedule_ = std::make_unique<RunSchedule>(config, steps_per_epoch_);
-  total_steps_ = config.train.steps;
-  if (total_steps_ == 0) {
-    // Steps key the 32-bit random streams (dropout masks): a run counts at most 2^31 - 1 of them.
-    constexpr std::int64_t max_steps = 2147483647;
-    const bool overflow = __builtin_mul_overflow(config.train.epochs, steps_per_epoch_, &total_steps_);
-    HPCTRAIN_VERIFY(!overflow && total_steps_ <= max_steps, InputError,
-                    config.where("train.epochs")
-                        << ": train.epochs = " << config.train.epochs << " x " << steps_per_epoch_
-                        << " steps per epoch is more than the " << max_steps << " steps a run can take",
-                    "use at most " + std::to_string(max_steps / steps_per_epoch_) + " epochs");
-  }
 
   optimizer_ = std::make_unique<Optimizer>(config.optimizer, *model_, *backend_);
   std::vector<std::int64_t> layer_begins;
@@ -279,6 +236,10 @@ void Trainer::Impl::start() {
   checkpoints_ = std::make_unique<CheckpointStore>(outputs_.directory() / "checkpoints", mpi_, config_.checkpoint.keep,
                                                    plan.run_id);
   if (!plan.note.empty()) log(plan.note);
+  if (const std::string note = check_resume_changes(plan.candidates, config_, options_.allow_changed,
+                                                    outputs_.directory() / "config.toml", mpi_);
+      !note.empty())
+    log(note);
   const ResumedRun resumed =
       resume_from(plan, *model_, *optimizer_, *backend_, mpi_, outputs_.directory() / "config.toml");
   if (resumed.resumed) {
@@ -291,6 +252,7 @@ void Trainer::Impl::start() {
                     "hpctrain train " +
                         (outputs_.directory() / "config.toml").string() + " --resume auto");
     first_step_ = state.step;
+    start_schedule(state);
     if (state.step == total_steps_) {
       complete_ = true;
       log("the run in '" + outputs_.directory().string() + "' is already complete at step " +
@@ -317,10 +279,36 @@ void Trainer::Impl::start() {
     log("resumed from " + resumed.from.string() + " at step " + std::to_string(state.step) + " (epoch " +
         std::to_string(state.epoch) + "), read in " + seconds + " s");
   }
+  start_weights(resumed.resumed);
   graph_ = std::make_unique<StepGraph>(*backend_, graphs_, first_step_ + graph_warmup_steps);
   outputs_.open(resumed.resumed ? first_step_ : -1, plan.run_id, eval_columns(task_, model_->output_width()));
   install_checkpoint_signals(config_.checkpoint.on_signal);
   status_.set_step(first_step_);
+}
+
+void Trainer::Impl::start_schedule(const CheckpointState& state) {
+  const ScheduleExtension extension =
+      options_.extend.empty() ? ScheduleExtension::stretch : parse_schedule_extension(options_.extend);
+  const ScheduleStart schedule = schedule_start(state, total_steps_, options_.extend.empty() ? nullptr : &extension);
+  schedule_origin_ = schedule.origin;
+  if (schedule_origin_ != 0)
+    schedule_ =
+        std::make_unique<LearningRateSchedule>(config_.schedule, config_.optimizer.lr, total_steps_, schedule_origin_);
+  if (!schedule.note.empty()) log(schedule.note);
+}
+
+void Trainer::Impl::start_weights(bool resumed) {
+  HPCTRAIN_VERIFY(resumed || options_.extend.empty(), InputError,
+                  "--extend " << options_.extend << ": the run starts fresh, there is nothing to extend",
+                  "--extend applies when resuming a run whose train.steps was raised");
+  if (options_.init_from.empty()) return;
+  if (resumed) {
+    log("--init-from " + options_.init_from + ": not used, the run continues from its own checkpoint");
+    return;
+  }
+  const fs::path from = initialize_from(options_.init_from, *model_, *backend_, mpi_);
+  log("parameters initialised from " + from.string() +
+      " (--init-from); the optimizer state, the schedule and the step count start fresh");
 }
 
 std::string Trainer::Impl::head() const {
@@ -376,6 +364,8 @@ void Trainer::Impl::save_checkpoint(std::int64_t step, bool best) {
   state.watches_best = watch_best_;
   state.best_metric = config_.checkpoint.best_metric;
   state.best = best_.state();
+  state.schedule_origin = schedule_origin_;
+  state.schedule_total_steps = total_steps_;
   const double start = MPI_Wtime();
   const std::string path = checkpoints_->save(*model_, *optimizer_, *backend_, state, to_toml(config_), best);
   char line[512];

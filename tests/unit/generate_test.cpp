@@ -313,10 +313,15 @@ TEST(Generate, RegressionTargetsAreFiniteVariedAndSmooth) {
 
 // A few pinned values, so that a change to the generators (which changes every dataset generated from a seed) is a
 // deliberate decision and not an accident.
+// The values are those of hpctrain before --problem-seed existed, when the seed also drew the problem: the same seed
+// as problem seed reproduces them.
 TEST(Generate, PinnedValues) {
   const Generated spirals = generate(make_spec(SyntheticKind::spirals, 10, 1), 0, 6);
-  const Generated blobs = generate(make_spec(SyntheticKind::blobs, 10, 1), 0, 2);
-  const Generated regression = generate(make_spec(SyntheticKind::regression, 10, 1), 0, 1);
+  SyntheticSpec blob_spec = make_spec(SyntheticKind::blobs, 10, 1),
+                regression_spec = make_spec(SyntheticKind::regression, 10, 1);
+  blob_spec.problem_seed = regression_spec.problem_seed = 1;
+  const Generated blobs = generate(blob_spec, 0, 2);
+  const Generated regression = generate(regression_spec, 0, 1);
   auto near = [](const std::vector<float>& got, const std::vector<float>& want) {
     ASSERT_GE(got.size(), want.size());
     for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i])));
@@ -326,6 +331,13 @@ TEST(Generate, PinnedValues) {
   near(blobs.features, {-7.90667439f, -2.67568398f, -6.59218645f, -3.41756415f});
   near(regression.features, {0.7144081f, 0.638717175f, -0.197939381f, -1.21636426f});
   near(regression.targets, {0.473029375f});
+  // Another problem seed: the same samples' labels and inputs, another problem (blob centres, regression function).
+  blob_spec.problem_seed = regression_spec.problem_seed = 0;
+  const Generated other_blobs = generate(blob_spec, 0, 2), other_regression = generate(regression_spec, 0, 1);
+  EXPECT_EQ(other_blobs.labels, blobs.labels);
+  EXPECT_NE(other_blobs.features, blobs.features);
+  EXPECT_EQ(other_regression.features, regression.features);
+  EXPECT_NE(other_regression.targets, regression.targets);
 }
 
 // --- the written file ---

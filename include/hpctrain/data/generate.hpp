@@ -1,13 +1,14 @@
 // Synthetic datasets for tests, examples and benchmarks: Gaussian blobs, interleaved spirals, smooth nonlinear
 // regression, images of shapes and textures (classification) and 3-D fields with recoverable parameters (regression).
 //
-// Every value is a pure function of (parameters, seed, sample index), drawn from the counter-based generator of
-// core/rng.hpp, so a dataset is reproducible bit for bit, any block of rows can be generated on its own, and files of
-// any size are written in bounded memory.
+// Every value is a pure function of (parameters, problem seed, seed, sample index), drawn from the counter-based
+// generator of core/rng.hpp, so a dataset is reproducible bit for bit, any block of rows can be generated on its own,
+// and files of any size are written in bounded memory.
 //
 // File layout: /features (N, F) float32, or (N, C, S, S) for images and (N, C, S, S, S) for volumes; /labels (N) int32
 // in [0, C) for blobs, spirals and images, or /targets (N, K) float32 for regression and volumes; root attributes kind,
-// seed, samples, features, classes or outputs, noise, created_by (and size, channels for images and volumes).
+// seed, problem_seed, samples, features, classes or outputs, noise, created_by (and size, channels for images and
+// volumes).
 #pragma once
 
 #include <cstdint>
@@ -36,7 +37,8 @@ struct SyntheticSpec {
   std::int64_t size = 16;     // images, volumes: edge length S
   std::int64_t channels = 1;  // images, volumes
   double noise = 1.0;
-  std::uint64_t seed = 0;
+  std::uint64_t seed = 0;          // the samples: labels, positions, noise
+  std::uint64_t problem_seed = 0;  // the problem: blob centres, regression weights, the spirals' plane (F > 2)
 };
 
 // Throws InputError naming the valid kinds.

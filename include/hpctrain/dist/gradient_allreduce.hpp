@@ -94,8 +94,8 @@ class StagedGradientAllreduce final : public GradientExchange {
 // NCCL all-reduce of device gradients of a CUDA backend, on its own highest-priority stream (src/dist/cuda/). The
 // communicator is bootstrapped from `communicator` (rank 0's ncclGetUniqueId broadcast with MPI). While it lives, the
 // backend's host waits check NCCL's asynchronous errors (Backend::set_wait_monitor) and a watchdog thread polls them,
-// so a failed peer ends the job instead of hanging it. Throws NotSupported in builds without CUDA or NCCL when more
-// than one rank runs.
+// so a failed peer ends the job instead of hanging it. In the CUDA module (kernels/cuda_module.hpp): InputError when
+// that cannot be loaded; NotSupported in a module built without NCCL when more than one rank runs.
 std::unique_ptr<GradientExchange> make_nccl_gradient_allreduce(MPI_Comm communicator, Backend& backend,
                                                                float* gradients, std::int64_t count,
                                                                const std::vector<std::int64_t>& layer_begins,

@@ -80,9 +80,9 @@ class CheckpointFileReader {
   [[nodiscard]] std::uint64_t read_uint64(const std::string& path);
   [[nodiscard]] float read_float(const std::string& path);
   [[nodiscard]] double read_double(const std::string& path);
-  // Whether the file has an object (datasets that only some runs write, or only newer versions).
-  [[nodiscard]] bool has(const std::string& path) const;
   [[nodiscard]] std::string read_string_attribute(const std::string& object, const std::string& name);
+  // Whether the file holds `path` (items that older checkpoints lack).
+  [[nodiscard]] bool has(const std::string& path) const;
   [[nodiscard]] const std::string& path() const { return path_; }
 
  private:

@@ -296,11 +296,11 @@ std::unique_ptr<Backend> make_cpu_backend(SpatialLayout preferred);
 
 // The CUDA backend on `device` (an index among the visible devices): one stream, cuBLASLt for matrix products, cuDNN
 // for convolutions (when the build found it), own kernels for the rest. Storage dtypes f32/bf16/f16 (f64, used only by
-// gradient checks, is NotSupported). Always declared and linkable: a CPU-only build throws NotSupported saying how to
-// rebuild.
+// gradient checks, is NotSupported). It lives in the CUDA module (kernels/cuda_module.hpp): the executable's definition
+// forwards to it, and throws InputError saying why when the module cannot be loaded (a CPU-only build: how to rebuild).
 std::unique_ptr<Backend> make_cuda_backend(int device);
 
-// Visible CUDA devices; 0 without a driver, without a GPU, or in a CPU-only build (never throws).
+// Visible CUDA devices, from the driver without the CUDA module; 0 without a driver or GPU, or CPU-only (never throws).
 int cuda_device_count();
 
 }  // namespace hpctrain

@@ -40,6 +40,15 @@ struct ParameterEntry {
   std::int64_t count = 0;
 };
 
+// Bytes of backend memory the model allocated, by purpose (the backend's own workspaces are not included).
+struct ModelMemory {
+  std::size_t parameters = 0;    // master parameters (padding included)
+  std::size_t gradients = 0;     // their gradients (training only)
+  std::size_t working_copy = 0;  // the 16-bit copy the products read (bf16/fp16)
+  std::size_t activations = 0;   // every layer's input and the output, backward scratch, saved statistics; all
+                                 // proportional to ModelBuffers::max_rows
+};
+
 class Model {
  public:
   // Layers from the deck; input_shape is one sample's shape from the data ((F), (C, H, W), (C, D, H, W)); layer
@@ -64,6 +73,7 @@ class Model {
   [[nodiscard]] std::int64_t trainable_parameters() const { return trainable_parameters_; }
   [[nodiscard]] const std::vector<ParameterEntry>& parameter_entries() const { return entries_; }
   [[nodiscard]] const ModelBuffers& buffers() const { return buffers_; }
+  [[nodiscard]] const ModelMemory& memory() const { return memory_; }
   [[nodiscard]] std::size_t layer_count() const { return layers_.size(); }
   [[nodiscard]] const Layer& layer(std::size_t index) const { return *layers_[index]; }
   // Element offset of the first parameter of layer `index` (or of the next layer that has parameters).
@@ -124,6 +134,7 @@ class Model {
   BackendBuffer saved_;                     // per-row statistics of layers that keep them
   BackendBuffer scratch_[2];                // backward ping-pong buffers (max_rows, widest layer)
   std::unique_ptr<Loss> loss_;
+  ModelMemory memory_;
 };
 
 }  // namespace hpctrain

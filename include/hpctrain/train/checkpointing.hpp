@@ -10,6 +10,7 @@
 //   /train/step                               optimizer steps completed
 //   /train/best_step, best_value, evaluations_without_improvement; /train attribute best_metric
 //                                             (runs with checkpoint.best_metric only)
+//   /schedule/origin, /schedule/total_steps   where the learning-rate schedule starts, the run's length (both optional)
 //   root attributes: format, hpctrain_version, world_size, input_features, deck (the resolved deck text), run_id (the
 //   run that wrote it)
 #pragma once
@@ -38,6 +39,9 @@ struct CheckpointState {
   bool watches_best = false;  // saving: store `best` (a run with checkpoint.best_metric); loading: the file had it
   BestMetric best_metric = BestMetric::none;  // the metric `best` is about
   BestState best;                             // the best-checkpoint and early-stopping decision so far
+  // The learning-rate schedule: the step it started from (0, or where an extended run restarted it) and the run's
+  // length when the checkpoint was written (-1: not recorded, a checkpoint of an older hpctrain).
+  std::int64_t schedule_origin = 0, schedule_total_steps = -1;
 };
 
 // A run's checkpoints (OUTPUT/checkpoints).
