@@ -16,6 +16,7 @@
 #include "hpctrain/precision/policy.hpp"
 #include "hpctrain/train/resume.hpp"
 #include "hpctrain/train/run_continuation.hpp"
+#include "hpctrain/train/run_schedule.hpp"
 #include "hpctrain/train/run_shape.hpp"
 
 namespace hpctrain {
@@ -76,30 +77,39 @@ std::string memory_text(const RunConfig& config, const Model& model, std::int64_
   return text.str();
 }
 
-std::string schedule_text(const RunConfig& config, std::int64_t total_steps, const TrainingData* validation,
-                          std::int64_t eval_rows_per_step) {
+std::string schedule_text(const RunConfig& config, std::int64_t total_steps, std::int64_t steps_per_epoch,
+                          const TrainingData* validation, std::int64_t eval_rows_per_step) {
   std::ostringstream text;
   const TrainSection& train = config.train;
+  // Intervals given in steps or in epochs, as the trainer takes them.
+  const RunSchedule schedule(config, steps_per_epoch);
+  const std::int64_t eval_every = schedule.evaluation_interval(), checkpoint_every = schedule.checkpoint_interval();
   text << "log: every " << train.log_every << " steps and at the end\n";
   if (validation == nullptr) {
     text << "evaluation: none (no data.validation)\n";
   } else {
-    std::int64_t evaluations = train.eval_every > 0 ? total_steps / train.eval_every : 0;
-    if (train.eval_every <= 0 || total_steps % train.eval_every != 0) ++evaluations;  // the last step
+    std::int64_t evaluations = eval_every > 0 ? total_steps / eval_every : 0;
+    if (eval_every <= 0 || total_steps % eval_every != 0) ++evaluations;  // the last step
     const std::int64_t batches = (validation->samples() + eval_rows_per_step - 1) / eval_rows_per_step;
-    text << "evaluation: "
-         << (train.eval_every > 0 ? "every " + std::to_string(train.eval_every) + " steps and " : std::string())
+    text << "evaluation: " << (eval_every > 0 ? "every " + std::to_string(eval_every) + " steps and " : std::string())
          << "at the end: " << evaluations << " evaluation" << (evaluations != 1 ? "s" : "") << " of "
          << validation->samples() << " samples (" << batches << " batches per rank each)\n";
   }
   const CheckpointSection& checkpoint = config.checkpoint;
   text << "checkpoints:";
-  if (checkpoint.every_steps > 0)
-    text << " every " << checkpoint.every_steps << " steps (" << total_steps / checkpoint.every_steps << "),";
+  if (checkpoint_every > 0)
+    text << " every " << checkpoint_every << " steps (" << total_steps / checkpoint_every << "),";
   if (checkpoint.every_seconds > 0) text << " every " << number_text(checkpoint.every_seconds) << " s,";
   if (checkpoint.at_end) text << " at the end,";
   text << " on signals; keeping the newest "
        << (checkpoint.keep > 0 ? std::to_string(checkpoint.keep) : std::string("(all)")) << "\n";
+  if (checkpoint.best_metric != BestMetric::none)
+    text << "best checkpoint: by validation " << word_of(checkpoint.best_metric) << " (checkpoints/best)"
+         << (train.early_stopping_patience > 0
+                 ? "; early stopping after " + std::to_string(train.early_stopping_patience) +
+                       " evaluations without improvement"
+                 : std::string())
+         << "\n";
   if (!train.time_limit.text.empty()) text << "time limit: " << train.time_limit.text << "\n";
   return text.str();
 }
@@ -169,7 +179,7 @@ std::string dry_run(const RunConfig& config, const MpiEnvironment& mpi, const Tr
   text << "plan: " << total_steps << " steps = " << epochs << " epochs of " << steps_per_epoch
        << " steps (each rank reads " << steps_per_epoch << " batches of " << shape.local_batch
        << " samples per epoch)\n"
-       << schedule_text(config, total_steps, validation.get(), shape.eval_local_batch * ranks)
+       << schedule_text(config, total_steps, steps_per_epoch, validation.get(), shape.eval_local_batch * ranks)
        << "output: " << config.run.output << "\n"
        << "start: " << start << "\n";
   if (!changes.empty()) text << changes << "\n";

@@ -159,6 +159,12 @@ checkpoints=$(cd epochs/checkpoints && echo step-*.h5)
   pass "epochs: checkpoints $checkpoints" || fail "epochs: checkpoints '$checkpoints'"
 grep -q "checkpoints: every 80 steps, at least every 30 min (checkpoint.every_seconds), at the end; evaluation: every 40 steps" \
   epochs/train.log && pass "epochs: the log's head states the schedule" || fail "epochs: no schedule line"
+run_ranks 1 train deck.toml --dry-run --output plan --set train.eval_every=0 --set train.eval_every_epochs=1 \
+  --set checkpoint.every_steps=0 --set checkpoint.every_epochs=2 >plan.log 2>&1 || { cat plan.log >&2; fail "dry run"; }
+grep -q "evaluation: every 40 steps and at the end: 5 evaluations" plan.log &&
+  grep -q "checkpoints: every 80 steps (2), every 1800 s, at the end" plan.log &&
+  grep -q "best checkpoint: by validation accuracy (checkpoints/best)" plan.log &&
+  pass "epochs: --dry-run's plan has the epoch intervals and the best checkpoint" || { cat plan.log >&2; fail "dry run plan"; }
 expect_error epochs_and_steps "train.eval_every \(10\) and train.eval_every_epochs \(1\) are both set" 1 \
   train deck.toml --output both --set train.eval_every_epochs=1
 
