@@ -251,11 +251,20 @@ void TrainingData::validate(const MpiEnvironment& mpi, std::int64_t classes) con
     if (parts_.size() > 1) text += " (its row " + std::to_string(sample - part_begins_[part]) + ")";
     return text;
   };
+  // Each rank checked its own slice, so the report names the rank that found the sample: on a job that reads from
+  // node-local copies, that says which node's file to look at. Every rank knows it after the reductions, so the
+  // error stays one every rank throws (printed once, ending the job at once).
+  auto found_by = [&](std::int64_t sample) {
+    if (mpi.size() == 1) return std::string();
+    int rank = 0;
+    while (rank + 1 < mpi.size() && sample >= rank_slice(samples_, mpi.size(), rank).second) ++rank;
+    return " (found by rank " + std::to_string(rank) + " of " + std::to_string(mpi.size()) + ")";
+  };
   const std::string context = where_ + ": " + split_key_;
   if (first_bad[0] != no_sample) {
     const std::string transformed = transform_.is_identity() ? "" : " after " + transform_.description();
     throw InputError(context + ": features in " + location_of(first_bad[0]) + " contain NaN or Inf" + transformed +
-                         " (first at sample " + std::to_string(first_bad[0]) + ")",
+                         " (first at sample " + std::to_string(first_bad[0]) + ")" + found_by(first_bad[0]),
                      transform_.log1p
                          ? "data.log1p needs features > -1; clean or drop the bad samples first"
                          : "clean or drop those samples before training; 'hpctrain data inspect' shows the "
@@ -269,7 +278,8 @@ void TrainingData::validate(const MpiEnvironment& mpi, std::int64_t classes) con
     char text[64];
     std::snprintf(text, sizeof text, "%.17g", value);
     throw InputError(context + ": labels '" + part.answers->path() + "' in " + location_of(first_fractional) +
-                         " are not whole numbers: sample " + std::to_string(first_fractional) + " has label " + text,
+                         " are not whole numbers: sample " + std::to_string(first_fractional) + " has label " + text +
+                         found_by(first_fractional),
                      "class labels are integers 0..C-1 (store them as an integer dataset); for real-valued targets "
                      "use model.loss = \"mse\" with data.targets");
   }
@@ -281,11 +291,11 @@ void TrainingData::validate(const MpiEnvironment& mpi, std::int64_t classes) con
     part.guarded(context, part.answers->path(), [&] { part.answers->read_rows(&row, 1, &bad_label); });
     throw InputError(context + ": label " + std::to_string(bad_label) + " of sample " + std::to_string(first_bad[1]) +
                          " in " + location_of(first_bad[1]) + " is outside [0, " + std::to_string(classes) +
-                         "), the model's " + std::to_string(classes) + " outputs",
+                         "), the model's " + std::to_string(classes) + " outputs" + found_by(first_bad[1]),
                      "make the last linear layer's 'out' the number of classes, or fix the labels");
   }
   throw InputError(context + ": targets in " + location_of(first_bad[1]) + " contain NaN or Inf (first at sample " +
-                       std::to_string(first_bad[1]) + ")",
+                       std::to_string(first_bad[1]) + ")" + found_by(first_bad[1]),
                    "clean or drop those samples before training");
 }
 

@@ -458,6 +458,13 @@ TEST_F(CpuKernels, SoftmaxCrossEntropyRejectsBadLabels) {
   TestArray<LossSums> sums(*backend, std::vector<LossSums>{LossSums{}});
   EXPECT_THROW(backend->softmax_cross_entropy(logits.view(), labels.data(), nullptr, TensorView{}, sums.data()),
                InputError);
+  // Only the rank holding the batch sees the label: the error is that rank's (it reports, the job is aborted at once).
+  try {
+    backend->softmax_cross_entropy(logits.view(), labels.data(), nullptr, TensorView{}, sums.data());
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& error) {
+    EXPECT_EQ(error.scope(), ErrorScope::this_rank);
+  }
 }
 
 TEST_F(CpuKernels, SoftmaxCrossEntropyGradientMatchesFiniteDifferences) {

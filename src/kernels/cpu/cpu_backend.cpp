@@ -347,9 +347,14 @@ class CpuBackend final : public Backend {
     if (with_gradient) check_same_shape(logits, dlogits, "softmax_cross_entropy");
     const std::int64_t rows = logits.rows, cols = logits.cols;
     HPCTRAIN_ASSERT(cols > 0 || rows == 0, "softmax_cross_entropy: no classes");
+    // The labels are this rank's batch: only it sees a bad one, so only it reports (naming itself) and MPI_Abort
+    // ends the others at once; an error scoped to every rank would wait for ranks that never arrive.
     for (std::int64_t i = 0; i < rows; ++i)
       HPCTRAIN_VERIFY(labels[i] >= 0 && labels[i] < cols, InputError,
-                      "label " << labels[i] << " of batch row " << i << " is outside [0, " << cols << ")");
+                      "label " << labels[i] << " of batch row " << i << " is outside [0, " << cols << ")",
+                      "labels are checked when the data is opened, so the data file changed while hpctrain ran: "
+                      "restore it and run again (training: --resume auto)",
+                      ErrorScope::this_rank);
     double* row_results = row_results_.reserve_elements<double>(static_cast<std::size_t>(2 * rows));  // (rows, 2)
     dispatch_dtype(logits.dtype, [&]<class T>() {
       using C = compute_t<T>;
