@@ -22,6 +22,7 @@
 #include "hpctrain/io/parallel_file.hpp"
 #include "hpctrain/nn/model.hpp"
 #include "hpctrain/precision/policy.hpp"
+#include "hpctrain/train/backend_choice.hpp"
 #include "hpctrain/train/checkpointing.hpp"
 #include "hpctrain/train/device_batch.hpp"
 #include "hpctrain/train/evaluation.hpp"
@@ -35,7 +36,7 @@ namespace fs = std::filesystem;
 
 struct InferenceArguments {
   std::string checkpoint, data, output;
-  std::vector<std::string> overrides;
+  std::vector<std::string> overrides;  // --set, then run.device from --device (so --device wins)
   bool force = false;
 };
 
@@ -43,8 +44,9 @@ struct InferenceArguments {
 // checkpoints/latest (resolve_checkpoint). Returns nullopt after printing the usage for --help.
 std::optional<InferenceArguments> parse_inference_arguments(const Arguments& args, const std::string& command,
                                                             const char* usage, const MpiEnvironment& mpi) {
-  const CommandLine line(args, "hpctrain " + command,
-                         {{"--data", true}, {"--output", true}, {"--set", true, true}, {"--force", false}});
+  const CommandLine line(
+      args, "hpctrain " + command,
+      {{"--data", true}, {"--output", true}, {"--set", true, true}, {"--device", true}, {"--force", false}});
   if (print_help_if_asked(line, usage, mpi)) return std::nullopt;
   const auto& words = line.positionals();
   HPCTRAIN_VERIFY(words.size() <= 1, InputError,
@@ -57,6 +59,12 @@ std::optional<InferenceArguments> parse_inference_arguments(const Arguments& arg
   parsed.data = line.value("--data");
   parsed.output = line.value_or("--output", "");
   parsed.overrides = line.values("--set");
+  if (line.has("--device")) {
+    const std::string& device = line.value("--device");
+    HPCTRAIN_VERIFY(device == "cpu" || device == "cuda" || device == "auto", InputError,
+                    line.command() << ": --device " << device << " is not one of cpu, cuda, auto", line.help_hint());
+    parsed.overrides.push_back("run.device=" + device);
+  }
   parsed.force = line.has("--force");
   return parsed;
 }
@@ -86,7 +94,12 @@ InferenceSetup set_up(const InferenceArguments& arguments, const RunConfig& conf
                       << arguments.checkpoint << "' takes " << trained_width,
                   "apply the model to data shaped like its training data");
   omp_set_num_threads(choose_thread_count(setup.config, mpi));
-  setup.backend = make_cpu_backend();
+  // The deck's run.device (or --device), chosen as training chooses: "cuda" without a GPU stops every rank with one
+  // message, "auto" falls back to the CPU and says why.
+  BackendChoice choice = choose_backend(setup.config, mpi);
+  setup.backend = std::move(choice.backend);
+  if (!choice.fallback.empty() && mpi.is_root())
+    std::printf("run.device = \"auto\": on the CPU (%s)\n", choice.fallback.c_str());
   const std::int64_t batch =
       setup.config.data.eval_batch_size > 0 ? setup.config.data.eval_batch_size : setup.config.data.batch_size;
   setup.local_batch = std::max<std::int64_t>(1, (batch + mpi.size() - 1) / mpi.size());
@@ -129,7 +142,7 @@ void refuse_to_overwrite(const std::string& path, bool force, const MpiEnvironme
 
 const char* const predict_usage =
     "usage: hpctrain predict CHECKPOINT.h5 --data FILE.h5 [--output predictions.h5] [--set section.key=value]...\n"
-    "                        [--force]\n"
+    "                        [--device cpu|cuda|auto] [--force]\n"
     "\n"
     "CHECKPOINT.h5 may also be a run directory or its checkpoints/latest (the newest checkpoint) or\n"
     "checkpoints/best (the best by the run's checkpoint.best_metric).\n"
@@ -137,16 +150,18 @@ const char* const predict_usage =
     "data.features, transformed by the deck's data.log1p/scale/shift as in training), sharded over the ranks, in the\n"
     "deck's precision, and write one HDF5 file (written by all ranks together) with /predictions (N x outputs,\n"
     "fp32, in the file's sample order), /indices (N), and for classification /probabilities (softmax) and /classes\n"
-    "(argmax). Default output: predictions.h5.\n";
+    "(argmax). Default output: predictions.h5.\n"
+    "--device runs it on the CPU, the GPU or whichever the node has (default: the deck's run.device).\n";
 
 const char* const evaluate_usage =
     "usage: hpctrain evaluate CHECKPOINT.h5 --data FILE.h5 [--output evaluation.h5] [--set section.key=value]...\n"
-    "                         [--force]\n"
+    "                         [--device cpu|cuda|auto] [--force]\n"
     "\n"
     "CHECKPOINT.h5 may also be a run directory or its checkpoints/latest (the newest checkpoint) or\n"
     "checkpoints/best (the best by the run's checkpoint.best_metric).\n"
     "The deck's loss and metrics (classification: accuracy, top-5 accuracy with more than 5 classes; regression:\n"
-    "MSE, MAE, R^2) of the checkpoint's model on FILE.h5, printed and, with --output, written to HDF5 as /eval/...\n";
+    "MSE, MAE, R^2) of the checkpoint's model on FILE.h5, printed and, with --output, written to HDF5 as /eval/...\n"
+    "--device runs it on the CPU, the GPU or whichever the node has (default: the deck's run.device).\n";
 
 }  // namespace
 

@@ -61,4 +61,10 @@ void Backend::linear_weight_gradient(const TensorView& dy, const TensorView& x, 
   if (dbias != nullptr) bias_gradient(dy, dbias, dweight.dtype, accumulate);
 }
 
+void Backend::linear_activation_forward(const TensorView& x, const TensorView& weight, const void* bias,
+                                        Activation kind, float alpha, const TensorView& pre, const TensorView& y) {
+  gemm(x, false, weight, true, pre, bias, false);
+  activation_forward(kind, alpha, pre, y);
+}
+
 }  // namespace hpctrain

@@ -38,6 +38,12 @@ class Linear final : public Layer {
     const TensorView weight = matrix(working(0), working_dtype(), output_width(), input_width());
     context.backend->gemm(x, false, weight, true, y, bias_ ? master(1) : nullptr, false);
   }
+  bool forward_activated(const StepContext& context, const TensorView& x, const TensorView& pre, const TensorView& y,
+                         Activation kind, float alpha) override {
+    const TensorView weight = matrix(working(0), working_dtype(), output_width(), input_width());
+    context.backend->linear_activation_forward(x, weight, bias_ ? master(1) : nullptr, kind, alpha, pre, y);
+    return true;
+  }
 
   void backward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView&, const TensorView& dy,
                 const TensorView& dx, bool accumulate) override {
@@ -63,6 +69,11 @@ class ActivationLayer final : public Layer {
   [[nodiscard]] std::string type() const override { return type_; }
   [[nodiscard]] bool in_place_backward() const override { return true; }
   [[nodiscard]] bool takes_any_layout() const override { return true; }
+  bool activation(Activation* kind, float* alpha) const override {
+    *kind = kind_;
+    *alpha = alpha_;
+    return true;
+  }
   void forward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView& y) override {
     context.backend->activation_forward(kind_, alpha_, x, y);
   }

@@ -21,6 +21,20 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
     layout_ = SpatialLayout::channels_last;
     build_layers(spec, deck_path, layout_);
   }
+  // Linear followed by an activation the backend folds into the product (CUDA: relu). Test hook: the pairing on the
+  // CPU backend, whose default composes the two operations (tests/cli/device_choice.sh checks results stay identical).
+  const bool fold_relu_anyway = std::getenv("HPCTRAIN_FOLD_LINEAR_RELU") != nullptr;
+  folded_.assign(layers_.size(), false);
+  for (std::size_t i = 0; i + 1 < layers_.size(); ++i) {
+    Activation kind{};
+    float alpha = 0.0f;
+    if (layers_[i]->type() == "linear" && layers_[i + 1]->activation(&kind, &alpha) &&
+        (backend_.fuses_linear_activation(kind) || (fold_relu_anyway && kind == Activation::relu))) {
+      HPCTRAIN_ASSERT(kind == Activation::relu, "only relu's backward can run on its output");
+      folded_[i] = true;
+      ++i;  // the activation is taken; it cannot start a pair
+    }
+  }
 
   // Lay out the parameters, in forward order. Each tensor starts at a multiple of the backend's alignment (CUDA: 256
   // bytes, so no product or convolution stages a misaligned weight); the gaps hold zeros in every flat buffer, which
@@ -216,6 +230,16 @@ TensorView Model::forward(const StepContext& context) {
                                     layer_input(0, context.rows));
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const TensorView y{activations_[i + 1].data, dtype, context.rows, layers_[i]->output_width()};
+    if (folded_[i]) {
+      Activation kind{};
+      float alpha = 0.0f;
+      layers_[i + 1]->activation(&kind, &alpha);
+      const TensorView activated{activations_[i + 2].data, dtype, context.rows, layers_[i + 1]->output_width()};
+      if (layers_[i]->forward_activated(context, layer_input(i, context.rows), y, activated, kind, alpha)) {
+        ++i;
+        continue;
+      }
+    }
     layers_[i]->forward(context, static_cast<std::uint32_t>(i), layer_input(i, context.rows), y);
   }
   return output(context.rows);
@@ -236,8 +260,9 @@ void Model::backward(const StepContext& context, bool accumulate,
   TensorView dy = output(context.rows);
   for (std::size_t i = layers_.size(); i-- > 0;) {
     Layer& layer = *layers_[i];
-    const TensorView x = layer_input(i, context.rows);
     const TensorView y{activations_[i + 1].data, dtype, context.rows, layer.output_width()};
+    // A folded relu's input (the pre-activation) may be unwritten: its derivative is read from its output instead.
+    const TensorView x = i > 0 && folded_[i - 1] ? y : layer_input(i, context.rows);
     TensorView dx{nullptr, dtype, context.rows, layer.input_width()};
     if (layer.in_place_backward()) {
       dx.data = dy.data;
@@ -272,6 +297,8 @@ std::string Model::summary() const {
   if (padded_)
     os << " (tensors at " << parameter_alignment_ << "-byte offsets: flat buffers of " << parameter_count_
        << " elements)";
+  if (const auto pairs = std::count(folded_.begin(), folded_.end(), true); pairs > 0)
+    os << "\n  " << pairs << " linear + relu pair(s) run as one product each (relu in the product's epilogue)";
   if (layout_ == SpatialLayout::channels_last)
     os << "\n  conv layers run channels-last (the " << backend_.name()
        << " backend's fastest layout): each batch is converted on the way in and at flatten";

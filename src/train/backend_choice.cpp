@@ -92,6 +92,7 @@ BackendChoice choose_backend(const RunConfig& config, const MpiEnvironment& mpi)
     const std::string why = (everywhere ? std::string() : "rank " + std::to_string(first_without) + ": ") + state.why;
     if (device == Device::automatic) {
       choice.backend = make_cpu_backend();
+      choice.fallback = why;
       choice.note = "run.device = \"auto\": training on the CPU (" + why + ")";
       return choice;
     }

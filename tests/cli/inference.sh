@@ -2,8 +2,8 @@
 # predict and evaluate: predictions of a trained checkpoint reproduce the final /eval metrics of its training run, agree
 # on 1, 2 and 4 ranks (to fp32 rounding) and are in sample order; evaluate prints and writes the same metrics; both
 # apply the deck's feature transforms (data.log1p, scale, shift) to raw data; regression runs get MAE/MSE/R^2 and
-# 10-class runs top-5 accuracy; a run directory or checkpoints/latest names the newest checkpoint; a dataset of the
-# wrong shape is refused.
+# 10-class runs top-5 accuracy; a run directory or checkpoints/latest names the newest checkpoint; --device (and the
+# deck's run.device) choose the backend as train does; a dataset of the wrong shape is refused.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 make_spirals train.h5 3000 1
@@ -100,6 +100,44 @@ run_ranks 2 predict run/checkpoints/latest --data validation.h5 --output named-p
   $PYTHON -c "import h5py, numpy as np; a, b = (h5py.File(f, 'r') for f in ('named-predictions.h5', 'predictions-2.h5'));
 assert a.attrs['checkpoint'] == '$checkpoint' and np.array_equal(a['predictions'][()], b['predictions'][()])" &&
   pass "predict run/checkpoints/latest reads $checkpoint" || { cat named.log >&2; fail "predict run/checkpoints/latest"; }
+
+# run.device (issue 15, item 16): predict and evaluate choose their backend as train does, --device overriding the
+# deck. A deck saying cuda with --device cpu, and --device auto on a node without a GPU, give today's CPU results bit
+# for bit; --device cuda without a GPU stops every rank with one message.
+same_outputs() {  # same_outputs PREDICTIONS EVALUATION: equal to the 2-rank CPU files above
+  $PYTHON -c "import h5py, numpy as np, sys
+a, b = h5py.File('$1', 'r'), h5py.File('predictions-2.h5', 'r')
+for name in ('predictions', 'probabilities', 'classes', 'indices'):
+    assert np.array_equal(a[name][()], b[name][()]), name
+e, f = h5py.File('$2', 'r'), h5py.File('evaluation.h5', 'r')
+for name in f['eval']:
+    assert np.array_equal(e['eval'][name][()], f['eval'][name][()]), name"
+}
+device_run() {  # device_run NAME ARGS...: predict and evaluate with ARGS on 2 ranks, into NAME-predictions/evaluation.h5
+  local name=$1; shift
+  run_ranks 2 predict $checkpoint --data validation.h5 --output "$name-predictions.h5" "$@" >"$name.log" 2>&1 &&
+    run_ranks 2 evaluate $checkpoint --data validation.h5 --output "$name-evaluation.h5" "$@" >>"$name.log" 2>&1 ||
+    { cat "$name.log" >&2; fail "$name: predict/evaluate $*"; }
+}
+device_run deck-cuda-cli-cpu --set run.device=cuda --device cpu
+same_outputs deck-cuda-cli-cpu-predictions.h5 deck-cuda-cli-cpu-evaluation.h5 &&
+  pass "a deck saying cuda with --device cpu: predictions and evaluation identical to the CPU's" ||
+  fail "--device cpu changed the results"
+if run_ranks 2 predict $checkpoint --data validation.h5 --output gpu-predictions.h5 --device cuda >gpu.log 2>&1; then
+  pass "--device cuda ran (this machine has a GPU; gpu-check.sh compares it with the CPU)"
+else
+  for command in predict evaluate; do
+    expect_error "$command-device-cuda" "no rank sees a CUDA device|this build has no CUDA backend|CUDA backend cannot be loaded" \
+      2 $command $checkpoint --data validation.h5 --output "no-gpu-$command.h5" --device cuda
+    [[ ! -e "no-gpu-$command.h5" ]] || fail "$command --device cuda without a GPU wrote its output"
+  done
+  device_run auto --device auto
+  same_outputs auto-predictions.h5 auto-evaluation.h5 && grep -q '^run.device = "auto": on the CPU (' auto.log &&
+    pass "--device auto without a GPU: on the CPU, results identical, said once per command" ||
+    { cat auto.log >&2; fail "--device auto"; }
+fi
+expect_error device-word "--device gpu is not one of cpu, cuda, auto" 2 predict $checkpoint --data validation.h5 \
+  --output never.h5 --device gpu
 
 # wrong sample shape
 "$HPCTRAIN" data generate blobs --samples 100 --features 5 --classes 3 --output wide.h5 >/dev/null

@@ -1,8 +1,8 @@
 // The CUDA backend's paths beyond the per-kernel comparisons of cuda_kernels_test.cpp (issue 15): one large shape per
 // kernel (>= 70,000 rows or >= 4,096 columns: the two-pass and segmented reductions, 32-bit index arithmetic), the
-// bias gradient folded into the weight-gradient product, batch uploads on the copy stream, graph slots and scratch
-// that grows after a capture, step bookkeeping replayed by a graph, phase timing on events, TF32. Against the CPU
-// backend with the tolerances of cuda_kernels_test; skips (77) without a GPU.
+// bias gradient folded into the weight-gradient product, linear + relu folded into the forward product, batch uploads
+// on the copy stream, graph slots and scratch that grows after a capture, step bookkeeping replayed by a graph, phase
+// timing on events, TF32. Against the CPU backend with the tolerances of cuda_kernels_test; skips (77) without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -169,6 +169,43 @@ TEST_F(CudaPaths, LargeGemmAndFusedBiasGradient) {
       EXPECT_LE(dweight.difference(), 1e-5) << dtype_name(dtype) << " accumulate " << accumulate;
       EXPECT_LE(dbias.difference(), 1e-5) << dtype_name(dtype) << " accumulate " << accumulate;
     }
+}
+
+// Issue 15, item 9: linear + relu in one product (CUBLASLT_EPILOGUE_RELU_BIAS / RELU) against the CPU's gemm then
+// relu, with and without a bias, aligned shapes (the epilogue) and odd ones (the product then relu in place). A NaN
+// input row must come out NaN, as the CPU's relu passes it (a NaN-swallowing epilogue would hide a blown-up forward).
+TEST_F(CudaPaths, LinearWithReluFoldedIntoTheProduct) {
+  EXPECT_TRUE(gpu->fuses_linear_activation(Activation::relu) || self_check());
+  EXPECT_FALSE(gpu->fuses_linear_activation(Activation::gelu)) << "cuBLASLt's GELU is the tanh approximation";
+  struct Shape {
+    std::int64_t rows, in, out;
+  };
+  for (const Shape shape : {Shape{1000, 64, 256}, Shape{333, 37, 129}, Shape{many_rows, 64, 512}})
+    for (DType dtype : gpu_dtypes)
+      for (bool with_bias : {true, false}) {
+        auto x = pair(dtype, shape.rows, shape.in), w = pair(dtype, shape.out, shape.in);
+        auto pre = pair(dtype, shape.rows, shape.out), y = pair(dtype, shape.rows, shape.out);
+        std::vector<double> inputs = x.randomize(20);
+        for (std::int64_t k = 0; k < shape.in; ++k) inputs[static_cast<std::size_t>(5 * shape.in + k)] = NAN;
+        x.set(inputs);
+        w.randomize(21);
+        pre.poison();
+        y.poison();
+        auto bias = array(random_floats(static_cast<std::size_t>(shape.out), 22));
+        const void* cpu_bias = with_bias ? bias.cpu() : nullptr;
+        const void* gpu_bias = with_bias ? bias.gpu() : nullptr;
+        cpu->linear_activation_forward(x.cpu(), w.cpu(), cpu_bias, Activation::relu, 0.0f, pre.cpu(), y.cpu());
+        gpu->linear_activation_forward(x.gpu(), w.gpu(), gpu_bias, Activation::relu, 0.0f, pre.gpu(), y.gpu());
+        const auto row = static_cast<std::size_t>(5 * shape.out);
+        for (double value : y.gpu_values(row, row + static_cast<std::size_t>(shape.out)))
+          ASSERT_TRUE(std::isnan(value)) << "the NaN row lost its NaN: " << value;
+        // The comparison without the NaN row: set it to the same finite values on both sides.
+        x.randomize(20);
+        cpu->linear_activation_forward(x.cpu(), w.cpu(), cpu_bias, Activation::relu, 0.0f, pre.cpu(), y.cpu());
+        gpu->linear_activation_forward(x.gpu(), w.gpu(), gpu_bias, Activation::relu, 0.0f, pre.gpu(), y.gpu());
+        EXPECT_LE(y.difference(), tolerance(dtype))
+            << dtype_name(dtype) << " " << shape.rows << "x" << shape.in << "->" << shape.out << " bias " << with_bias;
+      }
 }
 
 TEST_F(CudaPaths, LargeGroupnormAndPooling) {

@@ -2,10 +2,11 @@
 // grow-only scratch that retires instead of freeing (a captured graph may still point at it), the polling host wait
 // that lets NCCL errors through, cuDNN's algorithm choice under a workspace cap, the shape-only reduction plans,
 // the 32-bit division by a fixed divisor the kernels use, the communicator's teardown rule, and the shared-GPU
-// decision by device UUID.
+// decision by device UUID, and which activation the forward product folds in.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <random>
 #include <stdexcept>
@@ -15,6 +16,7 @@
 #include "hpctrain/kernels/cuda/algorithm_choice.hpp"
 #include "hpctrain/kernels/cuda/host_wait.hpp"
 #include "hpctrain/kernels/cuda/launch_plan.hpp"
+#include "hpctrain/kernels/cuda/linear_epilogue.hpp"
 #include "hpctrain/kernels/cuda/retiring_buffer.hpp"
 #include "hpctrain/kernels/math.hpp"
 #include "hpctrain/train/backend_choice.hpp"
@@ -215,6 +217,20 @@ DeviceUuid uuid(unsigned char tag) {
   id.fill(0x5a);
   id[15] = tag;
   return id;
+}
+
+// ---- item 9: which activation goes into the forward product's epilogue ----
+TEST(LinearEpilogue, OnlyReluIsFoldedAndTheExactGeluIsNot) {
+  EXPECT_EQ(cuda::linear_epilogue(Activation::relu, true), cuda::LinearEpilogue::relu_bias);
+  EXPECT_EQ(cuda::linear_epilogue(Activation::relu, false), cuda::LinearEpilogue::relu);
+  for (bool bias : {true, false})
+    for (Activation kind : {Activation::gelu, Activation::tanh, Activation::leaky_relu})
+      EXPECT_EQ(cuda::linear_epilogue(kind, bias), cuda::LinearEpilogue::none) << static_cast<int>(kind);
+  // Why relu only: its backward may read the output instead of the unwritten pre-activation, bit for bit, NaN and -0
+  // included; GELU's derivative (and leaky_relu's with alpha <= 0) cannot be recovered from the output.
+  for (float x : {-2.0f, -0.0f, 0.0f, 1e-30f, 3.0f, std::numeric_limits<float>::quiet_NaN()})
+    EXPECT_EQ(kernel_math::relu_derivative(x), kernel_math::relu_derivative(kernel_math::relu(x))) << x;
+  EXPECT_NE(kernel_math::gelu_derivative(-0.5), kernel_math::gelu_derivative(kernel_math::gelu(-0.5)));
 }
 
 TEST(SharedDevice, DecidedByUuidsNotByCounting) {

@@ -278,6 +278,14 @@ class Backend {
   // gradients. CUDA folds the bias gradient into the product's epilogue (CUBLASLT_EPILOGUE_BGRADB).
   virtual void linear_weight_gradient(const TensorView& dy, const TensorView& x, const TensorView& dweight, void* dbias,
                                       bool accumulate);
+  // Whether linear_activation_forward folds `kind` into the product (CUDA: relu, see cuda/linear_epilogue.hpp). Then
+  // the pre-activation is not written and the model runs the activation's backward on its output. The CPU: never.
+  [[nodiscard]] virtual bool fuses_linear_activation(Activation /*kind*/) const { return false; }
+  // y = f(x weight^T + bias) (weight (out, in), bias in master dtype or null): a linear layer and the activation
+  // after it. The default composes gemm into `pre` and activation_forward from it; a backend that fuses `kind` may
+  // leave `pre` unwritten.
+  virtual void linear_activation_forward(const TensorView& x, const TensorView& weight, const void* bias,
+                                         Activation kind, float alpha, const TensorView& pre, const TensorView& y);
 
   // ---- step bookkeeping in backend memory (what a captured step replays without the host) ----
   // base + slot * stride <- source, and the reverse, `slot` read from backend memory at run (replay) time;

@@ -94,6 +94,14 @@ class Layer {
   // layout, and element-wise layers without parameters. (Linear or layernorm on an image would not: their parameters
   // are per channels-first position.)
   [[nodiscard]] virtual bool takes_any_layout() const { return false; }
+  // An element-wise activation layer's function (kind, alpha); false for every other layer.
+  [[nodiscard]] virtual bool activation(Activation* /*kind*/, float* /*alpha*/) const { return false; }
+  // Linear: y = f(layer(x)) in one backend call (Backend::linear_activation_forward), pre = layer(x) unless the
+  // backend fuses f. False (nothing done): the layer has no such path.
+  virtual bool forward_activated(const StepContext& /*context*/, const TensorView& /*x*/, const TensorView& /*pre*/,
+                                 const TensorView& /*y*/, Activation /*kind*/, float /*alpha*/) {
+    return false;
+  }
 
  protected:
   [[nodiscard]] void* master(std::size_t index) const { return offset(binding_.master, binding_.master_dtype, index); }

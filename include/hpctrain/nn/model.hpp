@@ -135,6 +135,9 @@ class Model {
   BackendBuffer scratch_[2];                // backward ping-pong buffers (max_rows, widest layer)
   std::unique_ptr<Loss> loss_;
   ModelMemory memory_;
+  // folded_[i]: layer i (linear) runs layer i + 1 (an activation the backend folds into the product) in its forward,
+  // and that activation's backward reads its own output (see Backend::fuses_linear_activation).
+  std::vector<bool> folded_;
 };
 
 }  // namespace hpctrain

@@ -16,7 +16,8 @@ struct BackendChoice {
   bool cuda = false;
   int device = -1;             // the CUDA device index among the visible ones
   bool shared_device = false;  // two ranks of some node drive the same GPU (then NCCL cannot be used)
-  std::string note;            // for the log's head: why "auto" chose the CPU
+  std::string fallback;        // why "auto" chose the CPU (empty otherwise)
+  std::string note;            // for the log's head: run.device = "auto": training on the CPU (fallback)
 };
 
 // Whether two ranks of a node drive the same GPU, from the UUIDs of the devices the node's ranks chose (NCCL refuses

@@ -34,6 +34,7 @@
 #include "hpctrain/kernels/backend.hpp"
 #include "hpctrain/kernels/cuda/cuda_backend.hpp"
 #include "hpctrain/kernels/cuda/cuda_check.hpp"
+#include "hpctrain/kernels/cuda/linear_epilogue.hpp"
 #include "hpctrain/kernels/math.hpp"
 
 namespace hpctrain {
@@ -158,17 +159,17 @@ class CudaBackend final : public Backend {
   }
 
   // ---- matrix products ----
+  // cuBLASLt's bias has the output's dtype: the fp32 master bias converted into aligned scratch (null stays null).
+  const void* output_bias(const void* bias, const TensorView& c) {
+    if (bias == nullptr) return nullptr;
+    cuda::require_device_storage(c.dtype, "gemm");
+    void* scratch = bias_scratch_.reserve(static_cast<std::size_t>(c.cols) * dtype_size(c.dtype));
+    cuda::cast_from_float(stream_, static_cast<const float*>(bias), c.cols, c.dtype, scratch);
+    return scratch;
+  }
   void gemm(const TensorView& a, bool transpose_a, const TensorView& b, bool transpose_b, const TensorView& c,
             const void* bias, bool accumulate) override {
-    const void* converted_bias = nullptr;
-    if (bias != nullptr) {
-      // cuBLASLt's bias has the output's dtype: convert the fp32 master bias into aligned scratch.
-      cuda::require_device_storage(c.dtype, "gemm");
-      void* scratch = bias_scratch_.reserve(static_cast<std::size_t>(c.cols) * dtype_size(c.dtype));
-      cuda::cast_from_float(stream_, static_cast<const float*>(bias), c.cols, c.dtype, scratch);
-      converted_bias = scratch;
-    }
-    gemm_->run(a, transpose_a, b, transpose_b, c, converted_bias, accumulate);
+    gemm_->run(a, transpose_a, b, transpose_b, c, output_bias(bias, c), accumulate);
   }
 
   void bias_gradient(const TensorView& dy, void* dbias, DType master, bool accumulate) override {
@@ -185,6 +186,21 @@ class CudaBackend final : public Backend {
         gemm_->run_with_bias_gradient(dy, x, dweight, dbias))
       return;
     Backend::linear_weight_gradient(dy, x, dweight, dbias, accumulate);
+  }
+
+  // Linear + relu in one product (RELU_BIAS epilogue) into y, the pre-activation left unwritten (the model reads the
+  // relu's derivative from y); misaligned operands or no algorithm: the product into y and relu in place. Other
+  // activations (GELU included: cuBLASLt's is the tanh approximation) compose the two operations.
+  [[nodiscard]] bool fuses_linear_activation(Activation kind) const override {
+    return cuda::linear_epilogue(kind, false) != cuda::LinearEpilogue::none;
+  }
+  void linear_activation_forward(const TensorView& x, const TensorView& weight, const void* bias, Activation kind,
+                                 float alpha, const TensorView& pre, const TensorView& y) override {
+    if (!fuses_linear_activation(kind)) return Backend::linear_activation_forward(x, weight, bias, kind, alpha, pre, y);
+    const void* converted_bias = output_bias(bias, y);
+    if (gemm_->run_with_relu(x, weight, y, converted_bias)) return;
+    gemm_->run(x, false, weight, true, y, converted_bias, false);
+    cuda::activation_forward(stream_, kind, alpha, y, y);
   }
 
   // ---- element-wise ----

@@ -119,6 +119,11 @@ CudaGemm::Plan& CudaGemm::plan_for(const Key& key, const void* bias) {
     // Column sums of cuBLASLt's B (our a = dy) over k: one per column of D, i.e. per row of our c.
     set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BGRADB);
     set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  } else if (key.epilogue == Epilogue::relu_bias) {
+    set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_RELU_BIAS);
+    set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  } else if (key.epilogue == Epilogue::relu) {
+    set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_RELU);
   }
   const cudaDataType_t input = cuda_type(key.input), output = cuda_type(key.output);
   const std::int64_t m = key.m, n = key.n, k = key.k;
@@ -154,7 +159,9 @@ CudaGemm::Plan& CudaGemm::plan_for(const Key& key, const void* bias) {
   cublasLtMatmulPreferenceDestroy(preference);
   const bool all_aligned = key.align_a >= 16 && key.align_b >= 16 && key.align_c >= 16;
   // A plain product of aligned operands must have an algorithm; a fused epilogue may not (the caller composes).
-  HPCTRAIN_VERIFY(returned > 0 || !all_aligned || key.epilogue == Epilogue::bias_gradient, NotSupported,
+  const bool fused =
+      key.epilogue == Epilogue::bias_gradient || key.epilogue == Epilogue::relu || key.epilogue == Epilogue::relu_bias;
+  HPCTRAIN_VERIFY(returned > 0 || !all_aligned || fused, NotSupported,
                   "cuBLASLt has no algorithm for a " << m << "x" << n << "x" << k << " " << dtype_name(key.input)
                                                      << " product into " << dtype_name(key.output),
                   ErrorScope::this_rank);
@@ -239,6 +246,31 @@ bool CudaGemm::run_with_bias_gradient(const TensorView& a, const TensorView& b, 
   Plan& plan = plan_for(key, bias_gradient);
   if (!plan.available) return false;
   set_attribute(plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias_gradient));
+  execute(plan, a, b, c, false);
+  return true;
+}
+
+bool CudaGemm::run_with_relu(const TensorView& a, const TensorView& b, const TensorView& c, const void* bias) {
+  const Shape shape = product_shape(a, false, b, true, c);
+  if (shape.m == 0 || shape.n == 0 || shape.k == 0) return false;
+  const Key key{shape.m,
+                shape.n,
+                shape.k,
+                false,
+                true,
+                false,
+                bias != nullptr ? Epilogue::relu_bias : Epilogue::relu,
+                a.dtype,
+                c.dtype,
+                alignment_of(a.data),
+                alignment_of(b.data),
+                alignment_of(c.data),
+                bias != nullptr ? alignment_of(bias) : 0u};
+  if (key.align_a < 16 || key.align_b < 16 || key.align_c < 16 || (bias != nullptr && key.align_bias < 16))
+    return false;
+  Plan& plan = plan_for(key, bias);
+  if (!plan.available) return false;
+  if (bias != nullptr) set_attribute(plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   execute(plan, a, b, c, false);
   return true;
 }

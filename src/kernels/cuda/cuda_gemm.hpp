@@ -37,10 +37,13 @@ class CudaGemm {
   // linear layer's dW = dy^T x with db. False (nothing done) when cuBLASLt has no such algorithm or an operand is
   // misaligned: the caller then runs the two separately.
   bool run_with_bias_gradient(const TensorView& a, const TensorView& b, const TensorView& c, void* bias_gradient);
+  // c = relu(a b^T [+ bias]) in one product (CUBLASLT_EPILOGUE_RELU_BIAS, or RELU without a bias): a linear layer and
+  // the relu after it. False (nothing done) when an operand is misaligned or cuBLASLt has no algorithm for it.
+  bool run_with_relu(const TensorView& a, const TensorView& b, const TensorView& c, const void* bias);
   // TF32 tensor cores for f32 inputs (precision.tf32); plans made before are dropped.
   void allow_tf32(bool allowed);
 
-  enum class Epilogue : std::uint8_t { none, bias, bias_gradient };
+  enum class Epilogue : std::uint8_t { none, bias, bias_gradient, relu, relu_bias };
   struct Key {
     std::int64_t m = 0, n = 0, k = 0;
     bool transpose_a = false, transpose_b = false, accumulate = false;
