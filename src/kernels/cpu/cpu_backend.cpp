@@ -322,6 +322,14 @@ class CpuBackend final : public Backend {
                         const TensorView& dx) override {
     cpu::pooling_backward(kind, geometry, x, dy, dx);
   }
+  void max_pooling_forward(const SpatialGeometry& geometry, const TensorView& x, const TensorView& y,
+                           std::int32_t* argmax) override {
+    cpu::max_pooling_forward(geometry, x, y, argmax);
+  }
+  void max_pooling_backward(const SpatialGeometry& geometry, const TensorView& x, const TensorView& dy,
+                            const std::int32_t* argmax, const TensorView& dx) override {
+    cpu::max_pooling_backward(geometry, x, dy, argmax, dx);
+  }
   void groupnorm_forward(std::int64_t channels, std::int64_t groups, SpatialLayout layout, const TensorView& x,
                          const void* gamma, const void* beta, float eps, const TensorView& y, void* mean,
                          void* rstd) override {
