@@ -19,7 +19,10 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PYTHON=/usr/bin/python3  # Debian's python3 with h5py (and torch, when bench/install-torch.sh installed it)
+# bench/install-torch.sh's environment (PyTorch from PyPI, Debian's h5py) when it exists, else Debian's python3 (h5py;
+# a pyenv python3 may come first on PATH).
+PYTHON=${HPCTRAIN_TORCH_VENV:-$ROOT/bench/.venv}/bin/python
+[[ -x $PYTHON ]] || PYTHON=/usr/bin/python3
 BUILD_DIR=$ROOT/build/release
 RUNS=3
 STEPS=60
