@@ -40,6 +40,7 @@ TWIN_WINDOWS=5
 TWIN_WINDOW_STEPS=20
 CEILING_REPEATS=30
 OPTIMIZER_ROUNDS=20
+TWIN_COMPILE=auto  # torch.compile in the twin; --quick turns it off (compiling takes minutes, a smoke test measures nothing)
 KEEP=0
 
 usage() {
@@ -62,7 +63,7 @@ while (($#)); do
     --preset) PRESET=$2; shift 2 ;;
     --runs) RUNS=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
-    --quick) RUNS=1; STEPS=30; TWIN_WINDOWS=3; TWIN_WINDOW_STEPS=5; CEILING_REPEATS=5; OPTIMIZER_ROUNDS=3; shift ;;
+    --quick) RUNS=1; STEPS=30; TWIN_WINDOWS=3; TWIN_WINDOW_STEPS=5; CEILING_REPEATS=5; OPTIMIZER_ROUNDS=3; TWIN_COMPILE=off; shift ;;
     --keep) KEEP=1; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "run.sh: unknown option '$1'" >&2; usage >&2; exit 2 ;;
@@ -224,6 +225,7 @@ hpctrain_run() {
 twin_run() {
   local log_file=$WORK/twin-$1.log
   "$PYTHON" "$ROOT/bench/torch_twin.py" --precision "$1" --threads "$THREADS" --data "$DATA" --warmup 10 \
+    --compile "$TWIN_COMPILE" \
     --windows "$TWIN_WINDOWS" --window-steps "$TWIN_WINDOW_STEPS" >"$log_file" 2>&1 ||
     { tail -20 "$log_file" >&2; exit 1; }
   local line

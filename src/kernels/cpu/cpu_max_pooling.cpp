@@ -4,6 +4,10 @@
 // scatter buffer. The results are bit for bit those of pooling_forward/pooling_backward (cpu_spatial.cpp): the same
 // first-maximum and NaN rules, the same additions in the same order.
 //
+// Gradients are stored straight from the compute type: they are sums that start at 0, so never a signalling NaN, and
+// the round trip through double of the plain loops changes nothing for them. (The forward keeps that round trip: it
+// stores input values, whose signalling NaNs the plain loops quiet.)
+//
 // argmax has y's shape and layout (int32): the winning input position within the sample's plane, -1 for a window
 // wholly in the padding. Threads own whole output rows (sample, depth, height) or planes, so no result depends on the
 // thread count.
@@ -66,24 +70,31 @@ void backward_disjoint_channels_last(const SpatialGeometry& g, const TensorView&
   const std::int64_t rows = dx.rows * b.out[0] * b.out[1];
   dispatch_dtype(dx.dtype, [&]<class T>() {
     using C = compute_t<T>;
+    // Taps (kd, kh) outermost: each writes one input row, contiguously, for every output of the output row.
 #pragma omp parallel for schedule(static)
     for (std::int64_t row = 0; row < rows; ++row) {
       const OutputRow r = output_row(b, row);
       T* out = dx.as<T>() + r.n * channels * in_size;
-      for (std::int64_t ow = 0; ow < b.out[2]; ++ow) {
-        const std::int64_t o = row * b.out[2] + ow;
-        const T* __restrict upstream = dy.as<T>() + o * channels;
-        const std::int32_t* __restrict index = argmax + o * channels;
-        for_each_tap(b, r.d, r.h, ow, [&](std::int64_t i, std::int64_t) {
-          T* __restrict target = out + i * channels;
-          const auto tap = static_cast<std::int32_t>(i);
+      const T* row_upstream = dy.as<T>() + row * b.out[2] * channels;
+      const std::int32_t* row_index = argmax + row * b.out[2] * channels;
+      for (std::int64_t kd = 0; kd < b.kernel[0]; ++kd)
+        for (std::int64_t kh = 0; kh < b.kernel[1]; ++kh) {
+          const std::int64_t first_tap = ((r.d * b.kernel[0] + kd) * b.in[1] + r.h * b.kernel[1] + kh) * b.in[2];
+          for (std::int64_t ow = 0; ow < b.out[2]; ++ow) {
+            const T* __restrict upstream = row_upstream + ow * channels;
+            const std::int32_t* __restrict index = row_index + ow * channels;
+            for (std::int64_t kw = 0; kw < b.kernel[2]; ++kw) {
+              const std::int64_t i = first_tap + ow * b.kernel[2] + kw;
+              const auto tap = static_cast<std::int32_t>(i);
+              T* __restrict target = out + i * channels;
 #pragma omp simd
-          for (std::int64_t c = 0; c < channels; ++c) {
-            const C gradient = index[c] == tap ? load(upstream[c]) : C(0);
-            target[c] = store_from_double<T>(static_cast<double>(C(0) + gradient));
+              for (std::int64_t c = 0; c < channels; ++c) {
+                const C gradient = index[c] == tap ? load(upstream[c]) : C(0);
+                target[c] = store<T>(C(0) + gradient);
+              }
+            }
           }
-        });
-      }
+        }
     }
   });
 }
@@ -116,8 +127,7 @@ void backward_scatter_channels_last(const SpatialGeometry& g, const TensorView& 
         }
         if constexpr (!in_place) {
           T* out = dx.as<T>() + n * channels * in_size;
-          for (std::int64_t i = 0; i < channels * in_size; ++i)
-            out[i] = store_from_double<T>(static_cast<double>(sums[i]));
+          for (std::int64_t i = 0; i < channels * in_size; ++i) out[i] = store<T>(sums[i]);
         }
       }
     }
@@ -162,15 +172,13 @@ void backward_channels_first(const SpatialGeometry& g, const TensorView& dy, con
         T* out = dx.as<T>() + plane * in_size;
         if (disjoint) {
           std::memset(out, 0, static_cast<std::size_t>(in_size) * sizeof(T));  // all-zero bits: +0 in every dtype
-          for (std::int64_t o = 0; o < out_size; ++o)
-            out[index[o]] = store_from_double<T>(static_cast<double>(C(0) + load(gradient[o])));
+          for (std::int64_t o = 0; o < out_size; ++o) out[index[o]] = store<T>(C(0) + load(gradient[o]));
           continue;
         }
         std::fill(sums.begin(), sums.end(), C(0));
         for (std::int64_t o = 0; o < out_size; ++o)
           if (index[o] >= 0) sums[static_cast<std::size_t>(index[o])] += load(gradient[o]);
-        for (std::int64_t i = 0; i < in_size; ++i)
-          out[i] = store_from_double<T>(static_cast<double>(sums[static_cast<std::size_t>(i)]));
+        for (std::int64_t i = 0; i < in_size; ++i) out[i] = store<T>(sums[static_cast<std::size_t>(i)]);
       }
     }
   });
