@@ -37,10 +37,12 @@ RUNS=3           # rounds: runs of each hpctrain configuration and of the twin
 STEPS=100        # optimizer steps per hpctrain run
 WARMUP_STEPS=10  # leading steps left out of each run's median (primitive creation, page faults, cache warm-up)
 TWIN_WINDOWS=5
+TWIN_WARMUP=10
 TWIN_WINDOW_STEPS=20
 CEILING_REPEATS=30
 OPTIMIZER_ROUNDS=20
 TWIN_COMPILE=auto  # torch.compile in the twin; --quick turns it off (compiling takes minutes, a smoke test measures nothing)
+# (--quick also runs the twin for 3 steps only: its bf16 autocast runs ~10 samples/s on a CPU without AVX512-BF16)
 KEEP=0
 
 usage() {
@@ -63,7 +65,7 @@ while (($#)); do
     --preset) PRESET=$2; shift 2 ;;
     --runs) RUNS=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
-    --quick) RUNS=1; STEPS=30; TWIN_WINDOWS=3; TWIN_WINDOW_STEPS=5; CEILING_REPEATS=5; OPTIMIZER_ROUNDS=3; TWIN_COMPILE=off; shift ;;
+    --quick) RUNS=1; STEPS=30; TWIN_WINDOWS=2; TWIN_WINDOW_STEPS=1; TWIN_WARMUP=1; CEILING_REPEATS=5; OPTIMIZER_ROUNDS=3; TWIN_COMPILE=off; shift ;;
     --keep) KEEP=1; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "run.sh: unknown option '$1'" >&2; usage >&2; exit 2 ;;
@@ -224,7 +226,7 @@ hpctrain_run() {
 # twin_run PRECISION: one run of the PyTorch twin; appends its median over windows to twin_PRECISION.rates.
 twin_run() {
   local log_file=$WORK/twin-$1.log
-  "$PYTHON" "$ROOT/bench/torch_twin.py" --precision "$1" --threads "$THREADS" --data "$DATA" --warmup 10 \
+  "$PYTHON" "$ROOT/bench/torch_twin.py" --precision "$1" --threads "$THREADS" --data "$DATA" --warmup "$TWIN_WARMUP" \
     --compile "$TWIN_COMPILE" \
     --windows "$TWIN_WINDOWS" --window-steps "$TWIN_WINDOW_STEPS" >"$log_file" 2>&1 ||
     { tail -20 "$log_file" >&2; exit 1; }
@@ -315,7 +317,7 @@ for name in fp32 bf16 baseline weak1 weak2 twin_fp32 twin_bf16 ceiling_fp32 ceil
 done
 if ((HAVE_TORCH)); then
   grep -h '^torch_twin:' "$WORK"/twin-*.last.log | sed 's/^/  /' >&2
-  echo "python3 bench/torch_twin.py --precision {fp32,bf16} --threads $THREADS --data DATA --warmup 10" \
+  echo "python3 bench/torch_twin.py --precision {fp32,bf16} --threads $THREADS --data DATA --warmup $TWIN_WARMUP" \
     "--windows $TWIN_WINDOWS --window-steps $TWIN_WINDOW_STEPS (x$RUNS)" >>"$COMMANDS"
 fi
 echo "gemm_ceiling --batch 256 --threads $THREADS --repeats $CEILING_REPEATS (x$RUNS)" >>"$COMMANDS"
