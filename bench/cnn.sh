@@ -19,13 +19,17 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PYTHON=/usr/bin/python3  # Debian's python3 with h5py (and torch, when bench/install-torch.sh installed it)
+# bench/install-torch.sh's environment (PyTorch from PyPI, Debian's h5py) when it exists, else Debian's python3 (h5py;
+# a pyenv python3 may come first on PATH).
+PYTHON=${HPCTRAIN_TORCH_VENV:-$ROOT/bench/.venv}/bin/python
+[[ -x $PYTHON ]] || PYTHON=/usr/bin/python3
 BUILD_DIR=$ROOT/build/release
 RUNS=3
 STEPS=60
 WARMUP_STEPS=10
 THREADS=$(nproc)
 QUICK=
+TWIN_COMPILE=auto  # --quick: off (torch.compile takes minutes; a smoke test measures nothing)
 PRECISIONS=(fp32 bf16)
 while (($#)); do
   case $1 in
@@ -33,7 +37,7 @@ while (($#)); do
     --runs) RUNS=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
-    --quick) RUNS=1; STEPS=10; WARMUP_STEPS=2; PRECISIONS=(fp32); QUICK=--quick; shift ;;
+    --quick) RUNS=1; STEPS=10; WARMUP_STEPS=2; PRECISIONS=(fp32); QUICK=--quick; TWIN_COMPILE=off; shift ;;
     -h | --help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench/cnn.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -81,7 +85,7 @@ PY
       run=$WORK/$model-$precision-$round
       if ((HAVE_TORCH)); then
         "$PYTHON" "$ROOT/bench/torch_twin.py" --model "$model" --precision "$precision" --data "${DATA[$model]}" \
-          --batch "${BATCH[$model]}" --threads "$THREADS" --warmup "$WARMUP_STEPS" --windows 5 \
+          --batch "${BATCH[$model]}" --threads "$THREADS" --warmup "$WARMUP_STEPS" --windows 5 --compile "$TWIN_COMPILE" \
           --window-steps $(((STEPS - WARMUP_STEPS) / 5)) >"$run.twin" 2>&1 || { cat "$run.twin" >&2; exit 1; }
         sed -n 's/^TWIN .*samples_per_sec=\([0-9.]*\).*/\1/p' "$run.twin" >>"$WORK/$model-$precision.torch"
       fi

@@ -38,6 +38,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "optimizer_memory_pass.hpp"
+
 namespace {
 
 using Dims = dnnl::memory::dims;
@@ -210,27 +212,9 @@ double optimizer_memory_pass(std::int64_t count, bool bf16, int warmup, int repe
   volatile double sink = 0.0;
   for (int repeat = 0; repeat < warmup + repeats; ++repeat) {
     const auto start = std::chrono::steady_clock::now();
-    float* __restrict p = parameters.data();
-    float* __restrict m = first.data();
-    float* __restrict v = second.data();
-    const float* __restrict g = gradients.data();
-    std::uint16_t* __restrict w = working.data();
-    double norm = 0.0;
-#pragma omp parallel for simd reduction(+ : norm) schedule(static)
-    for (std::int64_t i = 0; i < count; ++i) norm += static_cast<double>(g[i]) * g[i];
-#pragma omp parallel for simd schedule(static)
-    for (std::int64_t i = 0; i < count; ++i) {
-      const float mi = 0.9f * m[i] + 0.1f * g[i], vi = 0.999f * v[i] + 0.001f * g[i] * g[i];
-      const float pi = p[i] - 1e-3f * mi + 1e-6f * vi;
-      m[i] = mi;
-      v[i] = vi;
-      p[i] = pi;
-      if (bf16) {
-        std::uint32_t bits;
-        std::memcpy(&bits, &pi, sizeof bits);
-        w[i] = static_cast<std::uint16_t>(bits >> 16);
-      }
-    }
+    const double norm = hpctrain::bench::memory_norm_pass(gradients.data(), count);
+    hpctrain::bench::memory_update_pass(parameters.data(), gradients.data(), first.data(), second.data(),
+                                        bf16 ? working.data() : nullptr, count);
     const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
     sink = sink + norm;
     if (repeat >= warmup) seconds.push_back(elapsed.count());
@@ -298,8 +282,7 @@ int main(int argc, char** argv) try {
     std::int64_t parameters = 0;
     for (std::size_t layer = 1; layer < options.widths.size(); ++layer)
       parameters += options.widths[layer] * (options.widths[layer - 1] + 1);
-    // Bytes per parameter: 4 (norm read) + 16 read + 12 written (+ 2 for the bf16 working copy).
-    const double bytes = static_cast<double>(parameters) * (bf16 ? 34.0 : 32.0);
+    const double bytes = static_cast<double>(parameters) * hpctrain::bench::optimizer_pass_bytes_per_element(bf16);
     const double pass = optimizer_memory_pass(parameters, bf16, options.warmup, options.repeats);
     std::printf("  optimizer-phase memory traffic, trivial arithmetic: %lld parameters, %.1f MB, %.3f ms, %.1f GB/s\n",
                 static_cast<long long>(parameters), bytes * 1e-6, pass * 1e3, bytes / pass * 1e-9);

@@ -10,9 +10,12 @@
 #     same model, batch, optimizer and data in PyTorch, T threads), in alternating rounds so that load from elsewhere
 #     hits both. A hpctrain run's figure is the median of /train/samples_per_sec (metrics.h5) over the steps after the
 #     warm-up; a twin run's is the median over its timed windows; a row's figure is the median over the rounds. The
-#     twin is skipped, and the table says so, when no torch is importable (bench/install-torch.sh installs Debian's).
+#     twin is skipped, and the table says so, when no torch is importable (bench/install-torch.sh installs PyTorch
+#     from PyPI into bench/.venv, which this script then uses).
 #   - peak memory (max RSS from /usr/bin/time -v) of those hpctrain runs, against what the model needs.
 #   - gemm_ceiling: oneDNN matmuls of the step's shapes with T threads (the practical FLOP ceiling).
+#   - optimizer_pass: the optimizer phase's kernels (gradient norm + AdamW, fp32 and with the bf16 copy) on the
+#     model's parameter count against a pass with the same memory traffic, T threads.
 #   - weak scaling: 128 samples per rank on 1 rank and on 2 ranks, 1 thread per rank, and the all-reduce share of the
 #     2-rank run from --profile.
 #   - where the time goes: the --profile phases in the steady state (a full run minus a short run).
@@ -23,7 +26,10 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PYTHON=/usr/bin/python3  # Debian's python3 has h5py and Debian's torch; a pyenv python3 may come first on PATH
+# bench/install-torch.sh's environment (PyTorch from PyPI, Debian's h5py) when it exists, else Debian's python3 (h5py;
+# a pyenv python3 may come first on PATH).
+PYTHON=${HPCTRAIN_TORCH_VENV:-$ROOT/bench/.venv}/bin/python
+[[ -x $PYTHON ]] || PYTHON=/usr/bin/python3
 BUILD_DIR=""
 BUILT_HERE=0
 PRESET=release
@@ -31,8 +37,12 @@ RUNS=3           # rounds: runs of each hpctrain configuration and of the twin
 STEPS=100        # optimizer steps per hpctrain run
 WARMUP_STEPS=10  # leading steps left out of each run's median (primitive creation, page faults, cache warm-up)
 TWIN_WINDOWS=5
+TWIN_WARMUP=10
 TWIN_WINDOW_STEPS=20
 CEILING_REPEATS=30
+OPTIMIZER_ROUNDS=20
+TWIN_COMPILE=auto  # torch.compile in the twin; --quick turns it off (compiling takes minutes, a smoke test measures nothing)
+# (--quick also runs the twin for 3 steps only: its bf16 autocast runs ~10 samples/s on a CPU without AVX512-BF16)
 KEEP=0
 
 usage() {
@@ -55,7 +65,7 @@ while (($#)); do
     --preset) PRESET=$2; shift 2 ;;
     --runs) RUNS=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
-    --quick) RUNS=1; STEPS=30; TWIN_WINDOWS=3; TWIN_WINDOW_STEPS=5; CEILING_REPEATS=5; shift ;;
+    --quick) RUNS=1; STEPS=30; TWIN_WINDOWS=2; TWIN_WINDOW_STEPS=1; TWIN_WARMUP=1; CEILING_REPEATS=5; OPTIMIZER_ROUNDS=3; TWIN_COMPILE=off; shift ;;
     --keep) KEEP=1; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "run.sh: unknown option '$1'" >&2; usage >&2; exit 2 ;;
@@ -77,14 +87,15 @@ if [[ -z $BUILD_DIR ]]; then
   log "building with the '$PRESET' preset"
   (cd "$ROOT" && cmake --preset "$PRESET" >"$WORK/configure.log" 2>&1) || { cat "$WORK/configure.log" >&2; exit 1; }
   # Only the two programs the benchmark runs: the test suite is not needed here.
-  (cd "$ROOT" && cmake --build --preset "$PRESET" -j2 --target hpctrain gemm_ceiling >"$WORK/build.log" 2>&1) ||
+  (cd "$ROOT" && cmake --build --preset "$PRESET" -j2 --target hpctrain gemm_ceiling optimizer_pass >"$WORK/build.log" 2>&1) ||
     { tail -40 "$WORK/build.log" >&2; exit 1; }
   BUILD_DIR=$ROOT/build/$PRESET  # every preset's binaryDir is build/<preset name> (CMakePresets.json)
   BUILT_HERE=1
 fi
 HPCTRAIN=$BUILD_DIR/bin/hpctrain
 CEILING=$BUILD_DIR/bin/gemm_ceiling
-for program in "$HPCTRAIN" "$CEILING"; do
+OPTIMIZER_PASS=$BUILD_DIR/bin/optimizer_pass
+for program in "$HPCTRAIN" "$CEILING" "$OPTIMIZER_PASS"; do
   [[ -x $program ]] || { echo "run.sh: $program is missing; build it or pass --build-dir" >&2; exit 1; }
 done
 
@@ -215,7 +226,8 @@ hpctrain_run() {
 # twin_run PRECISION: one run of the PyTorch twin; appends its median over windows to twin_PRECISION.rates.
 twin_run() {
   local log_file=$WORK/twin-$1.log
-  "$PYTHON" "$ROOT/bench/torch_twin.py" --precision "$1" --threads "$THREADS" --data "$DATA" --warmup 10 \
+  "$PYTHON" "$ROOT/bench/torch_twin.py" --precision "$1" --threads "$THREADS" --data "$DATA" --warmup "$TWIN_WARMUP" \
+    --compile "$TWIN_COMPILE" \
     --windows "$TWIN_WINDOWS" --window-steps "$TWIN_WINDOW_STEPS" >"$log_file" 2>&1 ||
     { tail -20 "$log_file" >&2; exit 1; }
   local line
@@ -240,6 +252,21 @@ ceiling_run() {
     record "memory_${precision}_bytes" "$(sed -n 's/.*bytes=\([0-9]*\).*/\1/p' <<<"$line")"
   done
   record onednn "$(sed -n 's/^gemm_ceiling: oneDNN \([0-9.]*\) .*/\1/p' "$WORK/ceiling.log")"
+}
+
+# optimizer_run: one run of optimizer_pass; appends each precision's ratio (pass time / hpctrain's) and hpctrain's
+# GB/s to optimizer_PRECISION.rates and optimizer_gbps_PRECISION.rates.
+optimizer_run() {
+  OMP_NUM_THREADS=$THREADS "$OPTIMIZER_PASS" --rounds "$OPTIMIZER_ROUNDS" >"$WORK/optimizer.log" 2>&1 ||
+    { cat "$WORK/optimizer.log" >&2; exit 1; }
+  local precision line
+  for precision in fp32 bf16; do
+    line=$(grep "^OPTIMIZER precision=$precision " "$WORK/optimizer.log" || true)
+    sed -n 's/.*ratio=\([0-9.]*\).*/\1/p' <<<"$line" >>"$WORK/optimizer_$precision.rates"
+    awk '{ for (i = 1; i <= NF; ++i) { split($i, kv, "="); v[kv[1]] = kv[2] } }
+         END { printf "%.2f\n", v["bytes"] / v["hpctrain_seconds"] * 1e-9 }' <<<"$line" \
+      >>"$WORK/optimizer_gbps_$precision.rates"
+  done
 }
 
 # summarize NAME: NAME_rate = the median over the rounds, NAME_runs = every round's figure, NAME_rss_kib = the largest
@@ -278,20 +305,23 @@ for ((round = 1; round <= RUNS; round++)); do
   hpctrain_run weak1 1 1 core data.batch_size=128
   if ((CORES >= 2)); then hpctrain_run weak2 2 1 core data.batch_size=256; fi
   ceiling_run
+  optimizer_run
 done
 # The runtime's own footprint (MPI, HDF5, oneDNN, the data batch, metrics): the same run with a tiny model.
 hpctrain_run baseline 1 "$THREADS" none precision.mode=fp32 \
   'model.layers=[{type="linear", out=16}, {type="relu"}, {type="linear", out=10}]'
 ((CORES >= 2)) || log "weak scaling: 1 core only; the 2-rank row is not measured"
-for name in fp32 bf16 baseline weak1 weak2 twin_fp32 twin_bf16 ceiling_fp32 ceiling_bf16 memory_fp32 memory_bf16; do
+for name in fp32 bf16 baseline weak1 weak2 twin_fp32 twin_bf16 ceiling_fp32 ceiling_bf16 memory_fp32 memory_bf16 \
+  optimizer_fp32 optimizer_bf16 optimizer_gbps_fp32 optimizer_gbps_bf16; do
   summarize "$name"
 done
 if ((HAVE_TORCH)); then
   grep -h '^torch_twin:' "$WORK"/twin-*.last.log | sed 's/^/  /' >&2
-  echo "python3 bench/torch_twin.py --precision {fp32,bf16} --threads $THREADS --data DATA --warmup 10" \
+  echo "python3 bench/torch_twin.py --precision {fp32,bf16} --threads $THREADS --data DATA --warmup $TWIN_WARMUP" \
     "--windows $TWIN_WINDOWS --window-steps $TWIN_WINDOW_STEPS (x$RUNS)" >>"$COMMANDS"
 fi
 echo "gemm_ceiling --batch 256 --threads $THREADS --repeats $CEILING_REPEATS (x$RUNS)" >>"$COMMANDS"
+echo "OMP_NUM_THREADS=$THREADS optimizer_pass --rounds $OPTIMIZER_ROUNDS (x$RUNS)" >>"$COMMANDS"
 record load_rounds "$(tr '\n' ' ' <"$WORK/load.rates")"
 record load_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -383,6 +413,13 @@ for precision in ("fp32", "bf16"):
     optimizer_ms, traffic = number(f"{precision}_optimizer_ms"), number(f"memory_{precision}_bytes")
     ratio_row(f"optimizer phase {precision} GB/s vs same-traffic pass", optimizer_ms and traffic and
               traffic / (optimizer_ms * 1e-3) * 1e-9, number(f"memory_{precision}_rate"), "", "report", None, 1)
+# The same phase's kernels alone (bench/optimizer_pass, alternating with the same-traffic pass in one process).
+for precision in ("fp32", "bf16"):
+    ratio = number(f"optimizer_{precision}_rate")
+    gbps = number(f"optimizer_gbps_{precision}_rate")
+    rows.append((f"optimizer kernels {precision} (optimizer_pass) vs same-traffic pass",
+                 f"{gbps:.1f} GB/s" if gbps else "not measured", "-", f"{ratio:.2f}" if ratio else "-", ">= 0.80",
+                 "-" if ratio is None else ("met" if ratio >= 0.8 else "NOT met")))
 w1, w2 = number("weak1_rate"), number("weak2_rate")
 ratio_row("weak scaling: 2 ranks vs 2 x 1 rank (128/rank)", w2, w1 and 2 * w1, "", "report", None)
 phase_keys = ("data", "forward", "backward", "all-reduce", "optimizer")

@@ -6,10 +6,12 @@
 // the ceiling of what hpctrain can reach through oneDNN), forward + backward-data + backward-weights; and hpctrain on
 // channels-first rows (HPCTRAIN_SPATIAL_LAYOUT=channels_first, i.e. oneDNN's blocked layout reached through reorders
 // of every operand on every call), so the table shows what channels-last gains.
-// Max pooling 2x2x2 / 2: hpctrain's loops (forward; backward, which recomputes each window's argmax) against oneDNN's
-// pooling primitive (forward training, which also writes the argmax workspace its backward reads).
+// Max pooling, kernel 2 / stride 2 (the decks' 3-D and 2-D pooling layers, channels-last and channels-first): hpctrain
+// as a training step calls it (the forward keeps each output's argmax, the backward reads it) against oneDNN's pooling
+// primitive on the same memory (forward training, which writes the workspace its backward reads), called in
+// alternation; "speed" is oneDNN's time over hpctrain's (>= 1: hpctrain is faster).
 //
-// Times are medians over 30 repeats after 3 warm-up calls, on OMP_NUM_THREADS threads. Output: one table.
+// Times are medians over 30 repeats after 3 warm-up calls (rounds), on OMP_NUM_THREADS threads. Output: one table.
 // --quick: 3 repeats and only the small layers (checks the program, measures nothing).
 #include <omp.h>
 
@@ -45,6 +47,24 @@ double median_ms(const std::function<void()>& call) {
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
+}
+
+// Each call timed once per round, the calls in turn, 3 warm-up rounds; each call's median over the timed rounds.
+std::vector<double> alternating_medians_ms(const std::vector<std::function<void()>>& calls) {
+  std::vector<std::vector<double>> times(calls.size());
+  for (int repeat = 0; repeat < timed_repeats + 3; ++repeat)
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      calls[i]();
+      const std::chrono::duration<double, std::milli> elapsed = std::chrono::steady_clock::now() - start;
+      if (repeat >= 3) times[i].push_back(elapsed.count());
+    }
+  std::vector<double> medians;
+  for (auto& series : times) {
+    std::sort(series.begin(), series.end());
+    medians.push_back(series[series.size() / 2]);
+  }
+  return medians;
 }
 
 std::vector<float> random_floats(std::size_t count, unsigned seed) {
@@ -141,18 +161,49 @@ double backend_convolution_ms(hpctrain::Backend& backend, const Layer& layer, Sp
   });
 }
 
+// One max-pooling layer, kernel 2 / stride 2 in every spatial axis (2-D or 3-D, cubic or square).
+struct Pool {
+  const char* name;
+  std::int64_t rows, channels, extent;
+  int dimensions;
+};
+
+dnnl::memory::dims pool_dims(const Pool& pool, std::int64_t extent) {
+  dnnl::memory::dims dims{pool.rows, pool.channels};
+  for (int a = 0; a < pool.dimensions; ++a) dims.push_back(extent);
+  return dims;
+}
+
+Tag pool_tag(int dimensions, SpatialLayout layout) {
+  const bool last = layout == SpatialLayout::channels_last;
+  if (dimensions == 2) return last ? Tag::nhwc : Tag::nchw;
+  return last ? Tag::ndhwc : Tag::ncdhw;
+}
+
 struct PoolTimes {
   double forward, backward;
 };
 
-PoolTimes raw_pooling_ms(const Layer& layer, const std::vector<float>& x, const std::vector<float>& dy,
-                         std::vector<float>& y, std::vector<float>& dx) {
+// hpctrain's max pooling as a training step calls it (max_pooling_forward keeping the argmax, max_pooling_backward
+// reading it) and oneDNN's primitive on the same memory (forward training, which writes the workspace its backward
+// reads), called in alternation so that load from elsewhere hits both alike. Medians over the repeats.
+std::pair<PoolTimes, PoolTimes> pooling_ms(hpctrain::Backend& backend, const Pool& pool, SpatialLayout layout) {
+  const std::int64_t out_extent = pool.extent / 2;
+  std::int64_t in_size = 1, out_size = 1;
+  for (int a = 0; a < pool.dimensions; ++a) in_size *= pool.extent, out_size *= out_extent;
+  const auto in_count = static_cast<std::size_t>(pool.rows * pool.channels * in_size);
+  const auto out_count = static_cast<std::size_t>(pool.rows * pool.channels * out_size);
+  const auto x = random_floats(in_count, 1), dy = random_floats(out_count, 2);
+  std::vector<float> y(out_count), dx(in_count);
+  std::vector<std::int32_t> argmax(out_count);
+
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(engine);
-  const dnnl::memory::desc source(volume(layer.rows, layer.in_channels, layer.extent), DnnlType::f32, Tag::ndhwc);
-  const dnnl::memory::desc destination(volume(layer.rows, layer.in_channels, layer.extent / 2), DnnlType::f32,
-                                       Tag::ndhwc);
-  const dnnl::memory::dims window{2, 2, 2}, none{0, 0, 0};
+  const Tag tag = pool_tag(pool.dimensions, layout);
+  const dnnl::memory::desc source(pool_dims(pool, pool.extent), DnnlType::f32, tag);
+  const dnnl::memory::desc destination(pool_dims(pool, out_extent), DnnlType::f32, tag);
+  const dnnl::memory::dims window(static_cast<std::size_t>(pool.dimensions), 2),
+      none(static_cast<std::size_t>(pool.dimensions), 0);
   const dnnl::pooling_forward::primitive_desc forward({dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_max,
                                                        source, destination, window, window, none, none},
                                                       engine);
@@ -163,38 +214,37 @@ PoolTimes raw_pooling_ms(const Layer& layer, const std::vector<float>& x, const 
   dnnl::memory workspace(forward.workspace_desc(), engine);
   const dnnl::pooling_forward run_forward(forward);
   const dnnl::pooling_backward run_backward(backward);
-  const double forward_ms = median_ms([&] {
-    run_forward.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}, {DNNL_ARG_WORKSPACE, workspace}});
-    stream.wait();
-  });
-  const double backward_ms = median_ms([&] {
-    run_backward.execute(
-        stream, {{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_SRC, diff_src}, {DNNL_ARG_WORKSPACE, workspace}});
-    stream.wait();
-  });
-  return {forward_ms, backward_ms};
-}
 
-PoolTimes backend_pooling_ms(hpctrain::Backend& backend, const Layer& layer, const std::vector<float>& x,
-                             const std::vector<float>& dy, std::vector<float>& y, std::vector<float>& dx) {
   SpatialGeometry g;
-  g.dimensions = 3;
-  g.in_channels = g.out_channels = layer.in_channels;
-  for (std::size_t a = 0; a < 3; ++a) {
-    g.input[a] = layer.extent;
-    g.output[a] = layer.extent / 2;
+  g.dimensions = pool.dimensions;
+  g.in_channels = g.out_channels = pool.channels;
+  for (std::size_t a = 0; a < static_cast<std::size_t>(pool.dimensions); ++a) {
+    g.input[a] = pool.extent;
+    g.output[a] = out_extent;
     g.kernel[a] = g.stride[a] = 2;
     g.dilation[a] = 1;
   }
-  g.layout = SpatialLayout::channels_last;
-  const std::int64_t in_cols = g.in_channels * g.input_size(), out_cols = g.in_channels * g.output_size();
-  const TensorView input{const_cast<float*>(x.data()), DType::f32, layer.rows, in_cols};
-  const TensorView output{y.data(), DType::f32, layer.rows, out_cols};
-  const TensorView gradient{const_cast<float*>(dy.data()), DType::f32, layer.rows, out_cols};
-  const TensorView input_gradient{dx.data(), DType::f32, layer.rows, in_cols};
-  const auto kind = hpctrain::PoolingKind::max;
-  return {median_ms([&] { backend.pooling_forward(kind, g, input, output); }),
-          median_ms([&] { backend.pooling_backward(kind, g, input, gradient, input_gradient); })};
+  g.layout = layout;
+  const TensorView input{const_cast<float*>(x.data()), DType::f32, pool.rows, pool.channels * in_size};
+  const TensorView output{y.data(), DType::f32, pool.rows, pool.channels * out_size};
+  const TensorView gradient{const_cast<float*>(dy.data()), DType::f32, pool.rows, pool.channels * out_size};
+  const TensorView input_gradient{dx.data(), DType::f32, pool.rows, pool.channels * in_size};
+
+  const std::vector<std::function<void()>> calls = {
+      [&] {
+        run_forward.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}, {DNNL_ARG_WORKSPACE, workspace}});
+        stream.wait();
+      },
+      [&] { backend.max_pooling_forward(g, input, output, argmax.data()); },
+      [&] {
+        run_backward.execute(
+            stream, {{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_SRC, diff_src}, {DNNL_ARG_WORKSPACE, workspace}});
+        stream.wait();
+      },
+      [&] { backend.max_pooling_backward(g, input, gradient, argmax.data(), input_gradient); },
+  };
+  const std::vector<double> medians = alternating_medians_ms(calls);
+  return {{medians[0], medians[2]}, {medians[1], medians[3]}};
 }
 
 }  // namespace
@@ -211,10 +261,13 @@ int main(int argc, char** argv) {
       {"cosmoflow-small conv2", 32, 8, 16, 8},
       {"cosmoflow-small conv3", 32, 16, 16, 4},
   };
-  std::vector<Layer> pools = {{"cosmoflow-small pool1", 32, 8, 8, 16}, {"cosmoflow-small pool2", 32, 16, 16, 8}};
+  std::vector<Pool> pools = {{"cosmoflow-small pool1", 32, 8, 16, 3},
+                             {"cosmoflow-small pool2", 32, 16, 8, 3},
+                             {"cnn2d pool1", 64, 8, 16, 2},
+                             {"cnn2d pool2", 64, 16, 8, 2}};
   if (!quick) {
     layers.push_back({"cosmoflow conv2 (2 samples)", 2, 32, 64, 32});
-    pools.push_back({"cosmoflow pool2 (2 samples)", 2, 64, 64, 32});
+    pools.push_back({"cosmoflow pool2 (2 samples)", 2, 64, 32, 3});
   }
   auto backend = hpctrain::make_cpu_backend(SpatialLayout::channels_last);
   std::printf("spatial_kernels: %d threads, f32, medians of %d (ms)\n", omp_get_max_threads(), timed_repeats);
@@ -234,17 +287,16 @@ int main(int argc, char** argv) {
     std::printf("%-30s %12.3f %12.3f %7.0f%% %16.3f %7.2fx\n", layer.name, raw, mine, 100.0 * raw / mine, first,
                 first / mine);
   }
-  std::printf("%-30s %12s %12s %12s %12s\n", "max pooling 2x2x2/2", "oneDNN fwd", "hpctrain fwd", "oneDNN bwd",
-              "hpctrain bwd");
-  for (const Layer& layer : pools) {
-    const auto in_count =
-        static_cast<std::size_t>(layer.rows * layer.in_channels * layer.extent * layer.extent * layer.extent);
-    const auto x = random_floats(in_count, 1), dy = random_floats(in_count / 8, 2);
-    std::vector<float> y(in_count / 8), dx(in_count);
-    const PoolTimes raw = raw_pooling_ms(layer, x, dy, y, dx);
-    const PoolTimes mine = backend_pooling_ms(*backend, layer, x, dy, y, dx);
-    std::printf("%-30s %12.3f %12.3f %12.3f %12.3f\n", layer.name, raw.forward, mine.forward, raw.backward,
-                mine.backward);
+  std::printf("%-36s %10s %10s %7s %10s %10s %7s\n", "max pooling 2/2 (fwd keeps argmax)", "oneDNN fwd", "mine fwd",
+              "speed", "oneDNN bwd", "mine bwd", "speed");
+  for (const SpatialLayout layout : {SpatialLayout::channels_last, SpatialLayout::channels_first}) {
+    auto pool_backend = hpctrain::make_cpu_backend(layout);
+    for (const Pool& pool : pools) {
+      const auto [raw, mine] = pooling_ms(*pool_backend, pool, layout);
+      const std::string name = std::string(pool.name) + (layout == SpatialLayout::channels_last ? ", last" : ", first");
+      std::printf("%-36s %10.3f %10.3f %6.2fx %10.3f %10.3f %6.2fx\n", name.c_str(), raw.forward, mine.forward,
+                  raw.forward / mine.forward, raw.backward, mine.backward, raw.backward / mine.backward);
+    }
   }
   return 0;
 }

@@ -56,7 +56,7 @@ def parse_arguments():
 
 def load_data(arguments, torch, input_width, classes):
     if arguments.data:
-        import h5py  # Debian's python3-h5py, beside Debian's python3-torch
+        import h5py  # Debian's python3-h5py (bench/.venv sees Debian's packages)
 
         with h5py.File(arguments.data, "r") as file:
             features = torch.from_numpy(file["features"][...]).float().contiguous()
@@ -82,7 +82,7 @@ def load_data(arguments, torch, input_width, classes):
 def main():
     arguments = parse_arguments()
     if arguments.threads > 0:
-        # Debian's torch runs fp32 matrix products in the system BLAS (OpenBLAS), whose own thread pool ignores
+        # A torch built on the system BLAS (Debian's) runs fp32 products in OpenBLAS, whose own thread pool ignores
         # torch.set_num_threads; it reads this variable when it loads, so it must be set before the import.
         os.environ.setdefault("OPENBLAS_NUM_THREADS", str(arguments.threads))
     try:
@@ -225,5 +225,15 @@ def main():
     return 0
 
 
+def use_benchmark_environment():
+    """Re-runs this script with bench/install-torch.sh's environment (bench/.venv, or HPCTRAIN_TORCH_VENV) when it
+    exists and is not the running interpreter's, so that a plain `bench/torch_twin.py` measures that PyTorch."""
+    default = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".venv")
+    python = os.path.join(os.environ.get("HPCTRAIN_TORCH_VENV", default), "bin", "python")
+    if os.path.exists(python) and os.path.realpath(sys.prefix) != os.path.realpath(os.path.dirname(os.path.dirname(python))):
+        os.execv(python, [python, os.path.abspath(__file__)] + sys.argv[1:])
+
+
 if __name__ == "__main__":
+    use_benchmark_environment()
     sys.exit(main())

@@ -135,8 +135,7 @@ class Pooling final : public Layer {
   [[nodiscard]] std::string type() const override { return type_; }
   [[nodiscard]] bool uses_spatial_operations() const override { return true; }
   [[nodiscard]] bool takes_any_layout() const override { return true; }
-  // Max pooling keeps each output's first maximum (int32, in the saved rows) for its backward, on backends that use
-  // it (CUDA); the CPU recomputes the windows.
+  // Max pooling keeps each output's first maximum (int32, in the saved rows) for its backward.
   [[nodiscard]] std::int64_t saved_per_row() const override { return kind_ == PoolingKind::max ? output_width() : 0; }
   void forward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView& y) override {
     if (kind_ == PoolingKind::max)

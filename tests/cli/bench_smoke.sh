@@ -24,7 +24,12 @@ if [[ -x $build/bin/gemm_ceiling ]]; then
   "$bench/run.sh" --build-dir "$build" --quick >run.txt 2>&1 || { cat run.txt >&2; fail "run.sh --quick"; }
   grep -qE "^\| MLP fp32 GFLOP/s vs oneDNN matmul +\| [0-9,.]+ +\| [0-9,.]+ +\| [0-9.]+" run.txt &&
     grep -q "^| weak scaling" run.txt && pass "run.sh --quick prints its table" || { cat run.txt >&2; fail "run.sh table"; }
-  if "$PYTHON" -c "import torch" 2>/dev/null; then
+  grep -qE "^\| optimizer kernels fp32 \(optimizer_pass\) vs same-traffic pass +\| [0-9.]+ GB/s +\| - +\| [0-9.]+" run.txt &&
+    pass "run.sh --quick prints the optimizer_pass rows" || { cat run.txt >&2; fail "run.sh optimizer_pass row"; }
+  # run.sh takes bench/install-torch.sh's environment when it exists, else Debian's python3.
+  twin_python=${HPCTRAIN_TORCH_VENV:-$bench/.venv}/bin/python
+  [[ -x $twin_python ]] || twin_python=$PYTHON
+  if "$twin_python" -c "import torch" 2>/dev/null; then
     grep -qE "^\| MLP bf16 samples/s vs PyTorch twin +\| [0-9,]+ +\| [0-9,]+" run.txt && pass "torch twin rows measured" ||
       fail "torch is installed but the twin rows are empty"
   else
@@ -34,7 +39,8 @@ if [[ -x $build/bin/gemm_ceiling ]]; then
   "$bench/cnn.sh" --build-dir "$build" --quick >cnn.txt 2>&1 || { cat cnn.txt >&2; fail "cnn.sh --quick"; }
   grep -qE "^cosmoflow-small +fp32 +32 +[0-9]+ .* [0-9.]+x?$|^cosmoflow-small +fp32 +32 +[0-9]+ .* [0-9.]+$" cnn.txt &&
     grep -qE "^cosmoflow-small conv2 +[0-9.]+ +[0-9.]+ +[0-9]+%" cnn.txt &&
-    grep -qE "^cosmoflow-small pool1( +[0-9.]+){4}$" cnn.txt && pass "cnn.sh --quick prints both tables" ||
+    grep -qE "^cosmoflow-small pool1, last( +[0-9.]+x?){6}$" cnn.txt &&
+    grep -qE "^cnn2d pool1, first( +[0-9.]+x?){6}$" cnn.txt && pass "cnn.sh --quick prints both tables" ||
     { cat cnn.txt >&2; fail "cnn.sh tables"; }
 else
   echo "not run: bench/run.sh, bench/cnn.sh (this build has HPCTRAIN_BENCHMARKS=OFF: no gemm_ceiling, spatial_kernels)"

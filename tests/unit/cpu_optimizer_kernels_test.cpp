@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "hpctrain/kernels/backend.hpp"
@@ -87,6 +88,39 @@ TEST_F(CpuKernels, GradientStatisticsDoNotDependOnTheThreadCount) {
   omp_set_num_threads(threads_before);
   EXPECT_EQ(one, two);
   EXPECT_EQ(one, three);
+}
+
+// The norm's inner sums are fp32 blocks (cpu_backend.cpp): within 1e-6 of an fp64 reference (the stated bound is
+// 9 u + the final rounding, u = 2^-24) on random gradients of every magnitude, including blocks whose squares would
+// flush to zero or overflow in fp32 (summed again in fp64 there).
+TEST_F(CpuKernels, GradientNormWithinItsBoundOfAnFp64ReferenceAtEveryMagnitude) {
+  std::mt19937 generator(1234);
+  std::uniform_real_distribution<double> exponent(-35.0, 25.0), unit(-1.0, 1.0);
+  const std::size_t count = 5 * 4096 + 1000 + 37;  // whole chunks, whole blocks, a partial block
+  const auto check = [&](const std::vector<float>& gradients, const char* what) {
+    long double sum = 0.0L;
+    for (const float g : gradients) sum += static_cast<long double>(g) * g;
+    const double reference = static_cast<double>(std::sqrt(sum) / 4.0L);
+    const StepScalars s = statistics_of(*backend, gradients, 4.0f, 0.0f);
+    EXPECT_EQ(s.found_nonfinite, 0) << what;
+    EXPECT_GT(reference, 0.0) << what;
+    EXPECT_LE(std::abs(s.grad_norm - reference), 1e-6 * reference)
+        << what << ": " << s.grad_norm << " vs " << reference;
+  };
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<float> mixed(count), tiny(count), huge(count), scaled(count);
+    const double scale = std::pow(10.0, exponent(generator));
+    for (std::size_t i = 0; i < count; ++i) {
+      mixed[i] = static_cast<float>(unit(generator) * std::pow(10.0, exponent(generator)));
+      tiny[i] = static_cast<float>(unit(generator) * 1e-25);    // squares below fp32's normal range
+      huge[i] = static_cast<float>(unit(generator) * 1e25);     // squares above fp32's range
+      scaled[i] = static_cast<float>(unit(generator) * scale);  // one magnitude per trial
+    }
+    check(mixed, "mixed magnitudes");
+    check(tiny, "tiny");
+    check(huge, "huge");
+    check(scaled, "one magnitude");
+  }
 }
 
 // ---- optimizer ----

@@ -173,7 +173,7 @@ class Backend {
                                 const TensorView& dy, const TensorView& dx);
   // Max pooling that may keep each output's first maximum for its backward (argmax: (rows, channels x output
   // positions) int32, reserved by the layer), instead of recomputing every window. Defaults: the plain operations,
-  // argmax unused (the CPU backend). The results are the plain operations' either way.
+  // argmax unused. The results are the plain operations' either way (argmax null: the plain operations).
   virtual void max_pooling_forward(const SpatialGeometry& geometry, const TensorView& x, const TensorView& y,
                                    std::int32_t* /*argmax*/) {
     pooling_forward(PoolingKind::max, geometry, x, y);

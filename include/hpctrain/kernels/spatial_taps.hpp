@@ -46,6 +46,11 @@ inline Box box_of(const SpatialGeometry& geometry) {
 // The taps k in [first, last) of one axis whose input position start + k * dilation lies in [0, extent).
 HPCTRAIN_HD void tap_range(std::int64_t start, std::int64_t extent, std::int64_t kernel, std::int64_t dilation,
                            std::int64_t& first, std::int64_t& last) {
+  if (dilation == 1) {  // the usual case, without the divisions (they dominate small windows' cost)
+    first = start < 0 ? -start : 0;
+    last = start >= extent ? 0 : (kernel < extent - start ? kernel : extent - start);
+    return;
+  }
   first = start < 0 ? (-start + dilation - 1) / dilation : 0;
   const std::int64_t reach = (extent - start + dilation - 1) / dilation;
   last = start >= extent ? 0 : (kernel < reach ? kernel : reach);

@@ -6,9 +6,8 @@
 // outputs of a backward scatter are visited in the same order in either layout; group normalisation sums in the order
 // each layout reads fastest, so its layouts agree to rounding. Channels-first loops
 // walk one (sample, channel) plane at a time; channels-last loops walk one output position at a time with the channels
-// innermost (contiguous, so they vectorise). Pooling is memory-bound and needs no oneDNN primitive: a primitive's max
-// pooling backward needs a workspace of indices kept from the forward, which the Backend contract does not carry (the
-// backward recomputes each window's argmax instead).
+// innermost (contiguous, so they vectorise). Max pooling in a training step runs
+// cpu_max_pooling.cpp's loops instead, which keep each output's argmax for the backward and give these loops' results.
 #include "cpu_spatial.hpp"
 
 #include <algorithm>
@@ -24,26 +23,12 @@
 namespace hpctrain::cpu {
 namespace {
 
-void check_pooling(const SpatialGeometry& g, const TensorView& x, const TensorView& y, const char* what) {
-  HPCTRAIN_ASSERT(g.in_channels == g.out_channels && x.dtype == y.dtype && x.rows == y.rows &&
-                      x.cols == g.in_channels * g.input_size() && y.cols == g.out_channels * g.output_size(),
-                  what << ": shapes/dtypes do not match the geometry");
-}
-
 // Output position o of a box as (od, oh, ow).
 struct Position {
   std::int64_t d, h, w;
 };
 Position position_of(const Box& b, std::int64_t o) {
   return {o / (b.out[2] * b.out[1]), o / b.out[2] % b.out[1], o % b.out[2]};
-}
-
-// The channels-last windows run the per-channel rule of spatial::window_argmax as selects over a vector of channels
-// (no branches, so the channel loops vectorise): a value replaces the best so far when the best is not NaN and the
-// value is larger or NaN (a NaN counts as largest and sticks; the first maximum wins a tie).
-template <class C>
-bool replaces_best(C best, C value) {
-  return best == best && (value > best || value != value);
 }
 
 // Channels-last pooling of output position o of one sample (in: the sample) into C compute-type values: the max (-inf
@@ -63,25 +48,6 @@ void pool_position_channels_last(PoolingKind kind, const Box& b, std::int64_t ch
       }
     } else {
       for (std::int64_t c = 0; c < channels; ++c) result[c] += load(values[c]);
-    }
-  });
-}
-
-// Each channel's first maximum of the window at output position o, as a position within the sample (-1: none).
-template <class T, class C>
-void window_argmax_channels_last(const Box& b, std::int64_t channels, const T* in, std::int64_t o,
-                                 std::int32_t* best_index, C* best_value) {
-  const Position p = position_of(b, o);
-  std::fill_n(best_index, channels, -1);
-  std::fill_n(best_value, channels, C(0));
-  for_each_tap(b, p.d, p.h, p.w, [&](std::int64_t i, std::int64_t) {
-    const T* values = in + i * channels;
-    const auto tap = static_cast<std::int32_t>(i);
-    for (std::int64_t c = 0; c < channels; ++c) {
-      const C value = load(values[c]);
-      const bool take = best_index[c] < 0 || replaces_best(best_value[c], value);
-      best_index[c] = take ? tap : best_index[c];
-      best_value[c] = take ? value : best_value[c];
     }
   });
 }
@@ -110,15 +76,6 @@ void pooling_forward_channels_last(PoolingKind kind, const SpatialGeometry& g, c
   });
 }
 
-// Windows that tile the input without overlap (stride = kernel, no padding: the usual 2x2(x2) pooling): every input
-// position gets the gradient of at most one output, so each window writes its own part of dx directly and no scatter
-// or accumulation buffer is needed. 0 + the gradient, as the accumulating loops compute it (so -0 becomes +0 in both).
-bool windows_tile_the_input(const Box& b) {
-  for (std::size_t a = 0; a < 3; ++a)
-    if (b.stride[a] != b.kernel[a] || b.padding[a] != 0 || b.dilation[a] != 1) return false;
-  return true;
-}
-
 void pooling_backward_disjoint_windows(PoolingKind kind, const SpatialGeometry& g, const TensorView& x,
                                        const TensorView& dy, const TensorView& dx) {
   const Box b = box_of(g);
@@ -139,9 +96,9 @@ void pooling_backward_disjoint_windows(PoolingKind kind, const SpatialGeometry& 
         const T* in = x.as<T>() + n * channels * in_size;
         T* out = dx.as<T>() + n * channels * in_size;
         const T* upstream = dy.as<T>() + index * channels;
-        if (kind == PoolingKind::max)
-          window_argmax_channels_last(b, channels, in, o, best_index.data(), best_value.data());
         const Position p = position_of(b, o);
+        if (kind == PoolingKind::max)
+          window_argmax_channels_last(b, channels, in, p.d, p.h, p.w, best_index.data(), best_value.data());
         for_each_tap(b, p.d, p.h, p.w, [&](std::int64_t i, std::int64_t) {
           T* target = out + i * channels;
           const auto tap = static_cast<std::int32_t>(i);
@@ -190,7 +147,8 @@ void pooling_backward_channels_last(PoolingKind kind, const SpatialGeometry& g, 
         for (std::int64_t o = 0; o < out_size; ++o) {
           const T* upstream = dy.as<T>() + (n * out_size + o) * channels;
           if (kind == PoolingKind::max) {
-            window_argmax_channels_last(b, channels, in, o, best_index.data(), best_value.data());
+            const Position p = position_of(b, o);
+            window_argmax_channels_last(b, channels, in, p.d, p.h, p.w, best_index.data(), best_value.data());
             for (std::int64_t c = 0; c < channels; ++c)
               if (best_index[static_cast<std::size_t>(c)] >= 0)
                 sums[best_index[static_cast<std::size_t>(c)] * channels + c] += load(upstream[c]);
