@@ -79,6 +79,23 @@ std::string FeatureTransform::description() const {
   return text.str();
 }
 
+std::string channels_last_hint(const TrainingData& data, const std::string& features_path) {
+  const std::vector<std::int64_t>& shape = data.sample_shape();
+  if (shape.size() != 3 && shape.size() != 4) return "";
+  const std::int64_t channels = shape.front(), last = shape.back();
+  constexpr std::int64_t image_channels[] = {1, 3, 4};  // grey, RGB, RGBA
+  if (std::find(std::begin(image_channels), std::end(image_channels), last) == std::end(image_channels) ||
+      channels < 8 || channels <= last)
+    return "";
+  std::vector<std::int64_t> moved(shape.begin(), shape.end() - 1);
+  moved.insert(moved.begin(), last);
+  return "warning: the features '" + features_path + "' in " + data.file() + " have samples of shape " +
+         shape_text(shape) + ", read as " + std::to_string(channels) + " channels of " +
+         shape_text(std::vector<std::int64_t>(shape.begin() + 1, shape.end())) + "; they look stored channels-last (" +
+         std::to_string(last) + " channels at the end). hpctrain reads (N, C, H, W) / (N, C, D, H, W): store them as " +
+         shape_text(moved) + " per sample (numpy: np.moveaxis(x, -1, 1)), or ignore this if the layout is intended";
+}
+
 // --- TrainingData ---
 
 struct TrainingData::Part {

@@ -3,7 +3,8 @@
 # data.normalize applies (x - mean) / std exactly as standardising the file by hand does (identical training losses);
 # config.toml and the checkpoints carry the values, so predict and evaluate on a checkpoint agree without the file;
 # data.mean/data.std in the deck do the same; inspect prints regression targets' statistics; bad statistics (missing
-# file, another number of channels, std 0, lengths that differ) are refused with one message naming the file or key.
+# file, another number of channels, std 0, lengths that differ) are refused with one message naming the file or key;
+# images stored channels-last get a start-up hint.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 # Images (N, 3, 4, 4) whose channels differ by orders of magnitude; labels from the standardised values, channel 2
@@ -157,4 +158,25 @@ with h5py.File('bad-stats.h5', 'w') as f:
 expect_error zero-std-file "bad-stats.h5.*channel 1 has mean 0 and std 0" 2 train deck.toml --output e6 \
   --set data.normalize=bad-stats.h5
 
+# A hint when images look channels-last: (N, 8, 8, 3) warns once, naming the file and np.moveaxis; (N, 3, 8, 8) does
+# not.
+$PYTHON - <<'PY'
+import h5py, numpy as np
+rng = np.random.default_rng(3)
+x = rng.normal(size=(64, 8, 8, 3)).astype(np.float32)
+for name, features in (("last.h5", x), ("first.h5", np.moveaxis(x, -1, 1))):
+    with h5py.File(name, "w") as f:
+        f["/features"] = features
+        f["/labels"] = rng.integers(0, 3, size=64).astype(np.int32)
+PY
+for layout in last first; do
+  run_ranks 2 train deck.toml --output hint-$layout --set data.train=$layout.h5 --set data.validation=$layout.h5 \
+    --set data.normalize= --set train.steps=2 >hint-$layout.log 2>&1 || { cat hint-$layout.log >&2; fail "$layout"; }
+done
+if [[ $(grep -c "look stored channels-last" hint-last.log) == 1 ]] && grep -q "last.h5.*(8, 8, 3).*np.moveaxis" hint-last.log &&
+  ! grep -q "channels-last" hint-first.log; then
+  pass "channels-last hint: $(grep channels-last hint-last.log)"
+else
+  cat hint-last.log hint-first.log >&2; fail "channels-last hint"
+fi
 finish

@@ -57,6 +57,12 @@ struct FeatureTransform {
   [[nodiscard]] std::string description() const;        // "log1p, then * 0.5, then + 1" for messages
 };
 
+class TrainingData;
+
+// A start-up hint when the features look stored channels-last ((N, H, W, C) read as (N, C, H, W)): a rank-3 or rank-4
+// sample shape whose last axis is 1, 3 or 4 while the "channel" axis is at least 8 and larger. "" when they do not.
+std::string channels_last_hint(const TrainingData& data, const std::string& features_path);
+
 class TrainingData {
  public:
   // split_key: "data.train" or "data.validation" (names the deck key in messages); patterns: its files or glob
