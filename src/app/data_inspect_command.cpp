@@ -6,12 +6,13 @@
 #include <optional>
 #include <unordered_map>
 
-#include "hpctrain/app/command_line.hpp"
 #include "data_tools.hpp"
+#include "hpctrain/app/command_line.hpp"
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/core/numbers.hpp"
 #include "hpctrain/data/channel_statistics.hpp"
 #include "hpctrain/data/hdf5_dataset.hpp"
+#include "hpctrain/data/normalization.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
 #include "hpctrain/io/hdf5.hpp"
 
@@ -20,15 +21,19 @@ namespace hpctrain {
 namespace {
 
 const char* const inspect_usage =
-    "usage: hpctrain data inspect FILE.h5 [--features PATH] [--all-channels]\n"
+    "usage: hpctrain data inspect FILE.h5 [--features PATH] [--all-channels] [--stats-out STATS.h5 [--force]]\n"
     "\n"
     "Describe an HDF5 data file: every dataset (shape, stored type, chunking and compression), the number of\n"
-    "samples, the range and number of distinct labels in /labels, min/max/mean/std of every feature channel, and\n"
-    "the attributes of the root. The file is read in bounded blocks, so any size is fine.\n"
+    "samples, the range and number of distinct labels in /labels, min/max/mean/std of every feature channel,\n"
+    "min/max/mean/std of every column of /targets (regression targets), and the attributes of the root. The file\n"
+    "is read in bounded blocks, so any size is fine.\n"
     "\n"
     "options:\n"
     "  --features PATH   the dataset to summarise per channel (default /features)\n"
     "  --all-channels    print every channel (default: the first 32)\n"
+    "  --stats-out FILE  write the per-channel mean and std of the features (float64) to FILE for the deck's\n"
+    "                    data.normalize = \"FILE\" (x -> (x - mean) / std); a constant channel gets std 1\n"
+    "  --force           overwrite an existing --stats-out file\n"
     "\n"
     "A channel is the second dimension: (N, F) has F channels, (N, C, H, W) has C channels of H x W values.\n"
     "std is the population standard deviation (numpy.std). NaN and Inf are counted apart and left out.\n";
@@ -109,22 +114,24 @@ void print_label_summary(const std::string& file) {
   std::printf("\n");
 }
 
-// min/max/mean/std per channel of one dataset, in a table.
-void print_channel_statistics(const std::string& file, const std::string& path, bool all_channels) {
+// min/max/mean/std per channel of one dataset, in a table; returns them (empty when the dataset is not numbers).
+// `what` names the rows: "channels" for features, "targets" for regression targets.
+std::vector<ChannelStatistics> print_channel_statistics(const std::string& file, const std::string& path,
+                                                        bool all_channels, const char* what = "channels") {
   std::unique_ptr<Hdf5Dataset> dataset;
   try {
     dataset = std::make_unique<Hdf5Dataset>(file, path);
   } catch (const InputError& error) {  // strings, compounds, a scalar: nothing to summarise
-    std::printf("channels (%s): not summarised (%s)\n", path.c_str(), error.what());
-    return;
+    std::printf("%s (%s): not summarised (%s)\n", what, path.c_str(), error.what());
+    return {};
   }
   const std::vector<ChannelStatistics> channels = channel_statistics(*dataset);
   const auto& shape = dataset->shape();
   const std::int64_t per_sample =
       channels.empty() ? 0 : dataset->sample_size() / static_cast<std::int64_t>(channels.size());
-  std::printf("channels (%s, %s): %zu, %lld value%s per sample each\n", path.c_str(), dataset->type_name().c_str(),
+  std::printf("%s (%s, %s): %zu, %lld value%s per sample each\n", what, path.c_str(), dataset->type_name().c_str(),
               channels.size(), static_cast<long long>(per_sample), per_sample == 1 ? "" : "s");
-  if (shape.empty() || shape[0] == 0) return;
+  if (shape.empty() || shape[0] == 0) return channels;
   constexpr std::size_t shown_by_default = 32;
   const std::size_t shown = all_channels ? channels.size() : std::min(channels.size(), shown_by_default);
   std::printf("  %7s  %14s  %14s  %14s  %14s\n", "channel", "min", "max", "mean", "std");
@@ -145,6 +152,7 @@ void print_channel_statistics(const std::string& file, const std::string& path, 
     std::printf("  ... %zu more channels (--all-channels prints them)\n", channels.size() - shown);
   if (non_finite > 0)
     std::printf("warning: %lld NaN or Inf values in %s\n", static_cast<long long>(non_finite), path.c_str());
+  return channels;
 }
 
 struct DatasetRow {
@@ -156,7 +164,8 @@ struct DatasetRow {
 
 int data_inspect_command(const Arguments& args, const MpiEnvironment& mpi) {
   const std::string command = "hpctrain data inspect";
-  const CommandLine parsed(args, command, {{"--features", true}, {"--all-channels", false}});
+  const CommandLine parsed(
+      args, command, {{"--features", true}, {"--all-channels", false}, {"--stats-out", true}, {"--force", false}});
   if (print_help_if_asked(parsed, inspect_usage, mpi)) return 0;
   const std::string help_hint = parsed.help_hint();
   HPCTRAIN_VERIFY(!parsed.positionals().empty(), InputError, command << ": no file given", help_hint);
@@ -235,11 +244,35 @@ int data_inspect_command(const Arguments& args, const MpiEnvironment& mpi) {
     const auto summarised = std::find_if(rows.begin(), rows.end(), [&](const DatasetRow& r) {
       return r.path == features_path || r.path == "/" + features_path;
     });
+    std::vector<ChannelStatistics> channels;
     if (summarised != rows.end()) {
-      print_channel_statistics(file, summarised->path, parsed.has("--all-channels"));
-    } else if (parsed.has("--features")) {
+      channels = print_channel_statistics(file, summarised->path, parsed.has("--all-channels"));
+    } else if (parsed.has("--features") || parsed.has("--stats-out")) {
       throw InputError(command + ": '" + file + "' has no dataset '" + features_path + "'",
-                       "the datasets are listed above");
+                       parsed.has("--features") ? "the datasets are listed above"
+                                                : "name the features with --features PATH (the datasets are listed "
+                                                  "above)");
+    }
+    const auto targets =
+        std::find_if(rows.begin(), rows.end(), [](const DatasetRow& r) { return r.path == "/targets"; });
+    if (targets != rows.end()) print_channel_statistics(file, "/targets", parsed.has("--all-channels"), "targets");
+
+    if (parsed.has("--stats-out")) {
+      HPCTRAIN_VERIFY(!channels.empty(), InputError,
+                      command << ": '" << summarised->path << "' in '" << file << "' has no numbers to summarise",
+                      "--stats-out needs a numeric features dataset");
+      const std::string output = parsed.value("--stats-out");
+      std::vector<std::size_t> constant;
+      write_output_file(parsed, "--stats-out", output, [&](const std::string& temporary) {
+        constant = write_normalization_file(temporary, file, summarised->path, channels);
+      });
+      std::printf("wrote the mean and std of %zu channels of %s to %s (use data.normalize = \"%s\")\n", channels.size(),
+                  summarised->path.c_str(), output.c_str(), output.c_str());
+      if (!constant.empty())
+        std::printf(
+            "note: %zu constant channel%s (std 0, e.g. channel %zu) written with std 1: only the mean is "
+            "subtracted there\n",
+            constant.size(), constant.size() == 1 ? "" : "s", constant.front());
     }
 
     const std::vector<std::string> attributes = attribute_names(handle.get());

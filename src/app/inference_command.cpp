@@ -147,7 +147,8 @@ const char* const predict_usage =
     "CHECKPOINT.h5 may also be a run directory or its checkpoints/latest (the newest checkpoint) or\n"
     "checkpoints/best (the best by the run's checkpoint.best_metric).\n"
     "Run the checkpoint's model (its deck is stored in the checkpoint) over every sample of FILE.h5 (the dataset\n"
-    "data.features, transformed by the deck's data.log1p/scale/shift as in training), sharded over the ranks, in the\n"
+    "data.features, transformed by the deck's data.log1p/scale/shift/mean/std as in training), sharded over the ranks, "
+    "in the\n"
     "deck's precision, and write one HDF5 file (written by all ranks together) with /predictions (N x outputs,\n"
     "fp32, in the file's sample order), /indices (N), and for classification /probabilities (softmax) and /classes\n"
     "(argmax). Default output: predictions.h5.\n"
@@ -171,7 +172,8 @@ int predict_command(const Arguments& args, const MpiEnvironment& mpi) {
   const InferenceArguments& arguments = *parsed;
   const std::string output = arguments.output.empty() ? "predictions.h5" : arguments.output;
   refuse_to_overwrite(output, arguments.force, mpi);
-  // The reader training and evaluation use (so the deck's data.log1p/scale/shift apply), without labels.
+  // The reader training and evaluation use (so the deck's data.log1p/scale/shift and standardisation apply), without
+  // labels.
   const RunConfig deck = checkpoint_config(arguments);
   const TrainingData data(deck, "--data", arguments.data, task_of(deck.model.loss), DataContents::features_only);
   InferenceSetup setup = set_up(arguments, deck, data.model_input_shape(), mpi);

@@ -7,6 +7,7 @@
 #include "hpctrain/app/commands.hpp"
 #include "hpctrain/config/run_config.hpp"
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/data/normalization.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
 #include "hpctrain/train/dry_run.hpp"
 #include "hpctrain/train/run_continuation.hpp"
@@ -97,7 +98,9 @@ int train_command(const Arguments& args, const MpiEnvironment& mpi) {
   if (line.has("--dry-run")) {  // before the status file: a dry run writes nothing
     HPCTRAIN_VERIFY(!deck.empty(), InputError, "hpctrain train: no input deck given",
                     "usage: hpctrain train DECK.toml --dry-run");
-    dry_run(load_run_config(deck, overrides), mpi, options);
+    RunConfig config = load_run_config(deck, overrides);
+    resolve_normalization(config);
+    dry_run(config, mpi, options);
     return 0;
   }
   RunStatus status(status_file);
@@ -105,7 +108,8 @@ int train_command(const Arguments& args, const MpiEnvironment& mpi) {
   try {
     HPCTRAIN_VERIFY(!deck.empty(), InputError, "hpctrain train: no input deck given",
                     "usage: hpctrain train DECK.toml");
-    const RunConfig config = load_run_config(deck, overrides);
+    RunConfig config = load_run_config(deck, overrides);
+    resolve_normalization(config);  // the values, not the file name, go to config.toml and the checkpoints
     Trainer trainer(config, mpi, options);
     return trainer.run().exit_code;
   } catch (const Error& error) {

@@ -354,6 +354,19 @@ void DeckReader::assign(ValueKind kind, const FieldRef& target, const toml::node
                         });
       return;
     }
+    case ValueKind::number_array: {
+      auto& values = *std::get<std::vector<double>*>(target);
+      read_one_or_array(values, node, kind, dotted_key, example, true, "a number", "",
+                        [](const toml::node& element) -> std::optional<double> {
+                          if (const auto* integer = element.as_integer()) return static_cast<double>(integer->get());
+                          if (const auto* floating = element.as_floating_point()) return floating->get();
+                          return std::nullopt;
+                        });
+      for (const double value : values)
+        if (!std::isfinite(value))
+          range_error(dotted_key, "finite numbers", toml_float(value), "inf and nan are not meaningful here");
+      return;
+    }
     case ValueKind::layers:
       return;  // read by read_layers
   }

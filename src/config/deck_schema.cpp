@@ -37,6 +37,9 @@ const std::vector<SectionSpec>& schema() {
            {"log1p", Kind::boolean, bind_field<&Config::data, &DataSection::log1p>},
            {"scale", Kind::number, bind_field<&Config::data, &DataSection::scale>},
            {"shift", Kind::number, bind_field<&Config::data, &DataSection::shift>},
+           {"normalize", Kind::string, bind_field<&Config::data, &DataSection::normalize>},
+           {"mean", Kind::number_array, bind_field<&Config::data, &DataSection::mean>},
+           {"std", Kind::number_array, bind_field<&Config::data, &DataSection::std>},
        }},
       {"train",
        {

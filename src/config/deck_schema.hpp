@@ -20,7 +20,7 @@ namespace hpctrain::deck {
 // `string_array` is an array of strings (a single string is taken as a one-element array); `shuffle` is a boolean or a
 // word (true = "global", false = "none").
 // `extents` is an integer or an array of integers (conv/pool windows). `seconds_or_off` is a number, or false for 0
-// (off).
+// (off). `number_array` is an array of numbers (a single number is taken as a one-element array).
 enum class ValueKind {
   integer,
   number,
@@ -31,7 +31,8 @@ enum class ValueKind {
   loss_scale,
   layers,
   extents,
-  seconds_or_off
+  seconds_or_off,
+  number_array
 };
 
 // An enumeration field seen through its words (config/choices.hpp): the reader sets it from a word, to_toml writes
@@ -75,9 +76,9 @@ ChoiceListRef choice_list_ref(std::vector<Choice>* field) {
 }
 
 // Where a key's value lives inside a RunConfig (or a LayerSpec). monostate for model.layers, which is read separately.
-using FieldRef =
-    std::variant<std::monostate, std::int64_t*, std::uint64_t*, double*, bool*, std::string*, std::vector<std::string>*,
-                 std::vector<std::int64_t>*, ChoiceRef, ChoiceListRef, LossScaleSetting*, TimeLimit*>;
+using FieldRef = std::variant<std::monostate, std::int64_t*, std::uint64_t*, double*, bool*, std::string*,
+                              std::vector<std::string>*, std::vector<std::int64_t>*, std::vector<double>*, ChoiceRef,
+                              ChoiceListRef, LossScaleSetting*, TimeLimit*>;
 
 template <class T>
 FieldRef field_ref(T* field) {

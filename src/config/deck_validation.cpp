@@ -117,6 +117,20 @@ void DeckReader::validate() {
   check_integer("data.eval_batch_size", config.data.eval_batch_size, 0);
   check_integer("data.prefetch", config.data.prefetch, 0);
   check_number("data.scale", config.data.scale, config.data.scale != 0, "a non-zero number");
+  if (config.data.mean.size() != config.data.std.size())
+    fail(location(config.data.mean.empty() ? "data.std" : "data.mean"),
+         "data.mean has " + std::to_string(config.data.mean.size()) + " values but data.std has " +
+             std::to_string(config.data.std.size()) + ": standardisation needs one mean and one std per channel",
+         "set both, or use data.normalize = \"stats.h5\" (written by hpctrain data inspect --stats-out)");
+  if (!config.data.normalize.empty() && !config.data.mean.empty())
+    fail(location("data.normalize"), "data.normalize and data.mean/data.std are both set: choose one",
+         "data.normalize reads the values from a file; data.mean and data.std give them in the deck");
+  for (std::size_t c = 0; c < config.data.std.size(); ++c)
+    if (!(config.data.std[c] > 0))
+      fail(location("data.std"),
+           "data.std[" + std::to_string(c) + "] is " + toml_float(config.data.std[c]) +
+               ": a standard deviation must be positive (a constant channel cannot be standardised)",
+           "use 1 for a constant channel (then only its mean is subtracted), or drop the channel");
 
   check_integer("train.steps", config.train.steps, 0);
   check_integer("train.epochs", config.train.epochs, 0);

@@ -73,6 +73,11 @@ std::string toml_literal(const FieldRef& target) {
       for (std::size_t i = 0; i < values->size(); ++i) text += (i > 0 ? ", " : "") + std::to_string((*values)[i]);
       return text + "]";
     }
+    std::string operator()(const std::vector<double>* values) const {
+      std::string text = "[";
+      for (std::size_t i = 0; i < values->size(); ++i) text += (i > 0 ? ", " : "") + toml_float((*values)[i]);
+      return text + "]";
+    }
     std::string operator()(const ChoiceRef& choice) const { return toml_string(choice.word()); }
     std::string operator()(const ChoiceListRef& choices) const {
       std::string text = "[";
@@ -147,6 +152,8 @@ std::string_view expected_description(ValueKind kind) {
       return "an integer or an array of integers";
     case ValueKind::seconds_or_off:
       return "a number of seconds, or false (off)";
+    case ValueKind::number_array:
+      return "an array of numbers";
   }
   return "a value";
 }

@@ -17,6 +17,7 @@
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/data/data_files.hpp"
 #include "hpctrain/data/hdf5_dataset.hpp"
+#include "hpctrain/data/normalization.hpp"
 #include "hpctrain/data/sampler.hpp"
 #include "hpctrain/io/hdf5.hpp"
 
@@ -31,7 +32,15 @@ constexpr std::int64_t no_sample = std::numeric_limits<std::int64_t>::max();
 // --- FeatureTransform ---
 
 FeatureTransform FeatureTransform::from(const DataSection& section) {
-  return {section.log1p, static_cast<float>(section.scale), static_cast<float>(section.shift)};
+  FeatureTransform transform;
+  transform.log1p = section.log1p;
+  transform.scale = static_cast<float>(section.scale);
+  transform.shift = static_cast<float>(section.shift);
+  for (std::size_t c = 0; c < section.mean.size(); ++c) {
+    transform.mean.push_back(static_cast<float>(section.mean[c]));
+    transform.std.push_back(static_cast<float>(section.std[c]));
+  }
+  return transform;
 }
 
 void FeatureTransform::apply(float* values, std::int64_t count) const {
@@ -39,9 +48,16 @@ void FeatureTransform::apply(float* values, std::int64_t count) const {
   const float a = scale, b = shift;
   if (log1p) {
     for (std::int64_t i = 0; i < count; ++i) values[i] = std::log1p(values[i]) * a + b;
-  } else {
+  } else if (a != 1.0f || b != 0.0f) {
     for (std::int64_t i = 0; i < count; ++i) values[i] = values[i] * a + b;
   }
+  if (mean.empty()) return;
+  HPCTRAIN_ASSERT(row > 0 && count % row == 0, "FeatureTransform::apply: the data's shape was not set");
+  for (std::int64_t first = 0; first < count; first += row)
+    for (std::size_t c = 0; c < mean.size(); ++c) {
+      float* channel = values + first + static_cast<std::int64_t>(c) * inner;
+      for (std::int64_t i = 0; i < inner; ++i) channel[i] = (channel[i] - mean[c]) / std[c];
+    }
 }
 
 std::string FeatureTransform::description() const {
@@ -55,8 +71,29 @@ std::string FeatureTransform::description() const {
     text << separator << "data.scale = " << scale;
     separator = ", then ";
   }
-  if (shift != 0.0f) text << separator << "data.shift = " << shift;
+  if (shift != 0.0f) {
+    text << separator << "data.shift = " << shift;
+    separator = ", then ";
+  }
+  if (!mean.empty()) text << separator << "standardisation (data.mean, data.std)";
   return text.str();
+}
+
+std::string channels_last_hint(const TrainingData& data, const std::string& features_path) {
+  const std::vector<std::int64_t>& shape = data.sample_shape();
+  if (shape.size() != 3 && shape.size() != 4) return "";
+  const std::int64_t channels = shape.front(), last = shape.back();
+  constexpr std::int64_t image_channels[] = {1, 3, 4};  // grey, RGB, RGBA
+  if (std::find(std::begin(image_channels), std::end(image_channels), last) == std::end(image_channels) ||
+      channels < 8 || channels <= last)
+    return "";
+  std::vector<std::int64_t> moved(shape.begin(), shape.end() - 1);
+  moved.insert(moved.begin(), last);
+  return "warning: the features '" + features_path + "' in " + data.file() + " have samples of shape " +
+         shape_text(shape) + ", read as " + std::to_string(channels) + " channels of " +
+         shape_text(std::vector<std::int64_t>(shape.begin() + 1, shape.end())) + "; they look stored channels-last (" +
+         std::to_string(last) + " channels at the end). hpctrain reads (N, C, H, W) / (N, C, D, H, W): store them as " +
+         shape_text(moved) + " per sample (numpy: np.moveaxis(x, -1, 1)), or ignore this if the layout is intended";
 }
 
 // --- TrainingData ---
@@ -148,6 +185,30 @@ TrainingData::TrainingData(const RunConfig& config, const std::string& split_key
   }
   part_begins_.push_back(samples_);
   HPCTRAIN_VERIFY(samples_ > 0, InputError, context << ": " << description_ << " holds no samples");
+  set_up_standardisation(config);
+}
+
+void TrainingData::set_up_standardisation(const RunConfig& config) {
+  std::string source = config.data.normalized_from;
+  if (!config.data.normalize.empty()) {  // not resolved by the caller: read the file now
+    const NormalizationValues values = read_normalization_file(config.data.normalize, config.where("data.normalize"));
+    transform_.mean.assign(values.mean.begin(), values.mean.end());
+    transform_.std.assign(values.std.begin(), values.std.end());
+    source = config.data.normalize;
+  }
+  if (transform_.mean.empty()) return;
+  // A channel is the second dimension: (N, F) has F, (N, C, H, W) has C of H * W values.
+  const std::int64_t channels = sample_shape_.empty() ? 1 : sample_shape_.front();
+  const std::string key = source.empty() ? "data.mean/data.std" : "data.normalize = \"" + source + "\"";
+  HPCTRAIN_VERIFY(static_cast<std::int64_t>(transform_.mean.size()) == channels, InputError,
+                  config.where(source.empty() ? "data.mean" : "data.normalize")
+                      << ": " << key << " has " << transform_.mean.size() << " values per statistic, but the features '"
+                      << config.data.features << "' of " << split_key_ << " (" << description_ << ") have " << channels
+                      << " channel" << (channels == 1 ? "" : "s") << " (sample shape " << shape_text(sample_shape_)
+                      << ")",
+                  "compute the statistics from this data: hpctrain data inspect TRAIN.h5 --stats-out stats.h5");
+  transform_.row = feature_width_;
+  transform_.inner = feature_width_ / channels;
 }
 
 TrainingData::~TrainingData() = default;

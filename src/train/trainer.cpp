@@ -168,6 +168,8 @@ void Trainer::Impl::set_up_model() {
   shared_device_ = choice.shared_device;
   resource_warnings_ = rank_resource_warnings(config, mpi_, threads_, cuda_);
   if (!choice.note.empty()) resource_warnings_.insert(resource_warnings_.begin(), choice.note);
+  if (std::string hint = channels_last_hint(*train_data_, config.data.features); !hint.empty())
+    resource_warnings_.push_back(std::move(hint));
   // Activations are sized for one micro-batch: that is the memory gradient accumulation saves.
   const ModelBuffers buffers{precision_.activations, precision_.master, std::max(micro_rows_, eval_local_batch_)};
   model_ =

@@ -316,6 +316,11 @@ TEST(RunConfigErrors, DataPipelineAndCheckpointRanges) {
       {"checkpoint.on_signal", "[\"USR1\", \"KILL\"]",
        "checkpoint.on_signal must be one of USR1, USR2, TERM, INT, HUP (got \"KILL\")"},
       {"checkpoint.on_signal", "[\"USR1\", 2]", "checkpoint.on_signal[1] must be a string, got an integer (2)"},
+      {"data.mean", "[1, \"2\"]", "data.mean[1] must be a number, got a string"},
+      {"data.mean", "[1, 2]", "data.mean has 2 values but data.std has 0"},
+      {"data.std", "[1, 0]\nmean = [0, 0]", "data.std[1] is 0.0: a standard deviation must be positive"},
+      {"data.std", "[1, -2]\nmean = [0, 0]", "data.std[1] is -2.0: a standard deviation must be positive"},
+      {"data.normalize", "\"s.h5\"\nmean = [0]\nstd = [1]", "data.normalize and data.mean/data.std are both set"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.key + " = " + c.value);

@@ -66,6 +66,13 @@ struct DataSection {
   bool log1p = false;
   double scale = 1.0;
   double shift = 0.0;
+  // Standardisation, after the transforms above: (x - mean[c]) / std[c] with one value per channel c (the second
+  // dimension of the features). data.normalize names a file `hpctrain data inspect --stats-out` wrote; train reads it
+  // into mean/std and records the values (not the file name) in OUTPUT/config.toml, so checkpoints carry them.
+  std::string normalize;
+  std::vector<double> mean;
+  std::vector<double> std;
+  std::string normalized_from;  // not a deck key: the file data.normalize named, for messages
 };
 
 struct TrainSection {

@@ -40,23 +40,34 @@ struct HostBatch {
   std::vector<float> targets;            // (rows, target_width) regression
 };
 
-// x -> scale * log1p(x) + shift (log1p only when set). log1p first so that scale and shift can standardise the
-// log-transformed values, which is what a heavy-tailed feature needs.
+// x -> scale * log1p(x) + shift (log1p only when set), then (x - mean[c]) / std[c] per channel c when data.mean/std
+// (or data.normalize) are set. log1p first so that scale and shift can standardise the log-transformed values, which
+// is what a heavy-tailed feature needs.
 struct FeatureTransform {
   bool log1p = false;
   float scale = 1.0f;
   float shift = 0.0f;
+  std::vector<float> mean, std;  // (channels) or empty
+  std::int64_t row = 0;          // values per sample, a multiple of mean.size(); set with the data's shape
+  std::int64_t inner = 1;        // values per channel within a sample (H * W for images)
 
   static FeatureTransform from(const DataSection& section);
-  [[nodiscard]] bool is_identity() const { return !log1p && scale == 1.0f && shift == 0.0f; }
-  void apply(float* values, std::int64_t count) const;  // in place
+  [[nodiscard]] bool is_identity() const { return !log1p && scale == 1.0f && shift == 0.0f && mean.empty(); }
+  void apply(float* values, std::int64_t count) const;  // in place; count is a multiple of row
   [[nodiscard]] std::string description() const;        // "log1p, then * 0.5, then + 1" for messages
 };
+
+class TrainingData;
+
+// A start-up hint when the features look stored channels-last ((N, H, W, C) read as (N, C, H, W)): a rank-3 or rank-4
+// sample shape whose last axis is 1, 3 or 4 while the "channel" axis is at least 8 and larger. "" when they do not.
+std::string channels_last_hint(const TrainingData& data, const std::string& features_path);
 
 class TrainingData {
  public:
   // split_key: "data.train" or "data.validation" (names the deck key in messages); patterns: its files or glob
   // patterns, concatenated in order. Throws InputError.
+  // data.normalize, when still set (not resolved into data.mean/std), is read here.
   TrainingData(const RunConfig& config, const std::string& split_key, const std::vector<std::string>& patterns,
                TaskKind task, DataContents contents = DataContents::features_and_answers);
   TrainingData(const RunConfig& config, const std::string& split_key, const std::string& file, TaskKind task,
@@ -109,6 +120,7 @@ class TrainingData {
   template <class Value>
   void gather(bool features, const std::int64_t* indices, std::int64_t count, std::int64_t width, Value* out) const;
   std::size_t part_of(std::int64_t sample) const;
+  void set_up_standardisation(const RunConfig& config);  // data.normalize or data.mean/std against the data's shape
 
   std::string split_key_, where_, description_;
   std::vector<std::string> files_;
