@@ -75,6 +75,11 @@ TEST_F(CpuKernels, GradientStatisticsNormClipAndNonFinite) {
 }
 
 TEST_F(CpuKernels, GradientStatisticsDoNotDependOnTheThreadCount) {
+#if defined(__SANITIZE_THREAD__)
+  // Several OpenMP threads: libgomp is not built with ThreadSanitizer, whose reports on its barriers are false
+  // (tools/sanitizers/README.md).
+  GTEST_SKIP() << "OpenMP threads under ThreadSanitizer";
+#endif
   std::vector<float> gradients;
   for (double value : random_values((std::size_t{1} << 20) + 77, 171, -1e3, 1e3))
     gradients.push_back(static_cast<float>(value));
