@@ -199,6 +199,31 @@ Shape product_shape(const TensorView& a, bool transpose_a, const TensorView& b, 
                        " output on the CUDA backend");
   return {m, n, k};
 }
+
+// The plan key of a product: its shape, operand layout, epilogue, types and the alignment of every pointer (a bias
+// pointer of 0 alignment when there is none).
+CudaGemm::Key key_of(const Shape& shape, bool transpose_a, bool transpose_b, bool accumulate,
+                     CudaGemm::Epilogue epilogue, const TensorView& a, const TensorView& b, const TensorView& c,
+                     const void* bias) {
+  return {shape.m,
+          shape.n,
+          shape.k,
+          transpose_a,
+          transpose_b,
+          accumulate,
+          epilogue,
+          a.dtype,
+          c.dtype,
+          alignment_of(a.data),
+          alignment_of(b.data),
+          alignment_of(c.data),
+          bias != nullptr ? alignment_of(bias) : 0u};
+}
+
+// The epilogue paths have no staged fallback: every operand (and the bias, when there is one) 16-byte aligned.
+bool epilogue_aligned(const CudaGemm::Key& key, const void* bias) {
+  return key.align_a >= 16 && key.align_b >= 16 && key.align_c >= 16 && (bias == nullptr || key.align_bias >= 16);
+}
 }  // namespace
 
 void CudaGemm::run(const TensorView& a, bool transpose_a, const TensorView& b, bool transpose_b, const TensorView& c,
@@ -206,19 +231,8 @@ void CudaGemm::run(const TensorView& a, bool transpose_a, const TensorView& b, b
   const Shape shape = product_shape(a, transpose_a, b, transpose_b, c);
   if (shape.m == 0 || shape.n == 0) return;
   HPCTRAIN_ASSERT(shape.k > 0, "gemm: empty inner dimension");
-  const Key key{shape.m,
-                shape.n,
-                shape.k,
-                transpose_a,
-                transpose_b,
-                accumulate,
-                bias != nullptr ? Epilogue::bias : Epilogue::none,
-                a.dtype,
-                c.dtype,
-                alignment_of(a.data),
-                alignment_of(b.data),
-                alignment_of(c.data),
-                bias != nullptr ? alignment_of(bias) : 0u};
+  const Key key = key_of(shape, transpose_a, transpose_b, accumulate, bias != nullptr ? Epilogue::bias : Epilogue::none,
+                         a, b, c, bias);
   Plan& plan = plan_for(key, bias);
   if (!plan.available) return run_staged(a, transpose_a, b, transpose_b, c, bias, accumulate);
   if (bias != nullptr) set_attribute(plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
@@ -229,20 +243,8 @@ bool CudaGemm::run_with_bias_gradient(const TensorView& a, const TensorView& b, 
                                       void* bias_gradient) {
   const Shape shape = product_shape(a, true, b, false, c);
   if (shape.m == 0 || shape.n == 0 || shape.k == 0) return false;
-  const Key key{shape.m,
-                shape.n,
-                shape.k,
-                true,
-                false,
-                false,
-                Epilogue::bias_gradient,
-                a.dtype,
-                c.dtype,
-                alignment_of(a.data),
-                alignment_of(b.data),
-                alignment_of(c.data),
-                alignment_of(bias_gradient)};
-  if (key.align_a < 16 || key.align_b < 16 || key.align_c < 16 || key.align_bias < 16) return false;
+  const Key key = key_of(shape, true, false, false, Epilogue::bias_gradient, a, b, c, bias_gradient);
+  if (!epilogue_aligned(key, bias_gradient)) return false;
   Plan& plan = plan_for(key, bias_gradient);
   if (!plan.available) return false;
   set_attribute(plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias_gradient));
@@ -253,21 +255,9 @@ bool CudaGemm::run_with_bias_gradient(const TensorView& a, const TensorView& b, 
 bool CudaGemm::run_with_relu(const TensorView& a, const TensorView& b, const TensorView& c, const void* bias) {
   const Shape shape = product_shape(a, false, b, true, c);
   if (shape.m == 0 || shape.n == 0 || shape.k == 0) return false;
-  const Key key{shape.m,
-                shape.n,
-                shape.k,
-                false,
-                true,
-                false,
-                bias != nullptr ? Epilogue::relu_bias : Epilogue::relu,
-                a.dtype,
-                c.dtype,
-                alignment_of(a.data),
-                alignment_of(b.data),
-                alignment_of(c.data),
-                bias != nullptr ? alignment_of(bias) : 0u};
-  if (key.align_a < 16 || key.align_b < 16 || key.align_c < 16 || (bias != nullptr && key.align_bias < 16))
-    return false;
+  const Key key =
+      key_of(shape, false, true, false, bias != nullptr ? Epilogue::relu_bias : Epilogue::relu, a, b, c, bias);
+  if (!epilogue_aligned(key, bias)) return false;
   Plan& plan = plan_for(key, bias);
   if (!plan.available) return false;
   if (bias != nullptr) set_attribute(plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
