@@ -204,9 +204,12 @@ TOML
 write_deck deck_b.toml 1000000000 'time_limit = "00:02:00"'
 job_b=$(submit deck_b.toml --output run_b) || { fail "sbatch failed"; exit 1; }
 pass "submitted the job to interrupt: $job_b"
+# The partition goes down once the job runs (a running job goes on; its requeued segment then waits), here and not in
+# the watcher: on a busy machine slurmctld answers scontrol slowly, and the retries must not eat the watcher's time.
+wait_for "$job_b" 120 '[[ $state == RUNNING ]]' || { fail "job $job_b did not start within 120 s"; exit 1; }
+set_partition DOWN || { fail "the debug partition did not go down"; exit 1; }
 # The watcher sends the signal as soon as training has started; it runs in its own session (see setsid above).
 setsid bash -c 'until grep -q "^step " "$1/train.log" 2>/dev/null; do sleep 0.05; done
-  set_partition DOWN
   scancel --signal=USR1 --batch "$2"' watcher "$WORK/run_b" "$job_b" &
 watcher_pid=$!
 # (scancel --signal=USR1 --batch is what --signal=B:USR1@300 does 300 s before the time limit.)
