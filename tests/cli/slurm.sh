@@ -147,20 +147,11 @@ pass "single-node $(sbatch --version) up: node $node, $cpus CPUs, ports $ctld_po
 
 # --- helpers ---
 # Every wait below is bounded, and all of them together too: the test ends (and stops its daemons) before CTest's
-# timeout would kill it without cleaning up.
-test_deadline=$((SECONDS + 240))
-# set_partition STATE: scontrol update of the debug partition, retried until it shows STATE (a busy slurmctld answers
-# "Socket timed out on send/recv operation" and leaves the partition as it was).
-set_partition() {
-  local try
-  for try in $(seq 30); do
-    scontrol update PartitionName=debug State="$1" 2>/dev/null
-    scontrol show partition debug 2>/dev/null | grep -q "State=$1 " && return 0
-    sleep 1
-  done
-  return 1
-}
-export -f set_partition  # for the watcher's shell
+# timeout would kill it without cleaning up. Each line says when it happened (seconds since the cluster came up), so
+# that a failure on a slow machine shows which wait took the time.
+test_start=$SECONDS test_deadline=$((SECONDS + 240))
+pass() { echo "ok [+$((SECONDS - test_start)) s]: $*"; }
+fail() { echo "FAIL [+$((SECONDS - test_start)) s]: $*" >&2; failures=$((failures + 1)); }
 job_field() { scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
 # wait_for JOB SECONDS CONDITION: until the shell condition (on $state, $restarts) holds; false on timeout or failure.
 wait_for() {
@@ -175,6 +166,16 @@ wait_for() {
   echo "job $job: state $state, restarts $restarts after waiting up to $seconds s for: $condition" >&2
   cat "$WORK/hpctrain-$job.out" >&2 2>/dev/null || true
   return 1
+}
+# wait_for_line FILE PATTERN SECONDS: until FILE has a line matching the extended regex PATTERN (file polls only: no
+# Slurm command, so a slow slurmctld cannot delay it); false after SECONDS or at the test's deadline.
+wait_for_line() {
+  local deadline=$((SECONDS + $3))
+  ((deadline < test_deadline)) || deadline=$test_deadline
+  until grep -qE "$2" "$1" 2>/dev/null; do
+    ((SECONDS <= deadline)) || return 1
+    sleep 0.05
+  done
 }
 submit() { sbatch --parsable --ntasks-per-node=2 --cpus-per-task=1 --time=10 "$script" "$@"; }
 
@@ -197,38 +198,44 @@ ${3:-}
 TOML
 }
 
-# --- (2) first: the interrupted job. It trains "forever" until the warning signal; the partition is taken down
-# before the signal so that the requeued job waits while the test sets the number of steps for its second segment.
-# train.time_limit only bounds the run (and the reference run's length) should the signal not come: on a machine
-# so busy that the watcher waits for a CPU for two minutes, the test fails rather than running for many minutes.
-write_deck deck_b.toml 1000000000 'time_limit = "00:02:00"'
+# --- (2) first: the interrupted job. It trains "forever" until the warning signal, which the watcher sends as soon as
+# training has started. The test learns the step it stopped at from its train.log and, at once, sets the number of
+# steps of the second segment (and of the reference run) to 300 more: the requeued job cannot start again within
+# cred_expire (10 s) of its requeue, and hpctrain logs the stop before it exits, so the deck is rewritten in time
+# without holding the job or taking the partition down (scontrol calls wait on slurmctld, which a busy machine delays).
+# train.time_limit only bounds the run (and the reference run's length) should the signal not come: on a machine so
+# busy that the watcher waits for a CPU for a minute, the test fails rather than running for many minutes.
+write_deck deck_b.toml 1000000000 'time_limit = "00:01:00"'
 job_b=$(submit deck_b.toml --output run_b) || { fail "sbatch failed"; exit 1; }
 pass "submitted the job to interrupt: $job_b"
-# The partition goes down once the job runs (a running job goes on; its requeued segment then waits), here and not in
-# the watcher: on a busy machine slurmctld answers scontrol slowly, and the retries must not eat the watcher's time.
-wait_for "$job_b" 120 '[[ $state == RUNNING ]]' || { fail "job $job_b did not start within 120 s"; exit 1; }
-set_partition DOWN || { fail "the debug partition did not go down"; exit 1; }
-# The watcher sends the signal as soon as training has started; it runs in its own session (see setsid above).
+# The watcher runs in its own session (see setsid above). scancel --signal=USR1 --batch is what
+# --signal=B:USR1@300 does 300 s before the time limit.
 setsid bash -c 'until grep -q "^step " "$1/train.log" 2>/dev/null; do sleep 0.05; done
   scancel --signal=USR1 --batch "$2"' watcher "$WORK/run_b" "$job_b" &
 watcher_pid=$!
-# (scancel --signal=USR1 --batch is what --signal=B:USR1@300 does 300 s before the time limit.)
-if ! timeout 120 tail --pid="$watcher_pid" -f /dev/null; then
-  fail "job $job_b did not start training within 120 s"
-  cat "hpctrain-$job_b.out" >&2
+if ! wait_for_line run_b/train.log "^step " 150; then
+  fail "job $job_b did not start training within 150 s (state $(job_field "$job_b" JobState))"
+  cat "hpctrain-$job_b.out" >&2 2>/dev/null
   exit 1
 fi
-wait_for "$job_b" 60 '[[ $state == PENDING && $restarts -ge 1 ]]' || { fail "job $job_b was not requeued"; exit 1; }
-stop_line=$(grep "stopping at step" run_b/train.log || true)
-[[ $stop_line == *"after SIGUSR1"* ]] ||
-  { fail "the run did not stop on SIGUSR1 (the watcher was too late?): '$stop_line'"; exit 1; }
-pass "job $job_b requeued after SIGUSR1 (Restarts=$restarts): ${stop_line%%;*}"
-stopped=$(sed -n 's/.*step-0*\([0-9]*\)\.h5/\1/p' run_b/checkpoints/latest)
-((stopped > 0)) || { fail "no checkpoint committed before the requeue"; exit 1; }
+pass "job $job_b is training"
+if ! wait_for_line run_b/train.log "^stopping at step" 90; then
+  fail "job $job_b did not stop within 90 s of starting to train (the signal was not delivered?)"
+  tail -5 run_b/train.log >&2; cat "hpctrain-$job_b.out" >&2 2>/dev/null
+  exit 1
+fi
+stop_line=$(grep "^stopping at step" run_b/train.log)
+stopped=$(sed -n 's/^stopping at step \([0-9]*\).*/\1/p' <<<"$stop_line")
 steps=$((stopped + 300))
 write_deck deck_b.toml "$steps" # read again by the second segment (train.steps may change on resume)
 write_deck deck_a.toml "$steps"
-set_partition UP || fail "the debug partition did not come up again"
+[[ $stop_line == *"after SIGUSR1"* ]] ||
+  { fail "the run did not stop on SIGUSR1 (the watcher was too late?): '$stop_line'"; exit 1; }
+pass "job $job_b stopped: ${stop_line%%;*}; both decks now train to step $steps"
+wait_for "$job_b" 60 '[[ $restarts -ge 1 ]]' || { fail "job $job_b was not requeued"; exit 1; }
+pass "job $job_b requeued (Restarts=$restarts)"
+[[ $(sed -n 's/.*step-0*\([0-9]*\)\.h5/\1/p' run_b/checkpoints/latest) == "$stopped" ]] ||
+  { fail "checkpoints/latest does not name the checkpoint of step $stopped: $(cat run_b/checkpoints/latest)"; exit 1; }
 
 # --- (1) the uninterrupted reference, queued behind the second segment ---
 job_a=$(submit deck_a.toml --output run_a)
