@@ -7,6 +7,10 @@
 # where it cannot get Slurm running, unless HPCTRAIN_REQUIRE_SLURM=1 makes that a failure.
 source "$(dirname "$0")/lib/common.bash"
 script=$HPCTRAIN_SOURCE_DIR/jobscripts/slurm.sbatch
+# Each line says when it happened (seconds since the test started), so that a failure on a slow machine shows which
+# wait took the time.
+pass() { echo "ok [+$SECONDS s]: $*"; }
+fail() { echo "FAIL [+$SECONDS s]: $*" >&2; failures=$((failures + 1)); }
 
 skip() {
   echo "SKIP: $*"
@@ -147,11 +151,8 @@ pass "single-node $(sbatch --version) up: node $node, $cpus CPUs, ports $ctld_po
 
 # --- helpers ---
 # Every wait below is bounded, and all of them together too: the test ends (and stops its daemons) before CTest's
-# timeout would kill it without cleaning up. Each line says when it happened (seconds since the cluster came up), so
-# that a failure on a slow machine shows which wait took the time.
-test_start=$SECONDS test_deadline=$((SECONDS + 240))
-pass() { echo "ok [+$((SECONDS - test_start)) s]: $*"; }
-fail() { echo "FAIL [+$((SECONDS - test_start)) s]: $*" >&2; failures=$((failures + 1)); }
+# timeout would kill it without cleaning up.
+test_deadline=$((SECONDS + 240))
 job_field() { scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
 # wait_for JOB SECONDS CONDITION: until the shell condition (on $state, $restarts) holds; false on timeout or failure.
 wait_for() {
