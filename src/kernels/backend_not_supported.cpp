@@ -13,6 +13,19 @@ namespace {
 }
 }  // namespace
 
+void Backend::attention_forward(const AttentionGeometry&, const TensorView&, const TensorView&, void*) {
+  not_supported(*this, "attention");
+}
+void Backend::attention_backward(const AttentionGeometry&, const TensorView&, const TensorView&, const TensorView&,
+                                 const void*, const TensorView&) {
+  not_supported(*this, "attention");
+}
+void Backend::embedding_forward(const std::int32_t*, const void*, std::int64_t, const TensorView&) {
+  not_supported(*this, "embedding");
+}
+void Backend::embedding_backward(const std::int32_t*, const TensorView&, std::int64_t, void*, bool) {
+  not_supported(*this, "embedding");
+}
 void Backend::convolution_forward(const SpatialGeometry&, const TensorView&, const TensorView&, const void*,
                                   const TensorView&) {
   not_supported(*this, "convolution (conv2d/conv3d)");

@@ -95,6 +95,19 @@ struct SpatialGeometry {
 
 enum class PoolingKind : std::uint8_t { max, average };
 
+// Multi-head self-attention over sequences stored as rows: a batch of `batch` sequences of `sequence` positions is
+// batch * sequence rows. The packed projection qkv has 3 * heads * head_dim columns per row: [q | k | v], head h at
+// columns h * head_dim ... (h + 1) * head_dim - 1 of each part (PyTorch's GPT-2 c_attn layout: split, then view(B, T,
+// heads, head_dim)). The output has heads * head_dim columns, the heads side by side (the input of the output
+// projection).
+struct AttentionGeometry {
+  std::int64_t batch = 0, sequence = 0, heads = 1, head_dim = 0;
+  bool causal = true;  // position t attends to positions <= t only
+  float scale = 0.0f;  // the scores' factor, 1 / sqrt(head_dim) as in PyTorch's scaled_dot_product_attention
+  [[nodiscard]] std::int64_t width() const { return heads * head_dim; }
+  bool operator==(const AttentionGeometry&) const = default;
+};
+
 // The recordings a backend keeps (CUDA graphs): the training step, and forward passes without gradients (evaluation,
 // predict, evaluate), so that one does not replace the other.
 enum class CaptureSlot : std::uint8_t { step, inference };
@@ -198,6 +211,25 @@ class Backend {
   // transpose of each row between (C, S) and (S, C). y must not alias x.
   virtual void convert_spatial_layout(std::int64_t channels, SpatialLayout from, const TensorView& x,
                                       const TensorView& y);
+
+  // ---- sequences (transformers; default implementations throw NotSupported) ----
+  // Fused attention: out = softmax(scale * q k^T (+ causal mask)) v per (sequence, head), scores and softmax in fp32
+  // (fp64 for f64), never a T x T matrix per head in backend memory. lse (f32, or f64 for f64 storage: (batch, heads,
+  // sequence)) receives each query row's log-sum-exp of the scaled scores, which the backward reads to recompute the
+  // probabilities (flash-attention style). out must not alias qkv.
+  virtual void attention_forward(const AttentionGeometry& geometry, const TensorView& qkv, const TensorView& out,
+                                 void* lse);
+  // dqkv (qkv's shape, overwritten) from dout; out and lse are the forward's.
+  virtual void attention_backward(const AttentionGeometry& geometry, const TensorView& qkv, const TensorView& out,
+                                  const TensorView& dout, const void* lse, const TensorView& dqkv);
+  // Embedding lookup: y row r = table row ids[r] (table: master dtype (vocabulary, y.cols); y in the activation dtype).
+  // ids in backend memory, each in [0, vocabulary) (checked by the data layer).
+  virtual void embedding_forward(const std::int32_t* ids, const void* table, std::int64_t vocabulary,
+                                 const TensorView& y);
+  // dtable (master dtype, (vocabulary, dy.cols)) += or = the sum of dy's rows per id, in an order that does not depend
+  // on scheduling (deterministic: no floating-point atomics whose order changes the result).
+  virtual void embedding_backward(const std::int32_t* ids, const TensorView& dy, std::int64_t vocabulary,
+                                  void* dtable, bool accumulate);
 
   // ---- losses (fp32 math; fp64 for f64) ----
   // Softmax cross-entropy on integer labels (backend memory, one per row, in [0, cols)).
