@@ -152,6 +152,7 @@ void Trainer::Impl::set_up_data() {
   micro_rows_ = shape.micro_rows;
   eval_local_batch_ = shape.eval_local_batch;
   train_data_ = std::make_unique<TrainingData>(config, "data.train", config.data.train, task_);
+  train_data_->set_up_augmentation(config);
   if (!config.data.validation.empty())
     validation_data_ = std::make_unique<TrainingData>(config, "data.validation", config.data.validation, task_);
   check_data_fits(config, *train_data_, validation_data_.get());
