@@ -21,6 +21,18 @@ std::int64_t below(std::uint32_t bits, std::int64_t count) {
 struct Affine {
   std::int64_t base = 0, step = 0;
   [[nodiscard]] std::int64_t at(std::int64_t w) const { return base + step * w; }
+  // Narrow [begin, end) to the w whose coordinate lies in [0, extent) (step is -1, 0 or 1).
+  void clip(std::int64_t extent, std::int64_t& begin, std::int64_t& end) const {
+    if (step == 0) {
+      if (base < 0 || base >= extent) end = begin;
+    } else if (step > 0) {
+      begin = std::max(begin, -base);
+      end = std::min(end, extent - base);
+    } else {
+      begin = std::max(begin, base - extent + 1);
+      end = std::min(end, base + 1);
+    }
+  }
 };
 }  // namespace
 
@@ -134,11 +146,24 @@ void SampleAugmentation::apply(const AugmentationDraw& draw, const float* in, fl
         if (flip[2]) column = {width - 1 - column.base, -column.step};
         row.base += shift[1];
         column.base += shift[2];
+        // The outputs [begin, end) of this row read inside the sample, at a fixed stride; the others are padding.
+        std::int64_t begin = 0, end = width;
+        row.clip(height, begin, end);
+        column.clip(width, begin, end);
         float* values = row_out + h * width;
-        for (std::int64_t w = 0; w < width; ++w) {
-          const std::int64_t y = row.at(w), x = column.at(w);
-          values[w] = (y >= 0 && y < height && x >= 0 && x < width) ? source_plane[y * width + x] : pad;
+        std::fill(values, values + std::min(begin, width), pad);
+        if (begin < end) {
+          const float* first = source_plane + row.at(begin) * width + column.at(begin);
+          const std::int64_t stride = row.step * width + column.step, count = end - begin;
+          if (stride == 1) {  // no rotation or a half turn: a row, forwards or backwards
+            std::copy(first, first + count, values + begin);
+          } else if (stride == -1) {
+            std::reverse_copy(first - count + 1, first + 1, values + begin);
+          } else {  // a quarter turn: a column
+            for (std::int64_t w = 0; w < count; ++w) values[begin + w] = first[w * stride];
+          }
         }
+        std::fill(values + std::min(std::max(begin, end), width), values + width, pad);
       }
     }
   }

@@ -326,6 +326,8 @@ std::string Trainer::Impl::head() const {
        << (validation_data_ ? ", " + std::to_string(validation_data_->samples()) + " validation samples" : "")
        << ", global batch " << config_.data.batch_size << " (" << local_batch_ << " per rank), " << steps_per_epoch_
        << " steps per epoch, " << total_steps_ << " steps\n"
+       << (train_data_->augmentation() ? "training augmentation: " + train_data_->augmentation()->description() + "\n"
+                                       : std::string())
        << "model:\n"
        << model_->summary();
   return text.str();
