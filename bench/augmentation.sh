@@ -10,6 +10,9 @@
 # by 'hpctrain data generate', read from the file (page cache warm) and from memory (data.in_memory = true). Every
 # figure is the median over --runs rounds; within a round the configurations run one after the other, with and without
 # augmentation alternating, so load from elsewhere hits them alike.
+# Then what reaches training: samples/s of 'hpctrain train' (1 rank x 1 thread, data.prefetch = 2: the reader thread
+# augments while the step computes) for inputs/cnn2d.toml and inputs/cosmoflow-small.toml on their generated data,
+# median over the steps after a warm-up, with and without augmentation, alternating in the same rounds.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,6 +22,7 @@ IMAGES=10000
 VOLUMES=400
 RUNS=5
 PADDING=4
+TRAIN_STEPS=60
 KEEP=0
 
 usage() {
@@ -45,7 +49,7 @@ while (($#)); do
     --volumes) VOLUMES=$2; shift 2 ;;
     --padding) PADDING=$2; shift 2 ;;
     --runs) RUNS=$2; shift 2 ;;
-    --quick) IMAGES=1000; VOLUMES=64; RUNS=1; shift ;;
+    --quick) IMAGES=1000; VOLUMES=64; RUNS=1; TRAIN_STEPS=15; shift ;;
     --keep) KEEP=1; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "unknown option $1" >&2; usage >&2; exit 2 ;;
@@ -61,7 +65,10 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/hpctrain-augmentation-bench.XXXXXX")
 if ((KEEP)); then echo "keeping $WORK"; else trap 'rm -rf "$WORK"' EXIT; fi
 cd "$WORK"
 
-median() { sort -g | awk '{v[NR] = $1} END {if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+median() {
+  sort -g | awk '{v[NR] = $1} END {if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2];
+                                   else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+}
 
 # --- data and decks: one epoch per 'data bench' run ---
 "$HPCTRAIN" data generate images --samples "$IMAGES" --size 32 --channels 3 --seed 1 --output images.h5 >/dev/null
@@ -91,6 +98,8 @@ rate() {  # rate DECK ARGS...: 'data bench' samples/s, median over the ranks
     awk '/median per-rank read rate/ {print $(NF - 1)}'
 }
 AUGMENT=(--set data.augment_flip=true --set "data.augment_crop_padding=$PADDING" --set data.augment_rot90=true)
+# The example decks' samples are 16 across: padding 2.
+AUGMENT_16=(--set data.augment_flip=true --set data.augment_crop_padding=2 --set data.augment_rot90=true)
 declare -A rates
 for ((run = 0; run < RUNS; ++run)); do
   for kind in images volumes; do
@@ -98,6 +107,24 @@ for ((run = 0; run < RUNS; ++run)); do
       rates[$kind-$memory-off]+="$(rate "$kind" --set "data.in_memory=$memory") "
       rates[$kind-$memory-on]+="$(rate "$kind" --set "data.in_memory=$memory" "${AUGMENT[@]}") "
     done
+  done
+done
+
+# --- training with the example decks (their data sizes; the deck's steps cut to TRAIN_STEPS) ---
+"$HPCTRAIN" data generate images --samples 2048 --size 16 --seed 1 --output cnn-train.h5 >/dev/null
+"$HPCTRAIN" data generate volumes --samples 512 --size 16 --channels 2 --seed 1 --output cosmo-train.h5 >/dev/null
+train_rate() {  # train_rate NAME DECK DATA ARGS...: median samples/s of the logged steps after the first 10
+  "${MPIEXEC[@]}" -n 1 "$HPCTRAIN" train "$ROOT/inputs/$2.toml" --output "$1" --set "data.train=$WORK/$3" \
+    --set data.validation=[] --set train.epochs=0 --set "train.steps=$TRAIN_STEPS" --set train.log_every=1 \
+    --set checkpoint.at_end=false "${@:4}" >"$1.log" 2>&1 || { cat "$1.log" >&2; exit 1; }
+  awk '$1 == "step" {split($2, s, "/"); if (s[1] > 10) for (i = 1; i <= NF; ++i)
+    if ($(i) == "samples/s") print $(i - 1)}' "$1.log" | median
+}
+for ((run = 0; run < RUNS; ++run)); do
+  for deck in cnn2d:cnn-train.h5 cosmoflow-small:cosmo-train.h5; do
+    name=${deck%%:*} data=${deck#*:}
+    rates[train-$name-off]+="$(train_rate "run-$name-off-$run" "$name" "$data") "
+    rates[train-$name-on]+="$(train_rate "run-$name-on-$run" "$name" "$data" "${AUGMENT_16[@]}") "
   done
 done
 
@@ -117,4 +144,12 @@ for kind in images volumes; do
     printf '  %-44s %14s %14s %9s\n' "$what" "$off/s" "$on/s" \
       "$(awk -v a="$on" -v b="$off" 'BEGIN {printf "%+.0f%%", 100 * (b / a - 1)}')"
   done
+done
+echo "training samples/s ('hpctrain train', 1 rank x 1 thread, data.prefetch = 2, median of steps 11..$TRAIN_STEPS)," \
+  "augmentation = flip + crop (padding 2) + rot90:"
+for deck in cnn2d cosmoflow-small; do
+  off=$(printf '%s\n' ${rates[train-$deck-off]} | median)
+  on=$(printf '%s\n' ${rates[train-$deck-on]} | median)
+  printf '  %-44s %14s %14s %9s\n' "inputs/$deck.toml" "$off/s" "$on/s" \
+    "$(awk -v a="$on" -v b="$off" 'BEGIN {printf "%+.0f%%", 100 * (b / a - 1)}')"
 done

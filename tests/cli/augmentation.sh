@@ -2,7 +2,8 @@
 # Augmentation (data.augment_flip, data.augment_crop_padding, data.augment_rot90) in a short CNN run: the losses on 1
 # and 2 ranks agree (relative 1e-4; the choices are keyed by seed, epoch and global sample), they differ from the run
 # without augmentation (the keys act), a run interrupted mid-epoch and resumed ends bit-identical to the uninterrupted
-# one, the dry run lists the augmentation, and keys that do not fit the data are refused with one message naming the key.
+# one, the dry run lists the augmentation, and keys that do not fit the data are refused with one message naming the
+# key.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 "$HPCTRAIN" data generate images --samples 256 --size 8 --channels 2 --classes 4 --seed 1 --output train.h5 >/dev/null
@@ -33,19 +34,6 @@ lr = 0.01
 steps = 24
 log_every = 1
 TOML
-cat >compare.py <<'PY'
-import sys, h5py, numpy as np
-def tensors(path):
-    out = {}
-    with h5py.File(path, "r") as f:
-        f.visititems(lambda name, item: out.__setitem__(name, item[()]) if isinstance(item, h5py.Dataset) else None)
-    return out
-a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
-assert a.keys() == b.keys(), (a.keys() ^ b.keys())
-different = [k for k in a if not np.array_equal(a[k], b[k])]
-assert not different, f"differ: {different}"
-print(f"{len(a)} datasets bit-identical")
-PY
 
 run_ranks 1 train deck.toml --output np1 >np1.log 2>&1 || { cat np1.log >&2; fail "1 rank"; }
 run_ranks 2 train deck.toml --output np2 >np2.log 2>&1 || { cat np2.log >&2; fail "2 ranks"; }
@@ -68,8 +56,9 @@ PY
 run_ranks 2 train deck.toml --output part --set train.steps=13 >/dev/null 2>&1 || fail "first part"
 run_ranks 2 train deck.toml --output part --resume auto >part.log 2>&1 || { cat part.log >&2; fail "resume"; }
 grep -q "resumed from .*step-00000013.h5 at step 13" part.log || { cat part.log >&2; fail "did not resume at step 13"; }
-$PYTHON compare.py np2/checkpoints/step-00000024.h5 part/checkpoints/step-00000024.h5 &&
-  pass "resumed mid-epoch: bit-identical to the uninterrupted run" || fail "resumed state differs"
+$PYTHON "$HPCTRAIN_SOURCE_DIR/tests/cli/lib/same_datasets.py" np2/checkpoints/step-00000024.h5 \
+  part/checkpoints/step-00000024.h5 && pass "resumed mid-epoch: bit-identical to the uninterrupted run" ||
+  fail "resumed state differs"
 
 run_ranks 1 train deck.toml --dry-run >dry.log 2>&1 || { cat dry.log >&2; fail "dry run"; }
 grep -q "training augmentation: random flips of every spatial axis, random crops after padding by 2, random 90-degree" \
@@ -77,8 +66,10 @@ grep -q "training augmentation: random flips of every spatial axis, random crops
 
 expect_error feature-vectors "deck.toml:[0-9]+:[0-9]+: data.augment_flip augments images \(N, C, H, W\) and volumes" 1 \
   train deck.toml --output bad1 --set data.train=vectors.h5
-expect_error padding-too-large "data.augment_crop_padding = 8 must be smaller than the smallest spatial extent \(8\)" 1 \
+expect_error padding-too-large \
+  "data.augment_crop_padding = 8 must be smaller than the smallest spatial extent \(8\)" 1 \
   train deck.toml --output bad2 --set data.augment_crop_padding=8
-expect_error rot90-not-square "deck.toml:[0-9]+:[0-9]+: data.augment_rot90 rotates in the plane of the last two axes.*\(8 and 12 here\)" 1 \
+expect_error rot90-not-square \
+  "deck.toml:[0-9]+:[0-9]+: data.augment_rot90 rotates in the plane of the last two axes.*\(8 and 12 here\)" 1 \
   train deck.toml --output bad3 --set data.train=wide.h5 --set data.augment_crop_padding=0
 finish
