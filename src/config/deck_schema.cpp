@@ -40,6 +40,9 @@ const std::vector<SectionSpec>& schema() {
            {"normalize", Kind::string, bind_field<&Config::data, &DataSection::normalize>},
            {"mean", Kind::number_array, bind_field<&Config::data, &DataSection::mean>},
            {"std", Kind::number_array, bind_field<&Config::data, &DataSection::std>},
+           {"augment_flip", Kind::boolean, bind_field<&Config::data, &DataSection::augment_flip>},
+           {"augment_crop_padding", Kind::integer, bind_field<&Config::data, &DataSection::augment_crop_padding>},
+           {"augment_rot90", Kind::boolean, bind_field<&Config::data, &DataSection::augment_rot90>},
        }},
       {"train",
        {

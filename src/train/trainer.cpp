@@ -152,6 +152,7 @@ void Trainer::Impl::set_up_data() {
   micro_rows_ = shape.micro_rows;
   eval_local_batch_ = shape.eval_local_batch;
   train_data_ = std::make_unique<TrainingData>(config, "data.train", config.data.train, task_);
+  train_data_->set_up_augmentation(config);
   if (!config.data.validation.empty())
     validation_data_ = std::make_unique<TrainingData>(config, "data.validation", config.data.validation, task_);
   check_data_fits(config, *train_data_, validation_data_.get());
@@ -326,6 +327,8 @@ std::string Trainer::Impl::head() const {
        << (validation_data_ ? ", " + std::to_string(validation_data_->samples()) + " validation samples" : "")
        << ", global batch " << config_.data.batch_size << " (" << local_batch_ << " per rank), " << steps_per_epoch_
        << " steps per epoch, " << total_steps_ << " steps\n"
+       << (train_data_->augmentation() ? "training augmentation: " + train_data_->augmentation()->description() + "\n"
+                                       : std::string())
        << "model:\n"
        << model_->summary();
   return text.str();

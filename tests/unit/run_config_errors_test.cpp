@@ -303,6 +303,7 @@ TEST(RunConfigErrors, DataPipelineAndCheckpointRanges) {
       {"data.shuffle", "\"locale\"",
        "data.shuffle must be one of global, none, local (got \"locale\"); did you mean 'local'?"},
       {"data.prefetch", "-1", "data.prefetch must be >= 0 (got -1)"},
+      {"data.augment_crop_padding", "-1", "data.augment_crop_padding must be >= 0 (got -1)"},
       {"data.scale", "0", "data.scale must be a non-zero number (got 0)"},
       {"train.accumulate", "0", "train.accumulate must be >= 1 (got 0)"},
       {"train.time_limit", "\"1:60:00\"", "train.time_limit must be \"HH:MM:SS\""},

@@ -73,6 +73,12 @@ struct DataSection {
   std::vector<double> mean;
   std::vector<double> std;
   std::string normalized_from;  // not a deck key: the file data.normalize named, for messages
+  // Augmentation of the training split's images and volumes (data/augmentation.hpp): random flips of every spatial
+  // axis, a random crop of the original extent after padding each side by augment_crop_padding (0 = none), a random
+  // multiple of 90 degrees in the plane of the last two axes.
+  bool augment_flip = false;
+  std::int64_t augment_crop_padding = 0;
+  bool augment_rot90 = false;
 };
 
 struct TrainSection {
