@@ -235,6 +235,12 @@ std::int64_t round_up(std::int64_t value, std::int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }
 
+// Whether a call has enough work to share between threads: a team's start and barrier cost more than the smallest
+// calls (and the finite-difference checks make thousands of them).
+bool worth_threads(const AttentionGeometry& g) {
+  return g.batch * g.heads * g.sequence * g.sequence * g.head_dim > (std::int64_t{1} << 20);
+}
+
 template <class T>
 void attention_forward_typed(const AttentionGeometry& g, const T* qkv, T* out, compute_t<T>* lse,
                              std::vector<ScratchBuffer>& scratch) {
@@ -242,52 +248,56 @@ void attention_forward_typed(const AttentionGeometry& g, const T* qkv, T* out, c
   constexpr std::int64_t lanes = Simd<C>::lanes;
   const HeadLayout layout(g, lanes);
   const std::int64_t dim = layout.padded_dim;
-  const std::int64_t query_blocks = (g.sequence + block - 1) / block;
+  const std::int64_t padded_sequence = round_up(g.sequence, block);
+  const std::int64_t query_blocks = padded_sequence / block;
   const std::int64_t tasks = g.batch * g.heads * query_blocks;
   const C score_scale = static_cast<C>(g.scale) * std::numbers::log2e_v<C>;  // scores in base 2
+  const std::int64_t whole = padded_sequence * dim;
   const std::size_t bytes =
-      Carver::bytes<C>({dim * block, block * dim, block * dim, block * block, dim * block, block, block, block, block});
+      Carver::bytes<C>({whole, whole, dim * block, block * block, block * dim, block, block, block, block});
 
-#pragma omp parallel
+#pragma omp parallel if (worth_threads(g))
   {
     Carver carver(scratch[static_cast<std::size_t>(omp_get_thread_num())], bytes);
+    C* keys = carver.take<C>(whole);            // (padded_sequence, dim): the head's keys
+    C* values = carver.take<C>(whole);          // (padded_sequence, dim): the head's values
     C* queries = carver.take<C>(dim * block);   // (dim, block): q^T times score_scale
-    C* keys = carver.take<C>(block * dim);      // (block, dim)
-    C* values = carver.take<C>(block * dim);    // (block, dim)
     C* scores = carver.take<C>(block * block);  // (keys, queries): S^T, then P^T
-    C* output = carver.take<C>(dim * block);    // (dim, block): O^T, unnormalised
+    C* output = carver.take<C>(block * dim);    // (block, dim): O, unnormalised
     C* running_max = carver.take<C>(block);     // (block) m per query, base 2
     C* running_sum = carver.take<C>(block);     // (block) l per query
     C* block_max = carver.take<C>(block);
     C* rescale = carver.take<C>(block);
+    std::int64_t loaded_head = -1;  // the (sequence, head) whose keys and values this thread holds
 
-    // Causal tasks of the last query blocks are the longest: they go first (dynamic schedule) so the threads finish
-    // together.
+    // Tasks run head by head, the last (causal: longest) query block of each first, so a thread's consecutive tasks
+    // mostly share one head's keys and values, loaded once.
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t task = 0; task < tasks; ++task) {
       const std::int64_t query_block = query_blocks - 1 - task % query_blocks;
-      const std::int64_t head = (task / query_blocks) % g.heads;
-      const std::int64_t sequence_index = task / query_blocks / g.heads;
+      const std::int64_t head_index = task / query_blocks;  // sequence * heads + head
+      const std::int64_t head = head_index % g.heads;
+      const std::int64_t sequence_index = head_index / g.heads;
       const std::int64_t query_first = query_block * block;
       const std::int64_t query_count = std::min(block, g.sequence - query_first);
       const T* head_rows = qkv + sequence_index * g.sequence * layout.qkv_stride + head * g.head_dim;
-      const T* q = head_rows + query_first * layout.qkv_stride;
-      const T* k = head_rows + g.width();
-      const T* v = head_rows + 2 * g.width();
-
-      load_columns(q, layout.qkv_stride, query_count, block, layout, score_scale, queries, block);
+      if (head_index != loaded_head) {
+        load_rows(head_rows + g.width(), layout.qkv_stride, g.sequence, padded_sequence, layout, C(1), keys);
+        load_rows(head_rows + 2 * g.width(), layout.qkv_stride, g.sequence, padded_sequence, layout, C(1), values);
+        loaded_head = head_index;
+      }
+      load_columns(head_rows + query_first * layout.qkv_stride, layout.qkv_stride, query_count, block, layout,
+                   score_scale, queries, block);
       std::fill_n(running_max, block, minus_infinity<C>);
       std::fill_n(running_sum, block, C(0));
-      std::fill_n(output, dim * block, C(0));
+      std::fill_n(output, block * dim, C(0));
 
       const std::int64_t key_end = g.causal ? query_first + query_count : g.sequence;
       for (std::int64_t key_first = 0; key_first < key_end; key_first += block) {
-        const std::int64_t key_count = std::min(block, key_end - key_first);
-        const std::int64_t key_rows = round_up(key_count, block_rows);
-        load_rows(k + key_first * layout.qkv_stride, layout.qkv_stride, key_count, key_rows, layout, C(1), keys);
-        load_rows(v + key_first * layout.qkv_stride, layout.qkv_stride, key_count, key_rows, layout, C(1), values);
-        tile_product<C, false>(key_rows, block, dim, keys, dim, queries, block, scores, block, false);
-        if (key_rows != key_count || (g.causal && key_first + key_rows > query_first + 1))
+        const std::int64_t key_rows = round_up(std::min(block, key_end - key_first), block_rows);
+        const C* key_block = keys + key_first * dim;
+        tile_product<C, false>(key_rows, block, dim, key_block, dim, queries, block, scores, block, false);
+        if (key_first + key_rows > g.sequence || (g.causal && key_first + key_rows > query_first + 1))
           mask_scores(scores, key_rows, key_first, query_first, g.sequence, g.causal, false);
 
         // Online softmax, one query per lane: every query has seen key 0 after the first block, so the maximum is
@@ -307,17 +317,18 @@ void attention_forward_typed(const AttentionGeometry& g, const T* qkv, T* out, c
         for (std::int64_t i = 0; i < block; ++i) running_sum[i] *= rescale[i];
         for (std::int64_t j = 0; j < key_rows; ++j)
           for (std::int64_t i = 0; i < block; ++i) running_sum[i] += scores[j * block + i];
-        for (std::int64_t d = 0; d < dim; ++d)
-          for (std::int64_t i = 0; i < block; ++i) output[d * block + i] *= rescale[i];
-        tile_product<C, true>(dim, block, key_rows, values, dim, scores, block, output, block, true);
+        for (std::int64_t i = 0; i < block; ++i)
+          for (std::int64_t d = 0; d < dim; ++d) output[i * dim + d] *= rescale[i];
+        // O (queries, dim) += P V, P read from P^T.
+        tile_product<C, true>(block, dim, key_rows, scores, block, values + key_first * dim, dim, output, dim, true);
       }
 
       T* out_rows = out + (sequence_index * g.sequence + query_first) * layout.out_stride + head * g.head_dim;
-      C* lse_rows = lse + (sequence_index * g.heads + head) * g.sequence + query_first;
+      C* lse_rows = lse + head_index * g.sequence + query_first;
       for (std::int64_t i = 0; i < query_count; ++i) {
         const C inverse_sum = C(1) / running_sum[i];
         for (std::int64_t d = 0; d < g.head_dim; ++d)
-          out_rows[i * layout.out_stride + d] = store<T>(output[d * block + i] * inverse_sum);
+          out_rows[i * layout.out_stride + d] = store<T>(output[i * dim + d] * inverse_sum);
         lse_rows[i] = (running_max[i] + std::log2(running_sum[i])) * std::numbers::ln2_v<C>;
       }
     }
@@ -340,7 +351,7 @@ void attention_backward_typed(const AttentionGeometry& g, const T* qkv, const T*
       Carver::bytes<C>({whole, whole, whole, whole, whole, padded_sequence, padded_sequence, block * dim, block * dim,
                         block * dim, block * dim, block * block, block * block});
 
-#pragma omp parallel
+#pragma omp parallel if (worth_threads(g))
   {
     Carver carver(scratch[static_cast<std::size_t>(omp_get_thread_num())], bytes);
     C* queries_scaled = carver.take<C>(whole);         // (dim, padded_sequence): q^T times score_scale
@@ -411,8 +422,8 @@ void attention_backward_typed(const AttentionGeometry& g, const T* qkv, const T*
                                  dim, true);
           tile_product<C, false>(key_rows, dim, block, dscores, block, queries + query_first * dim, dim, dkey, dim,
                                  true);
-          tile_product<C, true>(dim, block, key_rows, keys, dim, dscores, block, dquery + query_first, padded_sequence,
-                                true);
+          // dQ (queries, dim) += dS K, dS read from dS^T.
+          tile_product<C, true>(block, dim, key_rows, dscores, block, keys, dim, dquery + query_first * dim, dim, true);
         }
         T* dk = dqkv + (first_row + key_first) * layout.qkv_stride + g.width() + head * g.head_dim;
         T* dv = dk + g.width();
@@ -425,7 +436,7 @@ void attention_backward_typed(const AttentionGeometry& g, const T* qkv, const T*
       T* dq = dqkv + first_row * layout.qkv_stride + head * g.head_dim;
       for (std::int64_t i = 0; i < g.sequence; ++i)
         for (std::int64_t d = 0; d < g.head_dim; ++d)
-          dq[i * layout.qkv_stride + d] = store<T>(dquery[d * padded_sequence + i] * scale);
+          dq[i * layout.qkv_stride + d] = store<T>(dquery[i * dim + d] * scale);
     }
   }
 }
