@@ -166,26 +166,53 @@ struct HeadLayout {
         sequence(g.sequence) {}
 };
 
-// tile (count x padded_dim, rows of padded_dim) = rows [first, first + count) of one head's part (row stride `stride`)
-// in the compute type, times factor; rows count ... padded_rows - 1 and columns head_dim ... zero.
-template <class C, class T>
-void load_rows(const T* source, std::int64_t stride, std::int64_t count, std::int64_t padded_rows,
-               const HeadLayout& layout, C factor, C* tile) {
-  std::fill_n(tile, padded_rows * layout.padded_dim, C(0));
-  for (std::int64_t r = 0; r < count; ++r)
-    for (std::int64_t d = 0; d < layout.head_dim; ++d)
-      tile[r * layout.padded_dim + d] = static_cast<C>(load(source[r * stride + d])) * factor;
+// A head's part of a row is head_dim values at a stride of a whole packed row (kilobytes): the hardware prefetchers do
+// not follow such strides, so the row `prefetch_rows` ahead is requested while this one is read or written.
+constexpr std::int64_t prefetch_rows = 8;
+
+template <int for_writing, class T>
+inline void prefetch_row(const T* row, std::int64_t count) {
+  const auto* bytes = reinterpret_cast<const char*>(row);
+  for (std::size_t offset = 0; offset < static_cast<std::size_t>(count) * sizeof(T); offset += 64)
+    __builtin_prefetch(bytes + offset, for_writing);
 }
 
-// tile (padded_dim x ld): column r = row r of the head's part times factor, for r < count; the other columns of the
-// first `columns` zero.
+// tile (padded_rows x padded_dim) = the first `count` rows of one head's part (row stride `stride`) in the compute
+// type; rows count ... padded_rows - 1 and columns head_dim ... zero.
 template <class C, class T>
-void load_columns(const T* source, std::int64_t stride, std::int64_t count, std::int64_t columns,
-                  const HeadLayout& layout, C factor, C* tile, std::int64_t ld) {
-  for (std::int64_t d = 0; d < layout.padded_dim; ++d) std::fill_n(tile + d * ld, columns, C(0));
-  for (std::int64_t r = 0; r < count; ++r)
-    for (std::int64_t d = 0; d < layout.head_dim; ++d)
-      tile[d * ld + r] = static_cast<C>(load(source[r * stride + d])) * factor;
+void load_rows(const T* source, std::int64_t stride, std::int64_t count, std::int64_t padded_rows,
+               const HeadLayout& layout, C* tile) {
+  const std::int64_t dim = layout.padded_dim;
+  for (std::int64_t r = 0; r < count; ++r) {
+    if (r + prefetch_rows < count) prefetch_row<0>(source + (r + prefetch_rows) * stride, layout.head_dim);
+    const T* __restrict in = source + r * stride;
+    C* __restrict row = tile + r * dim;
+    for (std::int64_t d = 0; d < layout.head_dim; ++d) row[d] = static_cast<C>(load(in[d]));
+    std::fill(row + layout.head_dim, row + dim, C(0));
+  }
+  std::fill(tile + count * dim, tile + padded_rows * dim, C(0));
+}
+
+// tile (padded_dim x ld) = rows (count x padded_dim, rows of padded_dim) transposed, times factor.
+template <class C>
+void transpose_rows(const C* __restrict rows, std::int64_t count, std::int64_t padded_dim, C factor, C* __restrict tile,
+                    std::int64_t ld) {
+  for (std::int64_t d = 0; d < padded_dim; ++d)
+    for (std::int64_t r = 0; r < count; ++r) tile[d * ld + r] = rows[r * padded_dim + d] * factor;
+}
+
+// The first `count` rows of one head's part (row stride `stride`) = tile rows (rows of padded_dim) times
+// factor(row), rounded to the storage type.
+template <class T, class C, class Factor>
+void store_rows(const C* tile, std::int64_t count, const HeadLayout& layout, Factor factor, T* destination,
+                std::int64_t stride) {
+  for (std::int64_t r = 0; r < count; ++r) {
+    if (r + prefetch_rows < count) prefetch_row<1>(destination + (r + prefetch_rows) * stride, layout.head_dim);
+    const C* __restrict row = tile + r * layout.padded_dim;
+    T* __restrict out = destination + r * stride;
+    const C row_factor = factor(r);
+    for (std::int64_t d = 0; d < layout.head_dim; ++d) out[d] = store<T>(row[d] * row_factor);
+  }
 }
 
 // Scores s (rows x block, row j = key key_first + j, column i = query query_first + i) at -inf where the key is
@@ -282,12 +309,12 @@ void attention_forward_typed(const AttentionGeometry& g, const T* qkv, T* out, c
       const std::int64_t query_count = std::min(block, g.sequence - query_first);
       const T* head_rows = qkv + sequence_index * g.sequence * layout.qkv_stride + head * g.head_dim;
       if (head_index != loaded_head) {
-        load_rows(head_rows + g.width(), layout.qkv_stride, g.sequence, padded_sequence, layout, C(1), keys);
-        load_rows(head_rows + 2 * g.width(), layout.qkv_stride, g.sequence, padded_sequence, layout, C(1), values);
+        load_rows(head_rows + g.width(), layout.qkv_stride, g.sequence, padded_sequence, layout, keys);
+        load_rows(head_rows + 2 * g.width(), layout.qkv_stride, g.sequence, padded_sequence, layout, values);
         loaded_head = head_index;
       }
-      load_columns(head_rows + query_first * layout.qkv_stride, layout.qkv_stride, query_count, block, layout,
-                   score_scale, queries, block);
+      load_rows(head_rows + query_first * layout.qkv_stride, layout.qkv_stride, query_count, block, layout, output);
+      transpose_rows(output, block, dim, score_scale, queries, block);
       std::fill_n(running_max, block, minus_infinity<C>);
       std::fill_n(running_sum, block, C(0));
       std::fill_n(output, block * dim, C(0));
@@ -324,13 +351,12 @@ void attention_forward_typed(const AttentionGeometry& g, const T* qkv, T* out, c
       }
 
       T* out_rows = out + (sequence_index * g.sequence + query_first) * layout.out_stride + head * g.head_dim;
+      store_rows(
+          output, query_count, layout, [&](std::int64_t i) { return C(1) / running_sum[i]; }, out_rows,
+          layout.out_stride);
       C* lse_rows = lse + head_index * g.sequence + query_first;
-      for (std::int64_t i = 0; i < query_count; ++i) {
-        const C inverse_sum = C(1) / running_sum[i];
-        for (std::int64_t d = 0; d < g.head_dim; ++d)
-          out_rows[i * layout.out_stride + d] = store<T>(output[i * dim + d] * inverse_sum);
+      for (std::int64_t i = 0; i < query_count; ++i)
         lse_rows[i] = (running_max[i] + std::log2(running_sum[i])) * std::numbers::ln2_v<C>;
-      }
     }
   }
 }
@@ -380,12 +406,10 @@ void attention_backward_typed(const AttentionGeometry& g, const T* qkv, const T*
       const T* o = out + out_offset;
       const T* gradient = dout + out_offset;
 
-      load_columns(q, layout.qkv_stride, g.sequence, padded_sequence, layout, score_scale, queries_scaled,
-                   padded_sequence);
-      load_rows(q, layout.qkv_stride, g.sequence, padded_sequence, layout, C(1), queries);
-      load_columns(gradient, layout.out_stride, g.sequence, padded_sequence, layout, C(1), dout_columns,
-                   padded_sequence);
-      load_rows(gradient, layout.out_stride, g.sequence, padded_sequence, layout, C(1), dout_rows);
+      load_rows(q, layout.qkv_stride, g.sequence, padded_sequence, layout, queries);
+      transpose_rows(queries, padded_sequence, dim, score_scale, queries_scaled, padded_sequence);
+      load_rows(gradient, layout.out_stride, g.sequence, padded_sequence, layout, dout_rows);
+      transpose_rows(dout_rows, padded_sequence, dim, C(1), dout_columns, padded_sequence);
       std::fill_n(dquery, whole, C(0));
       const C* head_lse = lse + (sequence_index * g.heads + head) * g.sequence;
       for (std::int64_t i = 0; i < padded_sequence; ++i) {
@@ -401,8 +425,8 @@ void attention_backward_typed(const AttentionGeometry& g, const T* qkv, const T*
         const std::int64_t key_first = key_block * block;
         const std::int64_t key_count = std::min(block, g.sequence - key_first);
         const std::int64_t key_rows = round_up(key_count, block_rows);
-        load_rows(k + key_first * layout.qkv_stride, layout.qkv_stride, key_count, key_rows, layout, C(1), keys);
-        load_rows(v + key_first * layout.qkv_stride, layout.qkv_stride, key_count, key_rows, layout, C(1), values);
+        load_rows(k + key_first * layout.qkv_stride, layout.qkv_stride, key_count, key_rows, layout, keys);
+        load_rows(v + key_first * layout.qkv_stride, layout.qkv_stride, key_count, key_rows, layout, values);
         std::fill_n(dkey, key_rows * dim, C(0));
         std::fill_n(dvalue, key_rows * dim, C(0));
         // Causal: query blocks before this key block see none of its keys.
@@ -426,17 +450,14 @@ void attention_backward_typed(const AttentionGeometry& g, const T* qkv, const T*
           tile_product<C, true>(block, dim, key_rows, dscores, block, keys, dim, dquery + query_first * dim, dim, true);
         }
         T* dk = dqkv + (first_row + key_first) * layout.qkv_stride + g.width() + head * g.head_dim;
-        T* dv = dk + g.width();
-        for (std::int64_t j = 0; j < key_count; ++j)
-          for (std::int64_t d = 0; d < g.head_dim; ++d) {
-            dk[j * layout.qkv_stride + d] = store<T>(dkey[j * dim + d] * scale);
-            dv[j * layout.qkv_stride + d] = store<T>(dvalue[j * dim + d]);
-          }
+        store_rows(
+            dkey, key_count, layout, [scale](std::int64_t) { return scale; }, dk, layout.qkv_stride);
+        store_rows(
+            dvalue, key_count, layout, [](std::int64_t) { return C(1); }, dk + g.width(), layout.qkv_stride);
       }
-      T* dq = dqkv + first_row * layout.qkv_stride + head * g.head_dim;
-      for (std::int64_t i = 0; i < g.sequence; ++i)
-        for (std::int64_t d = 0; d < g.head_dim; ++d)
-          dq[i * layout.qkv_stride + d] = store<T>(dquery[i * dim + d] * scale);
+      store_rows(
+          dquery, g.sequence, layout, [scale](std::int64_t) { return scale; },
+          dqkv + first_row * layout.qkv_stride + head * g.head_dim, layout.qkv_stride);
     }
   }
 }
