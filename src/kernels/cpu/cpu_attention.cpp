@@ -79,7 +79,12 @@ inline void block_product(std::int64_t k, const C* __restrict a, std::int64_t ld
     for (int v = 0; v < vectors; ++v) sums[r][v] = accumulate ? load_vector(c + r * ldc + v * lanes) : Vector{};
   for (std::int64_t p = 0; p < k; ++p) {
     Vector row[vectors];
-    for (int v = 0; v < vectors; ++v) row[v] = load_vector(b + p * ldb + v * lanes);
+    for (int v = 0; v < vectors; ++v) {
+      row[v] = load_vector(b + p * ldb + v * lanes);
+      // Each row vector is used block_rows times: keep it in a register (left to itself, GCC reloads it from memory
+      // for every multiply-add, and the loads, not the multiply-adds, then limit the loop).
+      __asm__("" : "+v"(row[v]));
+    }
     for (std::int64_t r = 0; r < block_rows; ++r) {
       const C factor = transposed_a ? a[p * lda + r] : a[r * lda + p];
       for (int v = 0; v < vectors; ++v) sums[r][v] += factor * row[v];
@@ -168,7 +173,7 @@ struct HeadLayout {
 
 // A head's part of a row is head_dim values at a stride of a whole packed row (kilobytes): the hardware prefetchers do
 // not follow such strides, so the row `prefetch_rows` ahead is requested while this one is read or written.
-constexpr std::int64_t prefetch_rows = 8;
+constexpr std::int64_t prefetch_rows = 24;
 
 template <int for_writing, class T>
 inline void prefetch_row(const T* row, std::int64_t count) {
@@ -412,13 +417,15 @@ void attention_backward_typed(const AttentionGeometry& g, const T* qkv, const T*
       transpose_rows(dout_rows, padded_sequence, dim, C(1), dout_columns, padded_sequence);
       std::fill_n(dquery, whole, C(0));
       const C* head_lse = lse + (sequence_index * g.heads + head) * g.sequence;
-      for (std::int64_t i = 0; i < padded_sequence; ++i) {
+      std::fill_n(delta, padded_sequence, C(0));
+      std::fill_n(lse2, padded_sequence, C(0));
+      for (std::int64_t i = 0; i < g.sequence; ++i) {
+        if (i + prefetch_rows < g.sequence) prefetch_row<0>(o + (i + prefetch_rows) * layout.out_stride, g.head_dim);
         C sum = 0;
-        if (i < g.sequence)
-          for (std::int64_t d = 0; d < g.head_dim; ++d)
-            sum += dout_rows[i * dim + d] * static_cast<C>(load(o[i * layout.out_stride + d]));
+        for (std::int64_t d = 0; d < g.head_dim; ++d)
+          sum += dout_rows[i * dim + d] * static_cast<C>(load(o[i * layout.out_stride + d]));
         delta[i] = sum;
-        lse2[i] = i < g.sequence ? head_lse[i] * std::numbers::log2e_v<C> : C(0);
+        lse2[i] = head_lse[i] * std::numbers::log2e_v<C>;
       }
 
       for (std::int64_t key_block = 0; key_block < key_blocks; ++key_block) {
