@@ -94,28 +94,45 @@ inline void block_product(std::int64_t k, const C* __restrict a, std::int64_t ld
     for (int v = 0; v < vectors; ++v) store_vector(c + r * ldc + v * lanes, sums[r][v]);
 }
 
+// Which part of a product the causal diagonal block needs (the block where keys and queries are the same positions,
+// key j visible to query i when j <= i). Rows of the result come in groups of block_rows starting at row r:
+enum class Diagonal : std::uint8_t {
+  none,               // all of it
+  from_row_columns,   // result (keys, queries): columns before r's vector are masked; they are set to zero, not formed
+  to_row_products,    // result (queries, ...) summing over keys: keys after r + block_rows - 1 contribute nothing
+  from_row_products,  // result (keys, ...) summing over queries: queries before r contribute nothing
+};
+
 // c (m x n) (+)= op(a) (m x k) b (k x n), all row-major tiles of the compute type; m a multiple of block_rows, n of
 // the vector lanes.
 template <class C, bool transposed_a>
 void tile_product(std::int64_t m, std::int64_t n, std::int64_t k, const C* a, std::int64_t lda, const C* b,
-                  std::int64_t ldb, C* c, std::int64_t ldc, bool accumulate) {
+                  std::int64_t ldb, C* c, std::int64_t ldc, bool accumulate, Diagonal diagonal = Diagonal::none) {
   constexpr std::int64_t lanes = Simd<C>::lanes;
   for (std::int64_t i = 0; i < m; i += block_rows) {
-    const C* a_rows = transposed_a ? a + i : a + i * lda;
-    for (std::int64_t j = 0; j < n; j += 4 * lanes) {
+    const std::int64_t first = diagonal == Diagonal::from_row_products ? std::min(i, k) : 0;
+    const std::int64_t last = diagonal == Diagonal::to_row_products ? std::min(k, i + block_rows) : k;
+    const C* a_rows = transposed_a ? a + first * lda + i : a + i * lda + first;
+    const C* b_rows = b + first * ldb;
+    std::int64_t j = 0;
+    if (diagonal == Diagonal::from_row_columns) {
+      j = std::min(n, i / lanes * lanes);
+      for (std::int64_t r = 0; r < block_rows; ++r) std::fill_n(c + (i + r) * ldc, j, C(0));
+    }
+    for (; j < n; j += 4 * lanes) {
       C* c_block = c + i * ldc + j;
       switch (std::min<std::int64_t>(4, (n - j) / lanes)) {
         case 4:
-          block_product<C, transposed_a, 4>(k, a_rows, lda, b + j, ldb, c_block, ldc, accumulate);
+          block_product<C, transposed_a, 4>(last - first, a_rows, lda, b_rows + j, ldb, c_block, ldc, accumulate);
           break;
         case 3:
-          block_product<C, transposed_a, 3>(k, a_rows, lda, b + j, ldb, c_block, ldc, accumulate);
+          block_product<C, transposed_a, 3>(last - first, a_rows, lda, b_rows + j, ldb, c_block, ldc, accumulate);
           break;
         case 2:
-          block_product<C, transposed_a, 2>(k, a_rows, lda, b + j, ldb, c_block, ldc, accumulate);
+          block_product<C, transposed_a, 2>(last - first, a_rows, lda, b_rows + j, ldb, c_block, ldc, accumulate);
           break;
         default:
-          block_product<C, transposed_a, 1>(k, a_rows, lda, b + j, ldb, c_block, ldc, accumulate);
+          block_product<C, transposed_a, 1>(last - first, a_rows, lda, b_rows + j, ldb, c_block, ldc, accumulate);
           break;
       }
     }
@@ -328,7 +345,10 @@ void attention_forward_typed(const AttentionGeometry& g, const T* qkv, T* out, c
       for (std::int64_t key_first = 0; key_first < key_end; key_first += block) {
         const std::int64_t key_rows = round_up(std::min(block, key_end - key_first), block_rows);
         const C* key_block = keys + key_first * dim;
-        tile_product<C, false>(key_rows, block, dim, key_block, dim, queries, block, scores, block, false);
+        // The causal diagonal block: each row group of keys or queries forms only the part it sees.
+        const bool diagonal = g.causal && key_first == query_first;
+        tile_product<C, false>(key_rows, block, dim, key_block, dim, queries, block, scores, block, false,
+                               diagonal ? Diagonal::from_row_columns : Diagonal::none);
         if (key_first + key_rows > g.sequence || (g.causal && key_first + key_rows > query_first + 1))
           mask_scores(scores, key_rows, key_first, query_first, g.sequence, g.causal, false);
 
@@ -352,7 +372,8 @@ void attention_forward_typed(const AttentionGeometry& g, const T* qkv, T* out, c
         for (std::int64_t i = 0; i < block; ++i)
           for (std::int64_t d = 0; d < dim; ++d) output[i * dim + d] *= rescale[i];
         // O (queries, dim) += P V, P read from P^T.
-        tile_product<C, true>(block, dim, key_rows, scores, block, values + key_first * dim, dim, output, dim, true);
+        tile_product<C, true>(block, dim, key_rows, scores, block, values + key_first * dim, dim, output, dim, true,
+                              diagonal ? Diagonal::to_row_products : Diagonal::none);
       }
 
       T* out_rows = out + (sequence_index * g.sequence + query_first) * layout.out_stride + head * g.head_dim;
@@ -438,23 +459,27 @@ void attention_backward_typed(const AttentionGeometry& g, const T* qkv, const T*
         std::fill_n(dvalue, key_rows * dim, C(0));
         // Causal: query blocks before this key block see none of its keys.
         for (std::int64_t query_first = g.causal ? key_first : 0; query_first < g.sequence; query_first += block) {
+          const bool diagonal = g.causal && key_first == query_first;
+          const Diagonal columns = diagonal ? Diagonal::from_row_columns : Diagonal::none;
           tile_product<C, false>(key_rows, block, dim, keys, dim, queries_scaled + query_first, padded_sequence,
-                                 probabilities, block, false);
+                                 probabilities, block, false, columns);
           mask_scores(probabilities, key_rows, key_first, query_first, g.sequence, g.causal, true);
           for (std::int64_t j = 0; j < key_rows; ++j)
             for (std::int64_t i = 0; i < block; ++i) probabilities[j * block + i] -= lse2[query_first + i];
           exp2_in_place(probabilities, key_rows * block);
           tile_product<C, false>(key_rows, block, dim, values, dim, dout_columns + query_first, padded_sequence,
-                                 dscores, block, false);
+                                 dscores, block, false, columns);
           for (std::int64_t j = 0; j < key_rows; ++j)
             for (std::int64_t i = 0; i < block; ++i)
               dscores[j * block + i] = probabilities[j * block + i] * (dscores[j * block + i] - delta[query_first + i]);
+          const Diagonal over_queries = diagonal ? Diagonal::from_row_products : Diagonal::none;
           tile_product<C, false>(key_rows, dim, block, probabilities, block, dout_rows + query_first * dim, dim, dvalue,
-                                 dim, true);
+                                 dim, true, over_queries);
           tile_product<C, false>(key_rows, dim, block, dscores, block, queries + query_first * dim, dim, dkey, dim,
-                                 true);
+                                 true, over_queries);
           // dQ (queries, dim) += dS K, dS read from dS^T.
-          tile_product<C, true>(block, dim, key_rows, dscores, block, keys, dim, dquery + query_first * dim, dim, true);
+          tile_product<C, true>(block, dim, key_rows, dscores, block, keys, dim, dquery + query_first * dim, dim, true,
+                                diagonal ? Diagonal::to_row_products : Diagonal::none);
         }
         T* dk = dqkv + (first_row + key_first) * layout.qkv_stride + g.width() + head * g.head_dim;
         store_rows(
