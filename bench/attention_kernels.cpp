@@ -18,23 +18,13 @@
 #include <vector>
 
 #include "hpctrain/kernels/backend.hpp"
+#include "median_time.hpp"
 
 namespace {
 
 using hpctrain::DType;
 using hpctrain::TensorView;
-
-double median_ms(int repeats, const std::function<void()>& call) {
-  std::vector<double> times;
-  for (int repeat = 0; repeat < repeats + 3; ++repeat) {
-    const auto start = std::chrono::steady_clock::now();
-    call();
-    const std::chrono::duration<double, std::milli> elapsed = std::chrono::steady_clock::now() - start;
-    if (repeat >= 3) times.push_back(elapsed.count());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
+using hpctrain::bench::median_ms;
 
 [[noreturn]] void usage(const char* problem) {
   std::fprintf(stderr,

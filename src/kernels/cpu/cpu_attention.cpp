@@ -175,17 +175,22 @@ constexpr C minus_infinity = -std::numeric_limits<C>::infinity();
 
 // Where one head of one sequence lives in the packed rows: qkv (batch * sequence, 3 * width) = [q | k | v], out and
 // dout (batch * sequence, width).
+std::int64_t round_up(std::int64_t value, std::int64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+template <class C>
 struct HeadLayout {
   std::int64_t qkv_stride = 0, out_stride = 0;  // elements per row
   std::int64_t head_dim = 0, padded_dim = 0;    // padded_dim: head_dim rounded up to the vector lanes (zeros beyond)
-  std::int64_t sequence = 0;
+  std::int64_t padded_sequence = 0;             // the sequence rounded up to whole blocks
 
-  HeadLayout(const AttentionGeometry& g, std::int64_t lanes)
+  explicit HeadLayout(const AttentionGeometry& g)
       : qkv_stride(3 * g.width()),
         out_stride(g.width()),
         head_dim(g.head_dim),
-        padded_dim((g.head_dim + lanes - 1) / lanes * lanes),
-        sequence(g.sequence) {}
+        padded_dim(round_up(g.head_dim, Simd<C>::lanes)),
+        padded_sequence(round_up(g.sequence, block)) {}
 };
 
 // A head's part of a row is head_dim values at a stride of a whole packed row (kilobytes): the hardware prefetchers do
@@ -203,7 +208,7 @@ inline void prefetch_row(const T* row, std::int64_t count) {
 // type; rows count ... padded_rows - 1 and columns head_dim ... zero.
 template <class C, class T>
 void load_rows(const T* source, std::int64_t stride, std::int64_t count, std::int64_t padded_rows,
-               const HeadLayout& layout, C* tile) {
+               const HeadLayout<C>& layout, C* tile) {
   const std::int64_t dim = layout.padded_dim;
   for (std::int64_t r = 0; r < count; ++r) {
     if (r + prefetch_rows < count) prefetch_row<0>(source + (r + prefetch_rows) * stride, layout.head_dim);
@@ -226,7 +231,7 @@ void transpose_rows(const C* __restrict rows, std::int64_t count, std::int64_t p
 // The first `count` rows of one head's part (row stride `stride`) = tile rows (rows of padded_dim) times
 // factor(row), rounded to the storage type.
 template <class T, class C, class Factor>
-void store_rows(const C* tile, std::int64_t count, const HeadLayout& layout, Factor factor, T* destination,
+void store_rows(const C* tile, std::int64_t count, const HeadLayout<C>& layout, Factor factor, T* destination,
                 std::int64_t stride) {
   for (std::int64_t r = 0; r < count; ++r) {
     if (r + prefetch_rows < count) prefetch_row<1>(destination + (r + prefetch_rows) * stride, layout.head_dim);
@@ -280,10 +285,6 @@ class Carver {
   std::size_t used_ = 0;
 };
 
-std::int64_t round_up(std::int64_t value, std::int64_t multiple) {
-  return (value + multiple - 1) / multiple * multiple;
-}
-
 // Whether a call has enough work to share between threads: a team's start and barrier cost more than the smallest
 // calls (and the finite-difference checks make thousands of them).
 bool worth_threads(const AttentionGeometry& g) {
@@ -294,10 +295,8 @@ template <class T>
 void attention_forward_typed(const AttentionGeometry& g, const T* qkv, T* out, compute_t<T>* lse,
                              std::vector<ScratchBuffer>& scratch) {
   using C = compute_t<T>;
-  constexpr std::int64_t lanes = Simd<C>::lanes;
-  const HeadLayout layout(g, lanes);
-  const std::int64_t dim = layout.padded_dim;
-  const std::int64_t padded_sequence = round_up(g.sequence, block);
+  const HeadLayout<C> layout(g);
+  const std::int64_t dim = layout.padded_dim, padded_sequence = layout.padded_sequence;
   const std::int64_t query_blocks = padded_sequence / block;
   const std::int64_t tasks = g.batch * g.heads * query_blocks;
   const C score_scale = static_cast<C>(g.scale) * std::numbers::log2e_v<C>;  // scores in base 2
@@ -391,10 +390,8 @@ template <class T>
 void attention_backward_typed(const AttentionGeometry& g, const T* qkv, const T* out, const T* dout,
                               const compute_t<T>* lse, T* dqkv, std::vector<ScratchBuffer>& scratch) {
   using C = compute_t<T>;
-  constexpr std::int64_t lanes = Simd<C>::lanes;
-  const HeadLayout layout(g, lanes);
-  const std::int64_t dim = layout.padded_dim;
-  const std::int64_t padded_sequence = round_up(g.sequence, block);
+  const HeadLayout<C> layout(g);
+  const std::int64_t dim = layout.padded_dim, padded_sequence = layout.padded_sequence;
   const std::int64_t key_blocks = padded_sequence / block;
   const C scale = static_cast<C>(g.scale);
   const C score_scale = scale * std::numbers::log2e_v<C>;
