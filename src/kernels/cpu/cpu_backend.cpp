@@ -21,6 +21,7 @@
 #include "cpu_common.hpp"
 #include "cpu_convolution.hpp"
 #include "cpu_gemm.hpp"
+#include "cpu_sequence.hpp"
 #include "cpu_spatial.hpp"
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/kernels/backend.hpp"
@@ -394,6 +395,24 @@ class CpuBackend final : public Backend {
     cpu::convert_layout(channels, from, x, y);
   }
 
+  // ---- sequences: fused attention and embedding (cpu_attention.cpp, cpu_embedding.cpp) ----
+  void attention_forward(const AttentionGeometry& geometry, const TensorView& qkv, const TensorView& out,
+                         void* lse) override {
+    attention_.forward(geometry, qkv, out, lse);
+  }
+  void attention_backward(const AttentionGeometry& geometry, const TensorView& qkv, const TensorView& out,
+                          const TensorView& dout, const void* lse, const TensorView& dqkv) override {
+    attention_.backward(geometry, qkv, out, dout, lse, dqkv);
+  }
+  void embedding_forward(const std::int32_t* ids, const void* table, std::int64_t vocabulary,
+                         const TensorView& y) override {
+    embedding_.forward(ids, table, vocabulary, y);
+  }
+  void embedding_backward(const std::int32_t* ids, const TensorView& dy, std::int64_t vocabulary, void* dtable,
+                          bool accumulate) override {
+    embedding_.backward(ids, dy, vocabulary, dtable, accumulate);
+  }
+
   // ---- losses ----
   void softmax_cross_entropy(const TensorView& logits, const std::int32_t* labels, const float* grad_scale,
                              const TensorView& dlogits, LossSums* sums) override {
@@ -562,6 +581,8 @@ class CpuBackend final : public Backend {
 
   cpu::CpuGemm gemm_;
   cpu::CpuConvolution convolution_;
+  cpu::CpuAttention attention_;
+  cpu::CpuEmbedding embedding_;
   SpatialLayout preferred_layout_;
   cpu::ScratchBuffer row_results_;    // (rows, 2) per-row loss and correct flag
   cpu::ScratchBuffer partial_sums_;   // (chunks) gradient statistics
