@@ -189,7 +189,9 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const SampleShape& inpu
     case LayerType::relu:
       return std::make_unique<ActivationLayer>(spec.name, input_shape, Activation::relu, 0.0f, "relu");
     case LayerType::gelu:
-      return std::make_unique<ActivationLayer>(spec.name, input_shape, Activation::gelu, 0.0f, "gelu");
+      return std::make_unique<ActivationLayer>(
+          spec.name, input_shape,
+          spec.approximate == GeluApproximation::tanh ? Activation::gelu_tanh : Activation::gelu, 0.0f, "gelu");
     case LayerType::tanh:
       return std::make_unique<ActivationLayer>(spec.name, input_shape, Activation::tanh, 0.0f, "tanh");
     case LayerType::leaky_relu:

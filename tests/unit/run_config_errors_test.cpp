@@ -231,6 +231,11 @@ TEST(RunConfigErrors, Layers) {
        "decks/test.toml:6:1: model.layers[0].type must be one of linear, relu, gelu, tanh, leaky_relu, layernorm, "
        "dropout, conv2d, conv3d, maxpool2d, maxpool3d, avgpool2d, avgpool3d, global_avgpool, flatten, groupnorm (got "
        "\"conv\")"},
+      {"[[model.layers]]\ntype = \"gelu\"\napproximate = \"fast\"\n",
+       "decks/test.toml:7:1: model.layers[0].approximate must be one of none, tanh (got \"fast\")"},
+      {"[[model.layers]]\ntype = \"gelu\"\napproximate = true\n", "model.layers[0].approximate must be a string"},
+      {"[[model.layers]]\ntype = \"relu\"\napproximate = \"tanh\"\n",
+       "model.layers[0].approximate does not apply to a relu layer"},
       {"[[model.layers]]\ntype = \"Relu\"\n", "did you mean 'relu'?"},
       {"[[model.layers]]\ntype = \"dense\"\nout = 2\n", "did you mean 'linear'?"},
       {"[[model.layers]]\ntype = \"linear\"\nout = 3\np = 0.5\n",

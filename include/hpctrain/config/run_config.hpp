@@ -27,7 +27,8 @@ struct LayerSpec {
   bool bias = true;              // linear, conv
   double p = 0.5;                // dropout probability
   double negative_slope = 0.01;  // leaky_relu
-  double eps = 1e-5;             // layernorm, groupnorm
+  GeluApproximation approximate = GeluApproximation::none;  // gelu
+  double eps = 1e-5;                                        // layernorm, groupnorm
   // conv and pooling windows: one value for every spatial axis, or one per axis ((H, W) or (D, H, W)).
   std::vector<std::int64_t> kernel;          // required
   std::vector<std::int64_t> stride;          // default: 1 (conv), the kernel (pooling); filled in by the parser

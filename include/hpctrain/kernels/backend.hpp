@@ -23,7 +23,8 @@
 
 namespace hpctrain {
 
-enum class Activation : std::uint8_t { relu, gelu, tanh, leaky_relu };
+// gelu: the exact erf form (PyTorch's default); gelu_tanh: its tanh approximation (approximate = "tanh").
+enum class Activation : std::uint8_t { relu, gelu, tanh, leaky_relu, gelu_tanh };
 
 // Training scalars that live in backend memory for the whole run. Plain data: copied to the host only to log or
 // checkpoint.
@@ -228,8 +229,8 @@ class Backend {
                                  const TensorView& y);
   // dtable (master dtype, (vocabulary, dy.cols)) += or = the sum of dy's rows per id, in an order that does not depend
   // on scheduling (deterministic: no floating-point atomics whose order changes the result).
-  virtual void embedding_backward(const std::int32_t* ids, const TensorView& dy, std::int64_t vocabulary,
-                                  void* dtable, bool accumulate);
+  virtual void embedding_backward(const std::int32_t* ids, const TensorView& dy, std::int64_t vocabulary, void* dtable,
+                                  bool accumulate);
 
   // ---- losses (fp32 math; fp64 for f64) ----
   // Softmax cross-entropy on integer labels (backend memory, one per row, in [0, cols)).

@@ -170,6 +170,8 @@ void with_activation(Activation kind, C alpha, bool derivative, F f) {
       return derivative ? f([](C x) { return km::relu_derivative(x); }) : f([](C x) { return km::relu(x); });
     case Activation::gelu:
       return derivative ? f([](C x) { return km::gelu_derivative(x); }) : f([](C x) { return km::gelu(x); });
+    case Activation::gelu_tanh:
+      return derivative ? f([](C x) { return km::gelu_tanh_derivative(x); }) : f([](C x) { return km::gelu_tanh(x); });
     case Activation::tanh:
       return derivative ? f([](C x) { return km::tanh_derivative(x); }) : f([](C x) { return km::tanh_activation(x); });
     case Activation::leaky_relu:
