@@ -1,6 +1,7 @@
 // A run's state as named checkpoint vectors: the model's parameters and the optimizer's state under PyTorch's names.
 #include "hpctrain/train/checkpointing.hpp"
 
+#include "hpctrain/io/checkpoint_phases.hpp"
 #include "hpctrain/nn/model.hpp"
 #include "hpctrain/optim/optimizer.hpp"
 
@@ -43,19 +44,24 @@ std::vector<std::vector<float>> state_vectors(const Model& model, const Optimize
 
 CheckpointStore::CheckpointStore(std::filesystem::path directory, const MpiEnvironment& mpi, std::int64_t keep,
                                  std::string run_id)
-    : files_(std::move(directory), mpi, keep, std::move(run_id)) {}
+    : files_(std::move(directory), mpi, keep, std::move(run_id)), mpi_(mpi) {}
 
 std::string CheckpointStore::save(const Model& model, const Optimizer& optimizer, Backend& backend,
                                   const CheckpointState& state, const std::string& deck_text, bool best) {
+  checkpoint_phases_start();
   const std::int64_t count = model.parameter_count();
   std::vector<float> parameters(static_cast<std::size_t>(count));
-  backend.copy_to_host(parameters.data(), model.master(), parameters.size() * sizeof(float));
   const auto names = state_names(optimizer);
-  const auto states = state_vectors(model, optimizer, backend);
+  std::vector<std::vector<float>> states;
+  {
+    const CheckpointPhaseScope phase(CheckpointPhase::copy);
+    backend.copy_to_host(parameters.data(), model.master(), parameters.size() * sizeof(float));
+    states = state_vectors(model, optimizer, backend);
+  }
   // The vectors plus the small items and the deck: what the file system must find room for.
   const std::uintmax_t expected_bytes =
       (1 + names.size()) * static_cast<std::uintmax_t>(count) * sizeof(float) + deck_text.size() + (64 << 10);
-  return files_.write(
+  const std::string path = files_.write(
       state.step, expected_bytes,
       [&](CheckpointFileWriter& file) {
         file.write_vector(tensors_of(model, "/model"), parameters.data(), count);
@@ -82,10 +88,13 @@ std::string CheckpointStore::save(const Model& model, const Optimizer& optimizer
         file.write_string_attribute("/", "deck", deck_text);
       },
       best);
+  checkpoint_phases_report("write", mpi_.is_root());
+  return path;
 }
 
 void load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer, Backend& backend,
                      CheckpointState& state, const MpiEnvironment& mpi) {
+  checkpoint_phases_start();
   const std::int64_t count = model.parameter_count();
   std::vector<float> parameters(static_cast<std::size_t>(count));
   const auto names = state_names(optimizer);
@@ -121,10 +130,14 @@ void load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer
           choice_named<BestMetric>(file.read_string_attribute("/train", "best_metric")).value_or(BestMetric::none);
     }
   });
-  backend.copy_to_backend(model.master(), parameters.data(), parameters.size() * sizeof(float));
-  model.refresh_working_copy();
-  for (std::size_t i = 0; i < names.size(); ++i)
-    backend.copy_to_backend(optimizer.state(static_cast<int>(i)), states[i].data(), states[i].size() * sizeof(float));
+  {
+    const CheckpointPhaseScope phase(CheckpointPhase::copy);
+    backend.copy_to_backend(model.master(), parameters.data(), parameters.size() * sizeof(float));
+    model.refresh_working_copy();
+    for (std::size_t i = 0; i < names.size(); ++i)
+      backend.copy_to_backend(optimizer.state(static_cast<int>(i)), states[i].data(), states[i].size() * sizeof(float));
+  }
+  checkpoint_phases_report("read", mpi.is_root());
 }
 
 void load_parameters(const std::string& path, Model& model, Backend& backend, const MpiEnvironment& mpi) {
