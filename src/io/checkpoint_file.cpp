@@ -8,22 +8,11 @@
 #include "hpctrain/core/files.hpp"
 #include "hpctrain/io/checkpoint.hpp"
 #include "hpctrain/io/checkpoint_phases.hpp"
+#include "hpctrain/io/crc32.hpp"
 #include "hpctrain/io/hdf5.hpp"
 #include "hpctrain/io/parallel_file.hpp"
 
 namespace hpctrain {
-
-std::uint32_t crc32(const void* data, std::size_t bytes, std::uint32_t crc) {
-  // zlib's CRC-32 (the one Python's zlib.crc32 computes), in pieces its 32-bit length argument can take.
-  const auto* byte = static_cast<const Bytef*>(data);
-  while (bytes > 0) {
-    const auto piece = static_cast<uInt>(std::min<std::size_t>(bytes, 1u << 30));
-    crc = static_cast<std::uint32_t>(::crc32(crc, byte, piece));
-    byte += piece;
-    bytes -= piece;
-  }
-  return crc;
-}
 
 namespace {
 
