@@ -126,6 +126,9 @@ class Backend {
   virtual void deallocate(void* pointer) = 0;
   virtual void copy_to_backend(void* destination, const void* host_source, std::size_t bytes) = 0;
   virtual void copy_to_host(void* host_destination, const void* source, std::size_t bytes) = 0;
+  // Whether backend memory is host memory that the host may read and write directly (the CPU backend's): checkpoints
+  // then write and read the model's and the optimizer's buffers in place, without host copies.
+  [[nodiscard]] virtual bool memory_is_host() const { return false; }
   virtual void copy(void* destination, const void* source, std::size_t bytes) = 0;  // within backend memory
   virtual void zero(void* pointer, std::size_t bytes) = 0;
   virtual void synchronize() = 0;

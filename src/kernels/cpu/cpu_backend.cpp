@@ -212,6 +212,7 @@ class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(SpatialLayout preferred) : preferred_layout_(preferred) {}
   [[nodiscard]] std::string name() const override { return "cpu"; }
+  [[nodiscard]] bool memory_is_host() const override { return true; }
   [[nodiscard]] bool has_spatial_operations() const override { return true; }
 
   // ---- memory: plain host memory ----
