@@ -20,6 +20,8 @@ const std::vector<SectionSpec>& schema() {
        {
            {"layers", Kind::layers, bind_nothing},
            {"loss", Kind::string, bind_field<&Config::model, &ModelSection::loss>},
+           {"class_weights", Kind::number_array, bind_field<&Config::model, &ModelSection::class_weights>},
+           {"label_smoothing", Kind::number, bind_field<&Config::model, &ModelSection::label_smoothing>},
        }},
       {"data",
        {

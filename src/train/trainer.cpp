@@ -226,7 +226,7 @@ void Trainer::Impl::set_up_step() {
                                  " warm-up steps and replayed"
                            : "run.cuda_graphs: off (" + why_not + "); steps run eagerly";
   step_ = std::make_unique<TrainingStep>(*backend_, *model_, *optimizer_, *exchange_, *scaler_, *device_batch_,
-                                         micro_rows_, mpi_.size(), config.run.seed, timer_);
+                                         micro_rows_, mpi_.world(), config.run.seed, timer_);
   // HPCTRAIN_DEFERRED_READBACK=1 defers on the CPU backend too: lets machines without a GPU test this path.
   defer_ = cuda_ || std::getenv("HPCTRAIN_DEFERRED_READBACK") != nullptr;
   records_ = std::make_unique<StepRecords>(

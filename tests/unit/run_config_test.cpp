@@ -30,6 +30,8 @@ void expect_same_values(const RunConfig& a, const RunConfig& b) {
   EXPECT_EQ(a.run.device, b.run.device);
   EXPECT_EQ(a.run.threads, b.run.threads);
   EXPECT_EQ(a.model.loss, b.model.loss);
+  EXPECT_EQ(a.model.class_weights, b.model.class_weights);
+  EXPECT_EQ(a.model.label_smoothing, b.model.label_smoothing);
   ASSERT_EQ(a.model.layers.size(), b.model.layers.size());
   for (std::size_t i = 0; i < a.model.layers.size(); ++i) {
     SCOPED_TRACE("layer " + std::to_string(i));
@@ -635,8 +637,8 @@ TEST(RunConfigDocs, AcceptedKeysCoverTheSchema) {
        {"run.seed", "model.layers", "model.layers[].type", "model.layers[].negative_slope", "data.eval_batch_size",
         "optimizer.nesterov", "schedule.step_size", "precision.max_skipped_steps", "precision.tf32"})
     EXPECT_TRUE(accepted.count(key)) << key;
-  // per section (run: 5 keys; model: 2 keys and 14 layer keys); update when adding a key
-  EXPECT_EQ(keys.size(), 5u + 2u + 17u + 14u + 10u + 5u + 8u + 7u + 8u + 5u);
+  // per section (run: 5 keys; model: 4 keys and 14 layer keys); update when adding a key
+  EXPECT_EQ(keys.size(), 5u + 4u + 17u + 14u + 10u + 5u + 8u + 7u + 8u + 5u);
 }
 
 }  // namespace

@@ -49,6 +49,11 @@ struct RunSection {
 struct ModelSection {
   std::vector<LayerSpec> layers;
   LossKind loss = LossKind::cross_entropy;
+  // cross_entropy only (PyTorch's CrossEntropyLoss(weight, label_smoothing)): one positive weight per class (empty:
+  // every class weighs 1; the mean then divides by the global batch's sum of its labels' weights), and the share of
+  // each target spread evenly over all classes.
+  std::vector<double> class_weights;
+  double label_smoothing = 0.0;
 };
 
 struct DataSection {

@@ -21,7 +21,7 @@ struct TrainOptions {
   bool force = false;           // --force: continue a named checkpoint in a directory that holds another run
   RunStatus* status = nullptr;  // also writes OUTPUT/status; the caller writes failures (null: OUTPUT/status only)
   std::string init_from;        // --init-from: a fresh start takes the parameters of this checkpoint
-  std::vector<std::string> allow_changed;  // --allow-changed: optimizer/schedule keys a resume may change
+  std::vector<std::string> allow_changed;  // --allow-changed: optimizer/schedule/loss keys a resume may change
   std::string extend;                      // --extend stretch|restart ("" = not given: stretch)
 };
 
