@@ -32,6 +32,7 @@ class Linear final : public Layer {
     nn_detail::fill_uniform(host_master, parameters(), seed, layer_index, input_width());
   }
   [[nodiscard]] bool skips_input_gradient() const override { return true; }
+  [[nodiscard]] bool takes_activation() const override { return true; }
 
   void forward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView& y) override {
     // (rows, out) = (rows, in) x (out, in)^T + bias

@@ -388,8 +388,6 @@ EvalMetrics Trainer::Impl::evaluate(std::int64_t step) {
 TrainSummary Trainer::Impl::run() {
   TrainSummary summary;
   if (complete_) {  // OUTPUT/status already says so; a --status-file copy hears it again
-    summary.already_complete = true;
-    summary.steps = first_step_;
     if (mpi_.is_root()) status_.write("complete", 0, first_step_);
     return summary;
   }
@@ -397,10 +395,7 @@ TrainSummary Trainer::Impl::run() {
   log(head());
   for (const std::string& warning : resource_warnings_) log(warning);
   log(run_schedule_->describe(config_.checkpoint.at_end, validation_data_ != nullptr));
-  if (stopped_early_before()) {
-    summary.steps = first_step_;
-    return summary;
-  }
+  if (stopped_early_before()) return summary;
 
   const double start = MPI_Wtime();
   double interval_start = start, last_eval_accuracy = -1.0, last_eval_loss = 0.0;
@@ -515,7 +510,6 @@ TrainSummary Trainer::Impl::run() {
       break;
     }
   }
-  summary.steps = step;
   // Only figures this invocation measured: a run stopped before its first evaluation has no validation figure.
   std::ostringstream done;
   done << (summary.exit_code == exit_checkpointed ? "stopped: "
