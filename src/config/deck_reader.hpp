@@ -140,6 +140,8 @@ class DeckReader {
   void validate();
 
   void validate_layers();
+  // model.class_weights and model.label_smoothing: cross-entropy only, positive weights, smoothing in [0, 1).
+  void validate_loss();
   // Intervals in steps or epochs, checkpoint.best_metric against the task, early stopping's keys.
   void validate_intervals_and_best();
 

@@ -20,6 +20,8 @@ const std::vector<SectionSpec>& schema() {
        {
            {"layers", Kind::layers, bind_nothing},
            {"loss", Kind::string, bind_field<&Config::model, &ModelSection::loss>},
+           {"class_weights", Kind::number_array, bind_field<&Config::model, &ModelSection::class_weights>},
+           {"label_smoothing", Kind::number, bind_field<&Config::model, &ModelSection::label_smoothing>},
        }},
       {"data",
        {
@@ -115,6 +117,7 @@ const std::vector<LayerFieldSpec>& layer_fields() {
       {"bias", Kind::boolean, bind_layer_field<&LayerSpec::bias>},
       {"p", Kind::number, bind_layer_field<&LayerSpec::p>},
       {"negative_slope", Kind::number, bind_layer_field<&LayerSpec::negative_slope>},
+      {"approximate", Kind::string, bind_layer_field<&LayerSpec::approximate>},
       {"eps", Kind::number, bind_layer_field<&LayerSpec::eps>},
       {"kernel", Kind::extents, bind_layer_field<&LayerSpec::kernel>},
       {"stride", Kind::extents, bind_layer_field<&LayerSpec::stride>},
@@ -130,7 +133,7 @@ const std::vector<LayerTypeSpec>& layer_types() {
   static const std::vector<LayerTypeSpec> types = {
       {linear, {"out", "in", "bias"}},
       {relu, {}},
-      {gelu, {}},
+      {gelu, {"approximate"}},
       {tanh, {}},
       {leaky_relu, {"negative_slope"}},
       {layernorm, {"eps"}},

@@ -101,6 +101,7 @@ void DeckReader::validate() {
       range_error("run.output", "a directory path", "an empty string", "leave run.output out to get runs/<deck name>");
 
   validate_layers();
+  validate_loss();
 
   if (std::all_of(config.data.train.begin(), config.data.train.end(), [](const auto& f) { return f.empty(); }))
     fail(location("data.train"), "data.train is missing: the training data file is required",
@@ -191,6 +192,26 @@ void DeckReader::validate() {
                precision.backoff_factor > 0 && precision.backoff_factor < 1, "in (0, 1)");
   check_integer("precision.growth_interval", precision.growth_interval, 1);
   check_integer("precision.max_skipped_steps", precision.max_skipped_steps, 1);
+}
+
+void DeckReader::validate_loss() {
+  const ModelSection& model = config_.model;
+  const bool weights_set = !model.class_weights.empty(), smoothing_set = model.label_smoothing != 0.0;
+  if (model.loss != LossKind::cross_entropy && (weights_set || smoothing_set)) {
+    const std::string key = weights_set ? "model.class_weights" : "model.label_smoothing";
+    fail(location(key),
+         key + " is set but model.loss = \"" + std::string(word_of(model.loss)) +
+             "\": class weights and label smoothing apply to the cross-entropy only",
+         "remove " + key + ", or use model.loss = \"cross_entropy\" (integer class labels)");
+  }
+  check_number("model.label_smoothing", model.label_smoothing, model.label_smoothing >= 0 && model.label_smoothing < 1,
+               "in [0, 1)");
+  for (std::size_t c = 0; c < model.class_weights.size(); ++c)
+    if (!(model.class_weights[c] > 0) || !std::isfinite(model.class_weights[c]))
+      fail(location("model.class_weights"),
+           "model.class_weights[" + std::to_string(c) + "] is " + toml_float(model.class_weights[c]) +
+               ": a class weight must be a positive finite number",
+           "give one positive weight per class, e.g. the inverse of each class's frequency (1 = unweighted)");
 }
 
 void DeckReader::validate_intervals_and_best() {

@@ -13,6 +13,10 @@ namespace {
 }
 }  // namespace
 
+void Backend::smoothed_softmax_cross_entropy(const TensorView&, const std::int32_t*, const CrossEntropyOptions&,
+                                             const float*, const TensorView&, LossSums*) {
+  not_supported(*this, "cross-entropy with class weights or label smoothing");
+}
 void Backend::attention_forward(const AttentionGeometry&, const TensorView&, const TensorView&, void*) {
   not_supported(*this, "attention");
 }

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "hpctrain/config/run_config.hpp"
+#include "hpctrain/core/error.hpp"
 
 namespace hpctrain {
 
@@ -28,7 +29,7 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
   for (std::size_t i = 0; i + 1 < layers_.size(); ++i) {
     Activation kind{};
     float alpha = 0.0f;
-    if (layers_[i]->type() == "linear" && layers_[i + 1]->activation(&kind, &alpha) &&
+    if (layers_[i]->takes_activation() && layers_[i + 1]->activation(&kind, &alpha) &&
         (backend_.fuses_linear_activation(kind) || (fold_relu_anyway && kind == Activation::relu))) {
       HPCTRAIN_ASSERT(kind == Activation::relu, "only relu's backward can run on its output");
       folded_[i] = true;
@@ -103,7 +104,13 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
     for (auto& scratch : scratch_) scratch = BackendBuffer(backend_, scratch_bytes);
   if (saved_rows_blocks > 0)
     saved_ = BackendBuffer(backend_, static_cast<std::size_t>(saved_rows_blocks * buffers_.max_rows) * master_size);
-  loss_ = std::make_unique<Loss>(spec.loss, backend_, buffers_.max_rows, output_width());
+  const auto weights = static_cast<std::int64_t>(spec.class_weights.size());
+  HPCTRAIN_VERIFY(weights == 0 || weights == output_width(), InputError,
+                  deck_path << ": model.class_weights has " << weights << " values but the model has " << output_width()
+                            << " outputs (classes)",
+                  "give one weight per class, in class order (or widen the last layer to the number of classes)");
+  loss_ = std::make_unique<Loss>(spec.loss, backend_, buffers_.max_rows, output_width(), spec.class_weights,
+                                 spec.label_smoothing);
   memory_.parameters = parameter_bytes;
   memory_.gradients = buffers_.training ? parameter_bytes : 0;
   memory_.working_copy =

@@ -55,8 +55,8 @@ void LossScaler::set_learning_rate(float learning_rate) {
                            sizeof learning_rate);
 }
 
-void LossScaler::begin_step(float global_rows, float* gradient_scale) {
-  backend_.loss_gradient_scale(device(), global_rows, gradient_scale);
+void LossScaler::begin_step(float global_rows, const float* label_weights, float* gradient_scale) {
+  backend_.loss_gradient_scale(device(), global_rows, label_weights, gradient_scale);
 }
 
 void LossScaler::finish_step() { backend_.finish_step(config_, device()); }

@@ -65,11 +65,15 @@ EvalMetrics evaluate_split(const TrainingData& data, Model& model, Backend& back
   const std::int64_t width = model.output_width();
   BackendBuffer sums_buffer(backend, sizeof(LossSums));
   backend.zero(sums_buffer.data, sizeof(LossSums));
-  // reduced: loss sum, correct, top-5 hits, |error| sum, then per output: sum t, sum t^2, sum (p - t)^2
-  std::vector<double> totals(4 + 3 * static_cast<std::size_t>(width), 0.0);
+  // reduced: loss sum, correct, top-5 hits, |error| sum, then per output: sum t, sum t^2, sum (p - t)^2, and last the
+  // loss's denominator (samples, or with class weights the sum of the labels' weights: the training loss's mean)
+  std::vector<double> totals(5 + 3 * static_cast<std::size_t>(width), 0.0);
   forward_split(data, model, backend, device, local_batch, context, mpi,
                 [&](const HostBatch& batch, const TensorView& output, const float* host) {
                   model.apply_loss(batch.rows, nullptr, sums_buffer.as<LossSums>());
+                  totals.back() += task == TaskKind::classification
+                                       ? model.loss().label_weight_sum(batch.labels.data(), batch.rows)
+                                       : static_cast<double>(batch.rows);
                   for (std::int64_t row = 0; row < batch.rows; ++row) {
                     const float* prediction = host + row * width;
                     if (task == TaskKind::classification) {
@@ -98,7 +102,7 @@ EvalMetrics evaluate_split(const TrainingData& data, Model& model, Backend& back
   EvalMetrics metrics;
   metrics.samples = data.samples();
   const auto n = static_cast<double>(data.samples());
-  metrics.loss = totals[0] / n;
+  metrics.loss = totals[0] / totals.back();
   if (task == TaskKind::classification) {
     metrics.accuracy = totals[1] / n;
     if (width > 5) metrics.top5_accuracy = totals[2] / n;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <sstream>
+#include <string_view>
 
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/core/suggestions.hpp"
@@ -16,8 +17,16 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// "section.key" -> its TOML value, for the [optimizer] and [schedule] tables of a resolved deck (to_toml's layout:
-// one "key = value" line per key).
+// The keys of [model] that shape the training objective without changing the model's tensors: a resume checks them
+// like the optimizer and schedule keys.
+constexpr std::string_view loss_keys[] = {"model.class_weights", "model.label_smoothing"};
+
+bool is_loss_key(const std::string& key) {
+  return std::find(std::begin(loss_keys), std::end(loss_keys), key) != std::end(loss_keys);
+}
+
+// "section.key" -> its TOML value, for the [optimizer] and [schedule] tables and the loss keys of [model] of a
+// resolved deck (to_toml's layout: one "key = value" line per key).
 std::map<std::string, std::string> training_keys(const std::string& deck) {
   std::map<std::string, std::string> keys;
   std::istringstream lines(deck);
@@ -28,8 +37,9 @@ std::map<std::string, std::string> training_keys(const std::string& deck) {
       continue;
     }
     const std::size_t equals = line.find(" = ");
-    if ((section == "optimizer" || section == "schedule") && equals != std::string::npos)
-      keys[section + "." + line.substr(0, equals)] = line.substr(equals + 3);
+    if (equals == std::string::npos) continue;
+    const std::string key = section + "." + line.substr(0, equals);
+    if (section == "optimizer" || section == "schedule" || is_loss_key(key)) keys[key] = line.substr(equals + 3);
   }
   return keys;
 }
@@ -89,17 +99,20 @@ std::string check_resume_changes(const std::vector<fs::path>& candidates, const 
                                  const MpiEnvironment& mpi) {
   const std::vector<std::string> accepted = accepted_keys();
   for (const std::string& entry : allowed) {
+    const auto checked = [](const std::string& key) {
+      return key.starts_with("optimizer.") || key.starts_with("schedule.") || is_loss_key(key);
+    };
     const bool known = entry == "optimizer" || entry == "schedule" ||
-                       ((entry.starts_with("optimizer.") || entry.starts_with("schedule.")) &&
-                        std::find(accepted.begin(), accepted.end(), entry) != accepted.end());
+                       (checked(entry) && std::find(accepted.begin(), accepted.end(), entry) != accepted.end());
     if (!known) {
       std::vector<Suggestion> candidates;
       for (const std::string& key : accepted)
-        if (key.starts_with("optimizer.") || key.starts_with("schedule.")) candidates.push_back({key, key});
-      throw InputError("hpctrain train: --allow-changed " + entry + ": not an optimizer or schedule key" +
+        if (checked(key)) candidates.push_back({key, key});
+      throw InputError("hpctrain train: --allow-changed " + entry +
+                           ": not an optimizer, schedule or loss key (model.class_weights, model.label_smoothing)" +
                            did_you_mean(closest_name(entry, candidates)),
-                       "name keys as in the deck (optimizer.lr, schedule.type) or a whole section (optimizer, "
-                       "schedule)");
+                       "name keys as in the deck (optimizer.lr, schedule.type, model.label_smoothing) or a whole "
+                       "section (optimizer, schedule)");
     }
   }
   std::string note;
@@ -134,7 +147,7 @@ std::string check_resume_changes(const std::vector<fs::path>& candidates, const 
       keys += (keys.empty() ? "" : " ") + change.key;
     }
     if (!refused.empty())
-      throw InputError("the deck changes optimizer or schedule keys of the run in " + checkpoint.string() +
+      throw InputError("the deck changes optimizer, schedule or loss keys of the run in " + checkpoint.string() +
                            " (resuming would continue it with other settings): " + refused,
                        "resume with the run's own deck (" + run_config.string() +
                            ", raising train.steps is fine), or allow the change: --allow-changed " + keys);

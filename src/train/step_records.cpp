@@ -15,13 +15,13 @@ StepRecords::StepRecords(Backend& backend, std::size_t capacity)
   losses_.resize(capacity_);
 }
 
-void StepRecords::record(std::int64_t step, std::int64_t global_rows, double start, double clock_start,
-                         const LossSums* sums, const StepScalars* scalars) {
+void StepRecords::record(std::int64_t step, std::int64_t global_rows, double loss_denominator, double start,
+                         double clock_start, const LossSums* sums, const StepScalars* scalars) {
   HPCTRAIN_ASSERT(!full(), "the step record ring is full; flush it first");
   char* slot = ring_.as<char>() + pending_.size() * sizeof(Record);
   backend_.copy(slot + offsetof(Record, sums), sums, sizeof(LossSums));
   backend_.copy(slot + offsetof(Record, before_finish), scalars, sizeof(StepScalars));
-  pending_.push_back({step, global_rows, start, clock_start});
+  pending_.push_back({step, global_rows, loss_denominator, start, clock_start});
 }
 
 void StepRecords::record_scaler(const StepScalars* scalars) {
@@ -46,7 +46,7 @@ FlushedSteps StepRecords::flush(MPI_Comm world, double clock_now) {
     StepResult result;
     result.step = pending_[i].step;
     result.global_rows = pending_[i].global_rows;
-    result.loss = losses_[i] / static_cast<double>(pending_[i].global_rows);
+    result.loss = losses_[i] / pending_[i].loss_denominator;
     result.rate = rate;
     result.scale_in_effect = host_[i].before_finish.loss_scale;
     result.scalars = host_[i].after;

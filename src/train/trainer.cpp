@@ -200,8 +200,9 @@ void Trainer::Impl::set_up_step() {
     exchange_ = make_nccl_gradient_allreduce(mpi_.world(), *backend_, gradients, model_->parameter_count(),
                                              layer_begins, 25 << 20);
   else
-    exchange_ =
-        std::make_unique<GradientAllreduce>(mpi_.world(), gradients, model_->parameter_count(), layer_begins, 25 << 20);
+    exchange_ = std::make_unique<GradientAllreduce>(mpi_.world(), gradients, model_->parameter_count(), layer_begins,
+                                                    mpi_bucket_bytes(model_->parameter_count()),
+                                                    mpi_progress_settings(mpi_.serialized()));
   schedule_ = std::make_unique<LearningRateSchedule>(config.schedule, config.optimizer.lr, total_steps_);
   scaler_ = std::make_unique<LossScaler>(config.precision, *backend_);
   last_scalars_ = scaler_->read();
@@ -225,7 +226,7 @@ void Trainer::Impl::set_up_step() {
                                  " warm-up steps and replayed"
                            : "run.cuda_graphs: off (" + why_not + "); steps run eagerly";
   step_ = std::make_unique<TrainingStep>(*backend_, *model_, *optimizer_, *exchange_, *scaler_, *device_batch_,
-                                         micro_rows_, mpi_.size(), config.run.seed, timer_);
+                                         micro_rows_, mpi_.world(), config.run.seed, timer_);
   // HPCTRAIN_DEFERRED_READBACK=1 defers on the CPU backend too: lets machines without a GPU test this path.
   defer_ = cuda_ || std::getenv("HPCTRAIN_DEFERRED_READBACK") != nullptr;
   records_ = std::make_unique<StepRecords>(
@@ -387,8 +388,6 @@ EvalMetrics Trainer::Impl::evaluate(std::int64_t step) {
 TrainSummary Trainer::Impl::run() {
   TrainSummary summary;
   if (complete_) {  // OUTPUT/status already says so; a --status-file copy hears it again
-    summary.already_complete = true;
-    summary.steps = first_step_;
     if (mpi_.is_root()) status_.write("complete", 0, first_step_);
     return summary;
   }
@@ -396,10 +395,7 @@ TrainSummary Trainer::Impl::run() {
   log(head());
   for (const std::string& warning : resource_warnings_) log(warning);
   log(run_schedule_->describe(config_.checkpoint.at_end, validation_data_ != nullptr));
-  if (stopped_early_before()) {
-    summary.steps = first_step_;
-    return summary;
-  }
+  if (stopped_early_before()) return summary;
 
   const double start = MPI_Wtime();
   double interval_start = start, last_eval_accuracy = -1.0, last_eval_loss = 0.0;
@@ -514,7 +510,6 @@ TrainSummary Trainer::Impl::run() {
       break;
     }
   }
-  summary.steps = step;
   // Only figures this invocation measured: a run stopped before its first evaluation has no validation figure.
   std::ostringstream done;
   done << (summary.exit_code == exit_checkpointed ? "stopped: "

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "hpctrain/core/error.hpp"
+
 namespace hpctrain {
 
 // The step's own graph slot (evaluation captures into CaptureSlot::inference).
@@ -17,7 +19,7 @@ void StepGraph::end_capture_and_replay() {
 }
 
 TrainingStep::TrainingStep(Backend& backend, Model& model, Optimizer& optimizer, GradientExchange& exchange,
-                           LossScaler& scaler, DeviceBatch& device, std::int64_t micro_rows, int ranks,
+                           LossScaler& scaler, DeviceBatch& device, std::int64_t micro_rows, MPI_Comm world,
                            std::uint64_t seed, PhaseTimer& timer)
     : backend_(backend),
       model_(model),
@@ -26,15 +28,18 @@ TrainingStep::TrainingStep(Backend& backend, Model& model, Optimizer& optimizer,
       scaler_(scaler),
       device_(device),
       micro_rows_(micro_rows),
-      ranks_(ranks),
+      world_(world),
       seed_(seed),
       timer_(timer),
       sums_(backend, sizeof(LossSums)),
-      gradient_scale_(backend, sizeof(float)) {}
+      gradient_scale_(backend, sizeof(float)) {
+  HPCTRAIN_MPI_CHECK(MPI_Comm_size(world, &ranks_));
+  if (model.loss().weighted()) label_weights_ = BackendBuffer(backend, sizeof(float));
+}
 
 void TrainingStep::micro_batch(std::int64_t step, std::int64_t rows, float global_rows, bool first, bool last) {
   if (first) {
-    scaler_.begin_step(global_rows, gradient_scale_.as<float>());
+    scaler_.begin_step(global_rows, label_weights_.as<float>(), gradient_scale_.as<float>());
     backend_.zero(sums_.data, sizeof(LossSums));
   }
   const StepContext context{&backend_, true, seed_, static_cast<std::uint32_t>(step), device_.sample_ids(), rows};
@@ -57,11 +62,22 @@ void TrainingStep::update() {
   optimizer_.step(scaler_.device());
 }
 
+double TrainingStep::loss_denominator(const HostBatch& batch, std::int64_t global_rows) {
+  const Loss& loss = model_.loss();
+  if (!loss.weighted()) return static_cast<double>(global_rows);
+  double sum = loss.label_weight_sum(batch.labels.data(), batch.rows);
+  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, world_));
+  const auto value = static_cast<float>(sum);
+  backend_.copy_to_backend(label_weights_.data, &value, sizeof value);  // outside the graph, as the learning rate
+  return sum;
+}
+
 void TrainingStep::run(const HostBatch& batch, std::int64_t step, float learning_rate, StepGraph& graph,
                        StepRecords& records, double start, double clock_start, BatchSource source) {
   scaler_.set_learning_rate(learning_rate);
   const std::int64_t global_rows = batch.rows * ranks_;
   const auto global = static_cast<float>(global_rows);
+  const double denominator = loss_denominator(batch, global_rows);
   const std::int64_t micro_batches = (batch.rows + micro_rows_ - 1) / micro_rows_;
   if (micro_batches == 1 && batch.rows == micro_rows_) {  // the shape a graph can hold
     timer_.begin(Phase::forward);
@@ -81,7 +97,7 @@ void TrainingStep::run(const HostBatch& batch, std::int64_t step, float learning
     update();
   }
   timer_.begin(Phase::optimizer);
-  records.record(step, global_rows, start, clock_start, sums_.as<LossSums>(), scaler_.device());
+  records.record(step, global_rows, denominator, start, clock_start, sums_.as<LossSums>(), scaler_.device());
   scaler_.finish_step();
   records.record_scaler(scaler_.device());
 }

@@ -69,8 +69,8 @@ grep -q "allow the change: --allow-changed optimizer.lr schedule.type" changed_k
   fail "refused resume changed the run"
 expect_error changed_type "cannot resume .* with another optimizer \(optimizer.type \"adamw\" -> \"sgd\"\)" 2 \
   train deck.toml --output changed --resume auto --set optimizer.type=sgd --allow-changed optimizer
-expect_error allow_unknown "--allow-changed optimizer.weight_decy: not an optimizer or schedule key; did you mean \
-'optimizer.weight_decay'" 1 train deck.toml --output changed --resume auto --allow-changed optimizer.weight_decy
+expect_error allow_unknown "--allow-changed optimizer.weight_decy: not an optimizer, schedule or loss key .*; did \
+you mean 'optimizer.weight_decay'" 1 train deck.toml --output changed --resume auto --allow-changed optimizer.weight_decy
 run_ranks 2 train deck.toml --output changed --resume auto --set train.steps=50 --set optimizer.lr=0.01 \
   --set schedule.type=constant --allow-changed optimizer.lr,schedule.type >allowed.log 2>&1 ||
   { cat allowed.log >&2; fail "allowed resume"; }

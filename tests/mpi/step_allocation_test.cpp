@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <tuple>
 
 #include "hpctrain/config/run_config.hpp"
 #include "hpctrain/dist/gradient_allreduce.hpp"
@@ -81,16 +82,19 @@ LayerSpec layer(const std::string& type, std::int64_t out = 0) {
   return spec;
 }
 
-class StepAllocations : public testing::TestWithParam<std::pair<DType, std::int64_t>> {};
+// (dtype, micro-batches per step, class weights and label smoothing: the per-step sum of the labels' weights)
+class StepAllocations : public testing::TestWithParam<std::tuple<DType, std::int64_t, bool>> {};
 
 TEST_P(StepAllocations, NoneAfterWarmUp) {
-  const auto [dtype, accumulate] = GetParam();
-  int ranks = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  const auto [dtype, accumulate, weighted] = GetParam();
   const std::int64_t rows = 32, micro = rows / accumulate, features = 16;
   auto backend = make_cpu_backend();
   ModelSection spec;
   spec.layers = {layer("linear", 64), layer("layernorm"), layer("gelu"), layer("dropout"), layer("linear", 10)};
+  if (weighted) {
+    spec.class_weights = {0.5, 1, 2, 1, 1, 3, 1, 1, 0.25, 1};
+    spec.label_smoothing = 0.1;
+  }
   Model model(spec, features, *backend, {dtype, DType::f32, micro}, "test.toml");
   model.initialize(1);
   OptimizerSection section;
@@ -103,7 +107,7 @@ TEST_P(StepAllocations, NoneAfterWarmUp) {
   PrecisionSection precision;
   LossScaler scaler(precision, *backend);
   PhaseTimer timer(false);
-  TrainingStep training_step(*backend, model, optimizer, allreduce, scaler, device, micro, ranks, 1, timer);
+  TrainingStep training_step(*backend, model, optimizer, allreduce, scaler, device, micro, MPI_COMM_WORLD, 1, timer);
   StepGraph graph(*backend, false, 0);
   StepRecords records(*backend, 1);
 
@@ -133,9 +137,10 @@ TEST_P(StepAllocations, NoneAfterWarmUp) {
   counting = false;
   after_warm_up = allocations.load();
   EXPECT_EQ(after_warm_up, 0) << after_warm_up << " allocations in 9 steps after the warm-up (" << dtype_name(dtype)
-                              << ", accumulate " << accumulate << ")";
-  std::printf("%s, accumulate %lld: in 9 steps, %ld allocations by hpctrain, %ld inside oneDNN / Open MPI\n",
-              dtype_name(dtype), static_cast<long long>(accumulate), after_warm_up, library_allocations.load());
+                              << ", accumulate " << accumulate << (weighted ? ", class weights" : "") << ")";
+  std::printf("%s, accumulate %lld%s: in 9 steps, %ld allocations by hpctrain, %ld inside oneDNN / Open MPI\n",
+              dtype_name(dtype), static_cast<long long>(accumulate), weighted ? ", class weights" : "", after_warm_up,
+              library_allocations.load());
   // The counter works: an allocation while counting is seen.
   counting = true;
   void* volatile probe = std::malloc(64);
@@ -145,9 +150,10 @@ TEST_P(StepAllocations, NoneAfterWarmUp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, StepAllocations,
-                         testing::Values(std::pair{DType::f32, std::int64_t{1}},
-                                         std::pair{DType::bf16, std::int64_t{1}},
-                                         std::pair{DType::f32, std::int64_t{4}}));
+                         testing::Values(std::tuple{DType::f32, std::int64_t{1}, false},
+                                         std::tuple{DType::bf16, std::int64_t{1}, false},
+                                         std::tuple{DType::f32, std::int64_t{4}, false},
+                                         std::tuple{DType::f32, std::int64_t{2}, true}));
 
 }  // namespace
 }  // namespace hpctrain

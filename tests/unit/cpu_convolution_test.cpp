@@ -331,7 +331,7 @@ struct Minimal : Backend {
   void optimizer_step(const OptimizerHyper&, bool, float*, const float*, float*, float*, std::int64_t,
                       const TensorView&, const StepScalars*) override {}
   void finish_step(const LossScalerConfig&, StepScalars*) override {}
-  void loss_gradient_scale(const StepScalars*, float, float*) override {}
+  void loss_gradient_scale(const StepScalars*, float, const float*, float*) override {}
 };
 
 TEST(CpuConvolution, NotSupportedByDefault) {

@@ -20,7 +20,8 @@ namespace {
 using namespace test_support;
 namespace km = kernel_math;
 
-constexpr Activation all_activations[] = {Activation::relu, Activation::gelu, Activation::tanh, Activation::leaky_relu};
+constexpr Activation all_activations[] = {Activation::relu, Activation::gelu, Activation::tanh, Activation::leaky_relu,
+                                          Activation::gelu_tanh};
 constexpr float leaky_alpha = 0.05f;
 
 // Error of a value computed (not only stored) in the compute type: fp32 arithmetic, or fp64 for f64.
@@ -486,6 +487,124 @@ TEST_F(CpuKernels, SoftmaxCrossEntropyGradientMatchesFiniteDifferences) {
   dlogits.poison();
   backend->softmax_cross_entropy(logits.view(), labels.data(), grad_scale.data(), dlogits.view(), nullptr);
   EXPECT_LE(relative_error(dlogits.get(), numeric), 1e-6);
+}
+
+// PyTorch's CrossEntropyLoss(weight=w, label_smoothing=eps, reduction='sum') written out: per row,
+// (1 - eps) w[y] (-log p_y) + (eps / C) sum_k w[k] (-log p_k); the gradient as sum_k c_k (p_j - [j == k]) with
+// c_k = (1 - eps) w[y] [k == y] + (eps / C) w[k]. weights empty: 1.
+LossReference reference_smoothed_cross_entropy(const std::vector<double>& logits,
+                                               const std::vector<std::int32_t>& labels, std::int64_t cols,
+                                               const std::vector<double>& weights, double smoothing,
+                                               double grad_scale) {
+  LossReference r;
+  const auto weight = [&](std::int64_t k) { return weights.empty() ? 1.0 : weights[static_cast<std::size_t>(k)]; };
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    const double* row = logits.data() + i * cols;
+    const auto max_at = std::max_element(row, row + cols);
+    double sum = 0.0;
+    for (std::int64_t j = 0; j < cols; ++j) sum += std::exp(row[j] - *max_at);
+    const double log_sum = std::log(sum) + *max_at;
+    std::vector<double> coefficient(static_cast<std::size_t>(cols));
+    for (std::int64_t k = 0; k < cols; ++k) {
+      coefficient[k] =
+          smoothing / static_cast<double>(cols) * weight(k) + (k == labels[i] ? (1.0 - smoothing) * weight(k) : 0.0);
+      r.loss_sum += coefficient[k] * (log_sum - row[k]);  // -log p_k
+    }
+    r.correct += (max_at - row) == labels[i] ? 1.0 : 0.0;
+    for (std::int64_t j = 0; j < cols; ++j) {
+      const double probability = std::exp(row[j] - log_sum);
+      double gradient = 0.0;
+      for (std::int64_t k = 0; k < cols; ++k) gradient += coefficient[k] * (probability - (j == k ? 1.0 : 0.0));
+      r.gradient.push_back(gradient * grad_scale);
+    }
+  }
+  return r;
+}
+
+TEST_F(CpuKernels, SmoothedCrossEntropyInEveryDtype) {
+  const std::int64_t rows = 33, cols = 10;
+  const float grad_scale_value = 0.0625f;
+  TestArray<float> grad_scale(*backend, std::vector<float>{grad_scale_value});
+  std::vector<float> weight_values;
+  for (double value : random_values(cols, 150, 0.2, 3.0)) weight_values.push_back(static_cast<float>(value));
+  TestArray<float> class_weights(*backend, weight_values);
+  const std::vector<double> reference_weights(weight_values.begin(), weight_values.end());
+  for (const bool weighted : {true, false})
+    for (const double smoothing : {0.0, 0.1})
+      for (DType dtype : all_dtypes) {
+        if (!weighted && smoothing == 0.0) continue;  // the plain kernel's case (the loss never picks this one then)
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + (weighted ? " weighted" : "") + " smoothing " +
+                     std::to_string(smoothing));
+        auto logits = tensor(dtype, rows, cols), dlogits = tensor(dtype, rows, cols);
+        const auto logit_values = logits.randomize(151, -3.0, 3.0);
+        const auto label_values = random_labels(rows, cols, 152);
+        TestArray<std::int32_t> labels(*backend, label_values);
+        TestArray<LossSums> sums(*backend, std::vector<LossSums>{LossSums{}});
+        const CrossEntropyOptions options{weighted ? class_weights.data() : nullptr, static_cast<float>(smoothing)};
+        const auto want = reference_smoothed_cross_entropy(
+            logit_values, label_values, cols, weighted ? reference_weights : std::vector<double>{},
+            static_cast<double>(options.label_smoothing), grad_scale_value);
+        dlogits.poison();
+        backend->smoothed_softmax_cross_entropy(logits.view(), labels.data(), options, grad_scale.data(),
+                                                dlogits.view(), sums.data());
+        const LossSums got = sums.get()[0];
+        EXPECT_TRUE(std::isfinite(got.loss_sum));
+        EXPECT_NEAR(got.loss_sum, want.loss_sum, compute_tolerance(dtype) * want.loss_sum);
+        EXPECT_EQ(got.correct, want.correct);
+        EXPECT_LE(relative_error(dlogits.get(), want.gradient), tolerance(dtype));
+        // without dlogits only the sums; in place over the logits the same gradient
+        backend->smoothed_softmax_cross_entropy(logits.view(), labels.data(), options, nullptr, TensorView{},
+                                                sums.data());
+        EXPECT_NEAR(sums.get()[0].loss_sum, 2 * want.loss_sum, 2 * compute_tolerance(dtype) * want.loss_sum);
+        backend->smoothed_softmax_cross_entropy(logits.view(), labels.data(), options, grad_scale.data(), logits.view(),
+                                                nullptr);
+        EXPECT_EQ(logits.get(), dlogits.get());
+      }
+}
+
+TEST_F(CpuKernels, SmoothedCrossEntropyDiffersFromPlainAndRejectsBadLabels) {
+  // Weights and smoothing change the loss (a test of the reference itself: it is not the plain one).
+  const std::vector<double> logits{0.5, -1.0, 2.0, 0.25};
+  const std::vector<std::int32_t> labels{1};
+  const double plain = reference_softmax_cross_entropy(logits, labels, 4, 1.0).loss_sum;
+  EXPECT_NEAR(reference_smoothed_cross_entropy(logits, labels, 4, {}, 0.0, 1.0).loss_sum, plain, 1e-14);
+  EXPECT_GT(std::abs(reference_smoothed_cross_entropy(logits, labels, 4, {}, 0.1, 1.0).loss_sum - plain), 1e-3);
+  EXPECT_NEAR(reference_smoothed_cross_entropy(logits, labels, 4, {1, 3, 1, 1}, 0.0, 1.0).loss_sum, 3 * plain, 1e-12);
+  auto bad = tensor(DType::f32, 2, 3);
+  bad.randomize(1);
+  TestArray<std::int32_t> bad_labels(*backend, std::vector<std::int32_t>{0, -1});
+  TestArray<LossSums> sums(*backend, std::vector<LossSums>{LossSums{}});
+  EXPECT_THROW(backend->smoothed_softmax_cross_entropy(bad.view(), bad_labels.data(), {nullptr, 0.1f}, nullptr,
+                                                       TensorView{}, sums.data()),
+               InputError);
+}
+
+TEST_F(CpuKernels, SmoothedCrossEntropyGradientMatchesFiniteDifferences) {
+  const std::int64_t rows = 4, cols = 5;
+  const float scale = 0.25f;
+  auto logits = tensor(DType::f64, rows, cols), dlogits = tensor(DType::f64, rows, cols);
+  auto logit_values = random_values(rows * cols, 161, -2.0, 2.0);
+  TestArray<std::int32_t> labels(*backend, random_labels(rows, cols, 162));
+  TestArray<float> grad_scale(*backend, std::vector<float>{scale});
+  TestArray<float> class_weights(*backend, std::vector<float>{0.5f, 2.0f, 1.25f, 3.0f, 0.75f});
+  TestArray<LossSums> sums(*backend, 1);
+  for (const double smoothing : {0.0, 0.1}) {
+    SCOPED_TRACE(smoothing);
+    const CrossEntropyOptions options{class_weights.data(), static_cast<float>(smoothing)};
+    const auto objective = [&]() {
+      logits.set(logit_values);
+      sums.set({LossSums{}});
+      backend->smoothed_softmax_cross_entropy(logits.view(), labels.data(), options, nullptr, TensorView{},
+                                              sums.data());
+      return scale * sums.get()[0].loss_sum;
+    };
+    const auto numeric = central_differences(logit_values, 1e-5, objective);
+    logits.set(logit_values);
+    dlogits.poison();
+    backend->smoothed_softmax_cross_entropy(logits.view(), labels.data(), options, grad_scale.data(), dlogits.view(),
+                                            nullptr);
+    EXPECT_LE(relative_error(dlogits.get(), numeric), 1e-6);
+  }
 }
 
 TEST_F(CpuKernels, MeanSquaredErrorInEveryDtype) {

@@ -149,6 +149,8 @@ TEST(RunConfigErrors, OutOfRange) {
       {"precision.backoff_factor", "0", "in (0, 1)"},
       {"precision.growth_interval", "0", ">= 1"},
       {"precision.max_skipped_steps", "0", ">= 1"},
+      {"model.label_smoothing", "1.0", "in [0, 1)"},
+      {"model.label_smoothing", "-0.1", "in [0, 1)"},
       {"data.features", "\"\"", "an HDF5 dataset path"},
       {"run.output", "\"\"", "a directory path"},
   };
@@ -162,6 +164,30 @@ TEST(RunConfigErrors, OutOfRange) {
   EXPECT_NO_THROW(parse(deck_with("optimizer.weight_decay", "0")));
   EXPECT_NO_THROW(parse(deck_with("precision.growth_interval", "1")));
   EXPECT_NO_THROW(parse(deck_with("run.threads", "0")));
+}
+
+TEST(RunConfigErrors, ClassWeightsAndLabelSmoothing) {
+  for (const std::string value : {"[1, 0, 2]", "[1, -0.5]"}) {
+    SCOPED_TRACE(value);
+    const auto error = error_of(deck_with("model.class_weights", value));
+    EXPECT_CONTAINS(error.message, "decks/test.toml:2:1: model.class_weights[");
+    EXPECT_CONTAINS(error.message, "a class weight must be a positive finite number");
+    EXPECT_FALSE(error.hint.empty());
+  }
+  for (const std::string value : {"[nan, 1]", "[1, inf]"})  // the reader's own check of numbers
+    EXPECT_CONTAINS(error_of(deck_with("model.class_weights", value)).message,
+                    "decks/test.toml:2:1: model.class_weights must be finite numbers");
+  EXPECT_CONTAINS(error_of(deck_with("model.label_smoothing", "nan")).message,
+                  "decks/test.toml:2:1: model.label_smoothing must be a finite number");
+  for (const std::string key : {"class_weights = [1, 2]", "label_smoothing = 0.1"}) {
+    const auto error = error_of(deck_with("model.loss", "\"mse\"\n" + key));
+    EXPECT_CONTAINS(error.message,
+                    "decks/test.toml:3:1: model." + key.substr(0, key.find(' ')) + " is set but model.loss = \"mse\"");
+  }
+  const RunConfig config = parse(deck_with("model.class_weights", "[0.5, 2, 1e-3]\nlabel_smoothing = 0.1"));
+  EXPECT_EQ(config.model.class_weights, (std::vector<double>{0.5, 2, 1e-3}));
+  EXPECT_EQ(config.model.label_smoothing, 0.1);
+  EXPECT_NO_THROW(parse(deck_with("model.label_smoothing", "0")));
 }
 
 TEST(RunConfigErrors, Enumerations) {
@@ -231,6 +257,11 @@ TEST(RunConfigErrors, Layers) {
        "decks/test.toml:6:1: model.layers[0].type must be one of linear, relu, gelu, tanh, leaky_relu, layernorm, "
        "dropout, conv2d, conv3d, maxpool2d, maxpool3d, avgpool2d, avgpool3d, global_avgpool, flatten, groupnorm (got "
        "\"conv\")"},
+      {"[[model.layers]]\ntype = \"gelu\"\napproximate = \"fast\"\n",
+       "decks/test.toml:7:1: model.layers[0].approximate must be one of none, tanh (got \"fast\")"},
+      {"[[model.layers]]\ntype = \"gelu\"\napproximate = true\n", "model.layers[0].approximate must be a string"},
+      {"[[model.layers]]\ntype = \"relu\"\napproximate = \"tanh\"\n",
+       "model.layers[0].approximate does not apply to a relu layer"},
       {"[[model.layers]]\ntype = \"Relu\"\n", "did you mean 'relu'?"},
       {"[[model.layers]]\ntype = \"dense\"\nout = 2\n", "did you mean 'linear'?"},
       {"[[model.layers]]\ntype = \"linear\"\nout = 3\np = 0.5\n",

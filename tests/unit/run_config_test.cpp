@@ -30,6 +30,8 @@ void expect_same_values(const RunConfig& a, const RunConfig& b) {
   EXPECT_EQ(a.run.device, b.run.device);
   EXPECT_EQ(a.run.threads, b.run.threads);
   EXPECT_EQ(a.model.loss, b.model.loss);
+  EXPECT_EQ(a.model.class_weights, b.model.class_weights);
+  EXPECT_EQ(a.model.label_smoothing, b.model.label_smoothing);
   ASSERT_EQ(a.model.layers.size(), b.model.layers.size());
   for (std::size_t i = 0; i < a.model.layers.size(); ++i) {
     SCOPED_TRACE("layer " + std::to_string(i));
@@ -41,6 +43,7 @@ void expect_same_values(const RunConfig& a, const RunConfig& b) {
     EXPECT_EQ(x.bias, y.bias);
     EXPECT_EQ(x.p, y.p);
     EXPECT_EQ(x.negative_slope, y.negative_slope);
+    EXPECT_EQ(x.approximate, y.approximate);
     EXPECT_EQ(x.eps, y.eps);
   }
   EXPECT_EQ(a.data.train, b.data.train);
@@ -129,6 +132,7 @@ p = 0.25
 
 [[model.layers]]
 type = "gelu"
+approximate = "tanh"
 
 [[model.layers]]
 type = "tanh"
@@ -207,6 +211,7 @@ TEST(RunConfig, FullDeckValues) {
   EXPECT_EQ(config.model.layers[1].negative_slope, 0.2);
   EXPECT_EQ(config.model.layers[2].eps, 1e-6);
   EXPECT_EQ(config.model.layers[3].p, 0.25);
+  EXPECT_EQ(config.model.layers[4].approximate, GeluApproximation::tanh);
   EXPECT_EQ(config.model.layers[6].name, "act-last");
   EXPECT_EQ(config.model.layers[7].name, "linear7");
   EXPECT_EQ(config.model.layers[7].out, 3);
@@ -368,8 +373,9 @@ TEST(RunConfig, PositionsOfEveryKeyRead) {
   EXPECT_EQ(config.positions.at("model.layers[0]").line, 10);
   EXPECT_EQ(config.model.layers[0].position.line, 10);
   EXPECT_EQ(config.positions.at("model.layers[3].p").line, 27);
-  EXPECT_EQ(config.positions.at("optimizer.lr").line, 61);
-  EXPECT_EQ(config.where("optimizer.lr"), "decks/test.toml:61:1");
+  EXPECT_EQ(config.positions.at("model.layers[4].approximate").line, 31);
+  EXPECT_EQ(config.positions.at("optimizer.lr").line, 62);
+  EXPECT_EQ(config.where("optimizer.lr"), "decks/test.toml:62:1");
   EXPECT_EQ(config.where("run.threads"), "decks/test.toml:5:1");
   // Keys from defaults have no position.
   EXPECT_EQ(parse(minimal_body).where("optimizer.lr"), "decks/test.toml");
@@ -631,8 +637,8 @@ TEST(RunConfigDocs, AcceptedKeysCoverTheSchema) {
        {"run.seed", "model.layers", "model.layers[].type", "model.layers[].negative_slope", "data.eval_batch_size",
         "optimizer.nesterov", "schedule.step_size", "precision.max_skipped_steps", "precision.tf32"})
     EXPECT_TRUE(accepted.count(key)) << key;
-  // per section (run: 5 keys; model: 2 keys and 13 layer keys); update when adding a key
-  EXPECT_EQ(keys.size(), 5u + 2u + 17u + 13u + 10u + 5u + 8u + 7u + 8u + 5u);
+  // per section (run: 5 keys; model: 4 keys and 14 layer keys); update when adding a key
+  EXPECT_EQ(keys.size(), 5u + 4u + 17u + 14u + 10u + 5u + 8u + 7u + 8u + 5u);
 }
 
 }  // namespace

@@ -27,7 +27,8 @@ struct LayerSpec {
   bool bias = true;              // linear, conv
   double p = 0.5;                // dropout probability
   double negative_slope = 0.01;  // leaky_relu
-  double eps = 1e-5;             // layernorm, groupnorm
+  GeluApproximation approximate = GeluApproximation::none;  // gelu
+  double eps = 1e-5;                                        // layernorm, groupnorm
   // conv and pooling windows: one value for every spatial axis, or one per axis ((H, W) or (D, H, W)).
   std::vector<std::int64_t> kernel;          // required
   std::vector<std::int64_t> stride;          // default: 1 (conv), the kernel (pooling); filled in by the parser
@@ -48,6 +49,11 @@ struct RunSection {
 struct ModelSection {
   std::vector<LayerSpec> layers;
   LossKind loss = LossKind::cross_entropy;
+  // cross_entropy only (PyTorch's CrossEntropyLoss(weight, label_smoothing)): one positive weight per class (empty:
+  // every class weighs 1; the mean then divides by the global batch's sum of its labels' weights), and the share of
+  // each target spread evenly over all classes.
+  std::vector<double> class_weights;
+  double label_smoothing = 0.0;
 };
 
 struct DataSection {

@@ -23,7 +23,8 @@
 
 namespace hpctrain {
 
-enum class Activation : std::uint8_t { relu, gelu, tanh, leaky_relu };
+// gelu: the exact erf form (PyTorch's default); gelu_tanh: its tanh approximation (approximate = "tanh").
+enum class Activation : std::uint8_t { relu, gelu, tanh, leaky_relu, gelu_tanh };
 
 // Training scalars that live in backend memory for the whole run. Plain data: copied to the host only to log or
 // checkpoint.
@@ -63,6 +64,13 @@ struct OptimizerHyper {
 struct LossSums {
   double loss_sum = 0.0;  // sum over rows of the per-sample loss
   double correct = 0.0;   // classification: rows whose argmax equals the label
+};
+
+// Class weights and label smoothing of the cross-entropy (model.class_weights, model.label_smoothing): PyTorch's
+// CrossEntropyLoss(weight, label_smoothing). The per-row formula is kernel_math::smoothed_cross_entropy_loss.
+struct CrossEntropyOptions {
+  const float* class_weights = nullptr;  // (cols) in backend memory; null: every class weighs 1
+  float label_smoothing = 0.0f;          // in [0, 1)
 };
 
 // How one sample of a convolutional layer is laid out in its activation row. Files and checkpoints are channels-first
@@ -125,6 +133,9 @@ class Backend {
   virtual void deallocate(void* pointer) = 0;
   virtual void copy_to_backend(void* destination, const void* host_source, std::size_t bytes) = 0;
   virtual void copy_to_host(void* host_destination, const void* source, std::size_t bytes) = 0;
+  // Whether backend memory is host memory that the host may read and write directly (the CPU backend's): checkpoints
+  // then write and read the model's and the optimizer's buffers in place, without host copies.
+  [[nodiscard]] virtual bool memory_is_host() const { return false; }
   virtual void copy(void* destination, const void* source, std::size_t bytes) = 0;  // within backend memory
   virtual void zero(void* pointer, std::size_t bytes) = 0;
   virtual void synchronize() = 0;
@@ -228,8 +239,8 @@ class Backend {
                                  const TensorView& y);
   // dtable (master dtype, (vocabulary, dy.cols)) += or = the sum of dy's rows per id, in an order that does not depend
   // on scheduling (deterministic: no floating-point atomics whose order changes the result).
-  virtual void embedding_backward(const std::int32_t* ids, const TensorView& dy, std::int64_t vocabulary,
-                                  void* dtable, bool accumulate);
+  virtual void embedding_backward(const std::int32_t* ids, const TensorView& dy, std::int64_t vocabulary, void* dtable,
+                                  bool accumulate);
 
   // ---- losses (fp32 math; fp64 for f64) ----
   // Softmax cross-entropy on integer labels (backend memory, one per row, in [0, cols)).
@@ -238,6 +249,12 @@ class Backend {
   // (for training: loss_scale / global_batch), master dtype... always float.
   virtual void softmax_cross_entropy(const TensorView& logits, const std::int32_t* labels, const float* grad_scale,
                                      const TensorView& dlogits, LossSums* sums) = 0;
+  // The same with class weights and label smoothing: sums.loss_sum += the per-row losses of
+  // kernel_math::smoothed_cross_entropy_loss (weighted, not yet divided by the weights of the labels; the caller's
+  // *grad_scale holds that division), sums.correct as above; dlogits = the loss's gradient * (*grad_scale).
+  virtual void smoothed_softmax_cross_entropy(const TensorView& logits, const std::int32_t* labels,
+                                              const CrossEntropyOptions& options, const float* grad_scale,
+                                              const TensorView& dlogits, LossSums* sums);
   // Mean squared error: per-sample loss = mean_k (pred - target)^2; targets have pred's shape, in master dtype.
   // dpred = 2 (pred - target) / cols * (*grad_scale).
   virtual void mean_squared_error(const TensorView& pred, const void* targets, const float* grad_scale,
@@ -258,7 +275,10 @@ class Backend {
   virtual void finish_step(const LossScalerConfig& config, StepScalars* scalars) = 0;
   // *grad_scale = scalars->loss_scale / rows: the factor of the loss gradient (mean over the global batch's rows, times
   // the loss scale), formed where the scalars live so a step needs no host round trip. Single-thread work.
-  virtual void loss_gradient_scale(const StepScalars* scalars, float rows, float* grad_scale) = 0;
+  // label_weights (backend memory, or null): with class weights the mean divides by the global batch's sum of the
+  // labels' weights instead of rows; it changes every step, so it is read from memory (a CUDA graph replays it).
+  virtual void loss_gradient_scale(const StepScalars* scalars, float rows, const float* label_weights,
+                                   float* grad_scale) = 0;
   // Whether the convolution, pooling and groupnorm operations are implemented (their defaults throw NotSupported);
   // the model asks at set-up so a deck the backend cannot run is refused before training starts.
   [[nodiscard]] virtual bool has_spatial_operations() const { return false; }

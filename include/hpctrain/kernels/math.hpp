@@ -73,6 +73,24 @@ HPCTRAIN_HD C gelu_derivative(C x) {
   return cdf + x * density;
 }
 
+// GELU's tanh approximation, PyTorch's nn.GELU(approximate="tanh") (GPT-2's): x/2 (1 + tanh(u)) with
+// u = sqrt(2/pi) (x + 0.044715 x^3).
+template <class C>
+HPCTRAIN_HD C gelu_tanh(C x) {
+  const C sqrt_2_over_pi = C(0.79788456080286535588);
+  const C t = hyperbolic_tangent(sqrt_2_over_pi * (x + C(0.044715) * x * x * x));
+  return C(0.5) * x * (C(1) + t);
+}
+// (1 + t)/2 + x/2 (1 - t^2) du/dx with du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+template <class C>
+HPCTRAIN_HD C gelu_tanh_derivative(C x) {
+  const C sqrt_2_over_pi = C(0.79788456080286535588);
+  const C x2 = x * x;
+  const C t = hyperbolic_tangent(sqrt_2_over_pi * x * (C(1) + C(0.044715) * x2));
+  const C du = sqrt_2_over_pi * (C(1) + C(3 * 0.044715) * x2);
+  return C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * du;
+}
+
 template <class C>
 HPCTRAIN_HD C tanh_activation(C x) {
   return hyperbolic_tangent(x);
@@ -102,6 +120,8 @@ HPCTRAIN_HD C activation_value(Activation kind, C alpha, C x) {
       return relu(x);
     case Activation::gelu:
       return gelu(x);
+    case Activation::gelu_tanh:
+      return gelu_tanh(x);
     case Activation::tanh:
       return tanh_activation(x);
     case Activation::leaky_relu:
@@ -116,6 +136,8 @@ HPCTRAIN_HD C activation_derivative(Activation kind, C alpha, C x) {
       return relu_derivative(x);
     case Activation::gelu:
       return gelu_derivative(x);
+    case Activation::gelu_tanh:
+      return gelu_tanh_derivative(x);
     case Activation::tanh:
       return tanh_derivative(x);
     case Activation::leaky_relu:
@@ -318,6 +340,72 @@ HPCTRAIN_HD void softmax_cross_entropy_row(const T* logits, std::int64_t cols, s
     C probability = exponential(load(logits[j]) - max_value) * inverse_sum;
     if (j == label) probability -= C(1);
     dlogits[j] = store<T>(probability * grad_scale);
+  }
+}
+
+// Cross-entropy with class weights and label smoothing (PyTorch's CrossEntropyLoss(weight=w, label_smoothing=eps)),
+// per row with label y over C classes, in terms of the row's shifted logits z = x - max(x) and L = log sum_k exp(z_k):
+//   loss = (1 - eps) w[y] (L - z_y) + (eps / C) sum_k w[k] (L - z_k)
+//        = (1 - eps) w[y] (L - z_y) + (eps / C) (W L - sum_k w[k] z_k),   W = sum_k w[k].
+// The mean over a batch divides by sum_i w[y_i] (the caller's). weighted_logit_sum: sum_k w[k] z_k.
+template <class C>
+HPCTRAIN_HD C smoothed_cross_entropy_loss(C log_sum, C label_logit, C label_weight, C weighted_logit_sum,
+                                          C class_weight_sum, C smoothing, std::int64_t cols) {
+  const C spread = smoothing / static_cast<C>(cols);
+  return (C(1) - smoothing) * label_weight * (log_sum - label_logit) +
+         spread * (class_weight_sum * log_sum - weighted_logit_sum);
+}
+
+// Its derivative with respect to logit j (softmax probability p_j, class weight w[j]):
+//   p_j ((1 - eps) w[y] + (eps / C) W) - (1 - eps) w[y] [j == y] - (eps / C) w[j].
+template <class C>
+HPCTRAIN_HD C smoothed_cross_entropy_gradient(C probability, bool is_label, C class_weight, C label_weight,
+                                              C class_weight_sum, C smoothing, std::int64_t cols) {
+  const C spread = smoothing / static_cast<C>(cols);
+  const C kept = (C(1) - smoothing) * label_weight;
+  C gradient = probability * (kept + spread * class_weight_sum) - spread * class_weight;
+  if (is_label) gradient -= kept;
+  return gradient;
+}
+
+// The whole row (CPU backend): class_weights (cols) or null for weight 1; the other arguments as in
+// softmax_cross_entropy_row, whose loss this equals (up to rounding) with no weights and no smoothing.
+template <class T>
+HPCTRAIN_HD void smoothed_softmax_cross_entropy_row(const T* logits, std::int64_t cols, std::int32_t label,
+                                                    const float* class_weights, compute_t<T> smoothing,
+                                                    compute_t<T> grad_scale, T* dlogits, compute_t<T>* loss,
+                                                    bool* correct) {
+  using C = compute_t<T>;
+  const auto weight = [class_weights](std::int64_t j) {
+    return class_weights != nullptr ? static_cast<C>(class_weights[j]) : C(1);
+  };
+  C max_value = load(logits[0]);
+  std::int64_t argmax = 0;
+  for (std::int64_t j = 1; j < cols; ++j) {
+    const C value = load(logits[j]);
+    if (value > max_value) {  // strict: ties keep the lowest index
+      max_value = value;
+      argmax = j;
+    }
+  }
+  C sum = C(0), weighted_logit_sum = C(0), class_weight_sum = C(0);
+  for (std::int64_t j = 0; j < cols; ++j) {
+    const C shifted = load(logits[j]) - max_value;
+    sum += exponential(shifted);
+    weighted_logit_sum += weight(j) * shifted;
+    class_weight_sum += weight(j);
+  }
+  const C label_weight = weight(label);
+  *loss = smoothed_cross_entropy_loss(natural_log(sum), load(logits[label]) - max_value, label_weight,
+                                      weighted_logit_sum, class_weight_sum, smoothing, cols);
+  *correct = argmax == label;
+  if (dlogits == nullptr) return;
+  const C inverse_sum = C(1) / sum;
+  for (std::int64_t j = 0; j < cols; ++j) {
+    const C probability = exponential(load(logits[j]) - max_value) * inverse_sum;
+    dlogits[j] = store<T>(smoothed_cross_entropy_gradient(probability, j == label, weight(j), label_weight,
+                                                          class_weight_sum, smoothing, cols) *
+                          grad_scale);
   }
 }
 

@@ -28,8 +28,9 @@ class LossScaler {
 
   // The learning rate of the next step (written from the host before the step).
   void set_learning_rate(float learning_rate);
-  // *gradient_scale (backend memory) = loss scale / global_rows.
-  void begin_step(float global_rows, float* gradient_scale);
+  // *gradient_scale (backend memory) = loss scale / global_rows, or / *label_weights (backend memory: the global
+  // batch's sum of its labels' class weights) when that is not null.
+  void begin_step(float global_rows, const float* label_weights, float* gradient_scale);
   // Growth or backoff after the optimizer has run; consecutive skips counted.
   void finish_step();
 

@@ -37,14 +37,14 @@ struct KeyChange {
   std::string key, before, after;
 };
 
-// The optimizer.* and schedule.* keys whose values differ between `checkpoint_deck` (the resolved deck a checkpoint
-// stores) and `config`.
+// The optimizer.* and schedule.* keys (and model.class_weights, model.label_smoothing) whose values differ between
+// `checkpoint_deck` (the resolved deck a checkpoint stores) and `config`.
 std::vector<KeyChange> changed_training_keys(const std::string& checkpoint_deck, const RunConfig& config);
 
 // Refuses (InputError, listing the keys) to resume from the newest of `candidates` whose deck can be read when an
-// optimizer or schedule key changed and `allowed` (keys or whole sections, --allow-changed) does not name it;
-// optimizer.type can never change. Returns the allowed changes as a log line ("" for none). Reads on rank 0;
-// collective.
+// optimizer, schedule or loss key (model.class_weights, model.label_smoothing) changed and `allowed` (keys or whole
+// sections, --allow-changed) does not name it; optimizer.type can never change. Returns the allowed changes as a log
+// line ("" for none). Reads on rank 0; collective.
 std::string check_resume_changes(const std::vector<std::filesystem::path>& candidates, const RunConfig& config,
                                  const std::vector<std::string>& allowed, const std::filesystem::path& run_config,
                                  const MpiEnvironment& mpi);

@@ -34,9 +34,10 @@ class StepRecords {
   StepRecords(Backend& backend, std::size_t capacity);
 
   // The step just enqueued (0-based `step`, started at `start` seconds of MPI_Wtime and `clock_start` of the run
-  // clock): its loss sums and the scalars after its optimizer update, before the loss scaler's update...
-  void record(std::int64_t step, std::int64_t global_rows, double start, double clock_start, const LossSums* sums,
-              const StepScalars* scalars);
+  // clock; its mean loss is the global loss sum / loss_denominator: global_rows, or the sum of the labels' class
+  // weights): its loss sums and the scalars after its optimizer update, before the loss scaler's update...
+  void record(std::int64_t step, std::int64_t global_rows, double loss_denominator, double start, double clock_start,
+              const LossSums* sums, const StepScalars* scalars);
   // ... and the scalars after the scaler's update.
   void record_scaler(const StepScalars* scalars);
 
@@ -54,7 +55,7 @@ class StepRecords {
   };
   struct Pending {
     std::int64_t step = 0, global_rows = 0;
-    double start = 0.0, clock_start = 0.0;
+    double loss_denominator = 1.0, start = 0.0, clock_start = 0.0;
   };
   Backend& backend_;
   std::size_t capacity_;

@@ -21,14 +21,12 @@ struct TrainOptions {
   bool force = false;           // --force: continue a named checkpoint in a directory that holds another run
   RunStatus* status = nullptr;  // also writes OUTPUT/status; the caller writes failures (null: OUTPUT/status only)
   std::string init_from;        // --init-from: a fresh start takes the parameters of this checkpoint
-  std::vector<std::string> allow_changed;  // --allow-changed: optimizer/schedule keys a resume may change
+  std::vector<std::string> allow_changed;  // --allow-changed: optimizer/schedule/loss keys a resume may change
   std::string extend;                      // --extend stretch|restart ("" = not given: stretch)
 };
 
 struct TrainSummary {
-  int exit_code = 0;              // 0, or exit_checkpointed after a signal / the time limit
-  bool already_complete = false;  // --resume found the run finished: nothing was trained or written
-  std::int64_t steps = 0;         // the run's steps so far
+  int exit_code = 0;  // 0, or exit_checkpointed after a signal / the time limit
 };
 
 class Trainer {

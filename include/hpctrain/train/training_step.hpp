@@ -1,7 +1,9 @@
 // One optimizer step on the backend, and the CUDA-graph wrapper around it.
 //
 // TrainingStep::run enqueues, for this rank's rows of a global batch:
-//   micro-batches of micro_rows rows: upload; forward; loss (its gradient pre-scaled by loss scale / global rows);
+//   micro-batches of micro_rows rows: upload; forward; loss (its gradient pre-scaled by loss scale / global rows, or
+//   with class weights / the global batch's sum of its labels' weights: summed on the host, all-reduced before the
+//   step and uploaded like the learning rate, so a captured graph reads each step's value);
 //   backward (accumulating into the gradient buffer; the last micro-batch's backward all-reduces gradient buckets as
 //   they complete); then the rest of the all-reduce, the gradient statistics (non-finite check on the still-scaled
 //   gradients, global norm, clip coefficient), the fused optimizer update (skipped after non-finite gradients), and
@@ -9,6 +11,8 @@
 // StepGraph wraps the part of a step a CUDA graph can hold (everything from the loss scale to the optimizer, for a
 // step of one full micro-batch; the upload stays outside): after warm-up it captures that part once and replays it.
 #pragma once
+
+#include <mpi.h>
 
 #include <cstdint>
 
@@ -64,9 +68,9 @@ class StepGraph {
 
 class TrainingStep {
  public:
-  // micro_rows: rows per micro-batch on this rank; global rows of a step = this rank's rows x ranks.
+  // micro_rows: rows per micro-batch on this rank; global rows of a step = this rank's rows x the ranks of world.
   TrainingStep(Backend& backend, Model& model, Optimizer& optimizer, GradientExchange& exchange, LossScaler& scaler,
-               DeviceBatch& device, std::int64_t micro_rows, int ranks, std::uint64_t seed, PhaseTimer& timer);
+               DeviceBatch& device, std::int64_t micro_rows, MPI_Comm world, std::uint64_t seed, PhaseTimer& timer);
 
   // Enqueues step `step` (0-based) on this rank's rows of the batch at the given learning rate; records its results.
   // source: BatchSource::loader_ring when the batch lives in a BatchLoader's ring (CUDA uploads it by DMA).
@@ -77,6 +81,9 @@ class TrainingStep {
   // Forward, loss and backward of one micro-batch already uploaded; `first` also sets the loss-gradient factor and
   // clears the loss sums, `last` all-reduces gradient buckets during backward.
   void micro_batch(std::int64_t step, std::int64_t rows, float global_rows, bool first, bool last);
+  // The denominator of the step's mean loss: global rows, or with class weights the global batch's sum of its labels'
+  // weights (one all-reduce of one number), which is then uploaded for the loss gradient's factor.
+  double loss_denominator(const HostBatch& batch, std::int64_t global_rows);
   // The all-reduce's end, the gradient statistics and the optimizer update.
   void update();
 
@@ -87,10 +94,12 @@ class TrainingStep {
   LossScaler& scaler_;
   DeviceBatch& device_;
   std::int64_t micro_rows_;
-  int ranks_;
+  MPI_Comm world_;
+  int ranks_ = 1;
   std::uint64_t seed_;
   PhaseTimer& timer_;
   BackendBuffer sums_, gradient_scale_;  // this step's loss sums; the loss gradient's factor (backend memory)
+  BackendBuffer label_weights_;          // float: the global batch's sum of its labels' class weights (weighted only)
 };
 
 }  // namespace hpctrain

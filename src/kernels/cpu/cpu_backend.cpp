@@ -21,6 +21,7 @@
 #include "cpu_common.hpp"
 #include "cpu_convolution.hpp"
 #include "cpu_gemm.hpp"
+#include "cpu_sequence.hpp"
 #include "cpu_spatial.hpp"
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/kernels/backend.hpp"
@@ -127,6 +128,21 @@ void check_same_shape(const TensorView& a, const TensorView& b, const char* what
                        << b.rows << "x" << b.cols << " " << dtype_name(b.dtype));
 }
 
+// The cross-entropy kernels' arguments: dlogits (when given) of the logits' shape, classes, labels in [0, cols).
+void check_cross_entropy_arguments(const TensorView& logits, const std::int32_t* labels, const TensorView& dlogits) {
+  if (dlogits.data != nullptr) check_same_shape(logits, dlogits, "softmax_cross_entropy");
+  const std::int64_t rows = logits.rows, cols = logits.cols;
+  HPCTRAIN_ASSERT(cols > 0 || rows == 0, "softmax_cross_entropy: no classes");
+  // The labels are this rank's batch: only it sees a bad one, so only it reports (naming itself) and MPI_Abort
+  // ends the others at once; an error scoped to every rank would wait for ranks that never arrive.
+  for (std::int64_t i = 0; i < rows; ++i)
+    HPCTRAIN_VERIFY(labels[i] >= 0 && labels[i] < cols, InputError,
+                    "label " << labels[i] << " of batch row " << i << " is outside [0, " << cols << ")",
+                    "labels are checked when the data is opened, so the data file changed while hpctrain ran: "
+                    "restore it and run again (training: --resume auto)",
+                    ErrorScope::this_rank);
+}
+
 // The master dtype that goes with a storage dtype: f64 for f64 (gradient checks), f32 otherwise.
 DType master_of(DType storage) { return storage == DType::f64 ? DType::f64 : DType::f32; }
 
@@ -169,6 +185,8 @@ void with_activation(Activation kind, C alpha, bool derivative, F f) {
       return derivative ? f([](C x) { return km::relu_derivative(x); }) : f([](C x) { return km::relu(x); });
     case Activation::gelu:
       return derivative ? f([](C x) { return km::gelu_derivative(x); }) : f([](C x) { return km::gelu(x); });
+    case Activation::gelu_tanh:
+      return derivative ? f([](C x) { return km::gelu_tanh_derivative(x); }) : f([](C x) { return km::gelu_tanh(x); });
     case Activation::tanh:
       return derivative ? f([](C x) { return km::tanh_derivative(x); }) : f([](C x) { return km::tanh_activation(x); });
     case Activation::leaky_relu:
@@ -209,6 +227,7 @@ class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(SpatialLayout preferred) : preferred_layout_(preferred) {}
   [[nodiscard]] std::string name() const override { return "cpu"; }
+  [[nodiscard]] bool memory_is_host() const override { return true; }
   [[nodiscard]] bool has_spatial_operations() const override { return true; }
 
   // ---- memory: plain host memory ----
@@ -394,21 +413,30 @@ class CpuBackend final : public Backend {
     cpu::convert_layout(channels, from, x, y);
   }
 
+  // ---- sequences: fused attention and embedding (cpu_attention.cpp, cpu_embedding.cpp) ----
+  void attention_forward(const AttentionGeometry& geometry, const TensorView& qkv, const TensorView& out,
+                         void* lse) override {
+    attention_.forward(geometry, qkv, out, lse);
+  }
+  void attention_backward(const AttentionGeometry& geometry, const TensorView& qkv, const TensorView& out,
+                          const TensorView& dout, const void* lse, const TensorView& dqkv) override {
+    attention_.backward(geometry, qkv, out, dout, lse, dqkv);
+  }
+  void embedding_forward(const std::int32_t* ids, const void* table, std::int64_t vocabulary,
+                         const TensorView& y) override {
+    embedding_.forward(ids, table, vocabulary, y);
+  }
+  void embedding_backward(const std::int32_t* ids, const TensorView& dy, std::int64_t vocabulary, void* dtable,
+                          bool accumulate) override {
+    embedding_.backward(ids, dy, vocabulary, dtable, accumulate);
+  }
+
   // ---- losses ----
   void softmax_cross_entropy(const TensorView& logits, const std::int32_t* labels, const float* grad_scale,
                              const TensorView& dlogits, LossSums* sums) override {
     const bool with_gradient = dlogits.data != nullptr;
-    if (with_gradient) check_same_shape(logits, dlogits, "softmax_cross_entropy");
+    check_cross_entropy_arguments(logits, labels, dlogits);
     const std::int64_t rows = logits.rows, cols = logits.cols;
-    HPCTRAIN_ASSERT(cols > 0 || rows == 0, "softmax_cross_entropy: no classes");
-    // The labels are this rank's batch: only it sees a bad one, so only it reports (naming itself) and MPI_Abort
-    // ends the others at once; an error scoped to every rank would wait for ranks that never arrive.
-    for (std::int64_t i = 0; i < rows; ++i)
-      HPCTRAIN_VERIFY(labels[i] >= 0 && labels[i] < cols, InputError,
-                      "label " << labels[i] << " of batch row " << i << " is outside [0, " << cols << ")",
-                      "labels are checked when the data is opened, so the data file changed while hpctrain ran: "
-                      "restore it and run again (training: --resume auto)",
-                      ErrorScope::this_rank);
     double* row_results = row_results_.reserve_elements<double>(static_cast<std::size_t>(2 * rows));  // (rows, 2)
     dispatch_dtype(logits.dtype, [&]<class T>() {
       using C = compute_t<T>;
@@ -421,6 +449,32 @@ class CpuBackend final : public Backend {
         bool correct = false;
         km::softmax_cross_entropy_row(in + i * cols, cols, labels[i], scale, with_gradient ? out + i * cols : nullptr,
                                       &loss, &correct);
+        row_results[2 * i] = static_cast<double>(loss);
+        row_results[2 * i + 1] = correct ? 1.0 : 0.0;
+      }
+    });
+    add_row_results(row_results, rows, true, sums);
+  }
+
+  void smoothed_softmax_cross_entropy(const TensorView& logits, const std::int32_t* labels,
+                                      const CrossEntropyOptions& options, const float* grad_scale,
+                                      const TensorView& dlogits, LossSums* sums) override {
+    const bool with_gradient = dlogits.data != nullptr;
+    check_cross_entropy_arguments(logits, labels, dlogits);
+    const std::int64_t rows = logits.rows, cols = logits.cols;
+    double* row_results = row_results_.reserve_elements<double>(static_cast<std::size_t>(2 * rows));  // (rows, 2)
+    dispatch_dtype(logits.dtype, [&]<class T>() {
+      using C = compute_t<T>;
+      const T* in = static_cast<const T*>(logits.data);  // (rows, cols)
+      T* out = static_cast<T*>(dlogits.data);            // (rows, cols) or null
+      const C scale = with_gradient ? static_cast<C>(*grad_scale) : C(0);
+      const auto smoothing = static_cast<C>(options.label_smoothing);
+#pragma omp parallel for schedule(static) if (rows * cols > parallel_threshold)
+      for (std::int64_t i = 0; i < rows; ++i) {
+        C loss{};
+        bool correct = false;
+        km::smoothed_softmax_cross_entropy_row(in + i * cols, cols, labels[i], options.class_weights, smoothing, scale,
+                                               with_gradient ? out + i * cols : nullptr, &loss, &correct);
         row_results[2 * i] = static_cast<double>(loss);
         row_results[2 * i + 1] = correct ? 1.0 : 0.0;
       }
@@ -515,8 +569,9 @@ class CpuBackend final : public Backend {
     km::update_loss_scale(config, *scalars);
   }
 
-  void loss_gradient_scale(const StepScalars* scalars, float rows, float* grad_scale) override {
-    *grad_scale = scalars->loss_scale / rows;
+  void loss_gradient_scale(const StepScalars* scalars, float rows, const float* label_weights,
+                           float* grad_scale) override {
+    *grad_scale = scalars->loss_scale / (label_weights != nullptr ? *label_weights : rows);
   }
 
   // ---- uploads and step bookkeeping: backend memory is host memory ----
@@ -562,6 +617,8 @@ class CpuBackend final : public Backend {
 
   cpu::CpuGemm gemm_;
   cpu::CpuConvolution convolution_;
+  cpu::CpuAttention attention_;
+  cpu::CpuEmbedding embedding_;
   SpatialLayout preferred_layout_;
   cpu::ScratchBuffer row_results_;    // (rows, 2) per-row loss and correct flag
   cpu::ScratchBuffer partial_sums_;   // (chunks) gradient statistics

@@ -315,6 +315,14 @@ class CudaBackend final : public Backend {
     cuda::softmax_cross_entropy(stream_, rows_, logits, labels, grad_scale, dlogits, sums);
   }
 
+  void smoothed_softmax_cross_entropy(const TensorView& logits, const std::int32_t* labels,
+                                      const CrossEntropyOptions& options, const float* grad_scale,
+                                      const TensorView& dlogits, LossSums* sums) override {
+    if (dlogits.data != nullptr) check_same_shape(logits, dlogits, "smoothed_softmax_cross_entropy");
+    HPCTRAIN_ASSERT(logits.cols > 0 || logits.rows == 0, "smoothed_softmax_cross_entropy: no classes");
+    cuda::require_device_storage(logits.dtype, "smoothed_softmax_cross_entropy");
+    cuda::smoothed_softmax_cross_entropy(stream_, rows_, logits, labels, options, grad_scale, dlogits, sums);
+  }
   void mean_squared_error(const TensorView& pred, const void* targets, const float* grad_scale, const TensorView& dpred,
                           LossSums* sums) override {
     if (dpred.data != nullptr) check_same_shape(pred, dpred, "mean_squared_error");
@@ -336,8 +344,9 @@ class CudaBackend final : public Backend {
   void finish_step(const LossScalerConfig& config, StepScalars* scalars) override {
     cuda::finish_step(stream_, config, scalars);
   }
-  void loss_gradient_scale(const StepScalars* scalars, float rows, float* grad_scale) override {
-    cuda::loss_gradient_scale(stream_, scalars, rows, grad_scale);
+  void loss_gradient_scale(const StepScalars* scalars, float rows, const float* label_weights,
+                           float* grad_scale) override {
+    cuda::loss_gradient_scale(stream_, scalars, rows, label_weights, grad_scale);
   }
   void copy_to_slot(void* base, std::size_t stride, const std::int32_t* slot, const void* source,
                     std::size_t bytes) override {

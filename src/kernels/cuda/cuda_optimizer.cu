@@ -103,8 +103,9 @@ __global__ void finish_step_kernel(LossScalerConfig config, StepScalars* scalars
   km::update_loss_scale(config, *scalars);
 }
 
-__global__ void loss_gradient_scale_kernel(const StepScalars* scalars, float rows, float* grad_scale) {
-  *grad_scale = scalars->loss_scale / rows;
+__global__ void loss_gradient_scale_kernel(const StepScalars* scalars, float rows, const float* label_weights,
+                                           float* grad_scale) {
+  *grad_scale = scalars->loss_scale / (label_weights != nullptr ? *label_weights : rows);
 }
 
 // A few bytes between a fixed place and slot *slot of a table; one block (records are a few hundred bytes).
@@ -169,8 +170,9 @@ void finish_step(cudaStream_t stream, const LossScalerConfig& config, StepScalar
   HPCTRAIN_CUDA_CHECK_LAUNCH();
 }
 
-void loss_gradient_scale(cudaStream_t stream, const StepScalars* scalars, float rows, float* grad_scale) {
-  loss_gradient_scale_kernel<<<1, 1, 0, stream>>>(scalars, rows, grad_scale);
+void loss_gradient_scale(cudaStream_t stream, const StepScalars* scalars, float rows, const float* label_weights,
+                         float* grad_scale) {
+  loss_gradient_scale_kernel<<<1, 1, 0, stream>>>(scalars, rows, label_weights, grad_scale);
   HPCTRAIN_CUDA_CHECK_LAUNCH();
 }
 

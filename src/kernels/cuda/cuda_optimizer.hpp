@@ -19,7 +19,8 @@ void optimizer_step(cudaStream_t stream, const OptimizerHyper& hyper, bool decay
                     const float* gradients, float* state1, float* state2, std::int64_t count, const TensorView& working,
                     const StepScalars* scalars);
 void finish_step(cudaStream_t stream, const LossScalerConfig& config, StepScalars* scalars);
-void loss_gradient_scale(cudaStream_t stream, const StepScalars* scalars, float rows, float* grad_scale);
+void loss_gradient_scale(cudaStream_t stream, const StepScalars* scalars, float rows, const float* label_weights,
+                         float* grad_scale);
 
 // base + *slot * stride <- source (bytes), and the reverse; *slot += 1. For step records and learning-rate tables.
 void copy_to_slot(cudaStream_t stream, void* base, std::size_t stride, const std::int32_t* slot, const void* source,

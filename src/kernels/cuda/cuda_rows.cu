@@ -74,18 +74,11 @@ __global__ void layernorm_backward_kernel(const T* x, const T* dy, const float* 
   }
 }
 
-// Per row: (loss, correct) into row_results (rows, 2). An out-of-range label gives a NaN loss (the CPU backend throws
-// InputError; the trainer validates labels when it reads the data, so this only guards against corrupted memory).
+// A row's maximum and its first index (ties -> lowest index, as the CPU backend), over the warp.
 template <class T>
-__global__ void softmax_cross_entropy_kernel(const T* logits, const std::int32_t* labels, const float* grad_scale,
-                                             T* dlogits, double* row_results, std::int64_t rows, std::int64_t cols) {
-  const std::int64_t row = global_thread() / warp_threads;
-  const int lane = static_cast<int>(threadIdx.x % warp_threads);
-  if (row >= rows) return;
-  const T* in = logits + row * cols;
-  // Maximum and its first index (ties -> lowest index, as the CPU backend).
-  float max_value = -std::numeric_limits<float>::infinity();
-  std::int64_t argmax = cols;
+__device__ void warp_row_argmax(const T* in, std::int64_t cols, int lane, float& max_value, std::int64_t& argmax) {
+  max_value = -std::numeric_limits<float>::infinity();
+  argmax = cols;
   for (std::int64_t j = lane; j < cols; j += warp_threads) {
     const float value = load(in[j]);
     if (argmax == cols || value > max_value) {  // this lane's first element, then strictly greater only
@@ -101,6 +94,20 @@ __global__ void softmax_cross_entropy_kernel(const T* logits, const std::int32_t
       argmax = other_index;
     }
   }
+}
+
+// Per row: (loss, correct) into row_results (rows, 2). An out-of-range label gives a NaN loss (the CPU backend throws
+// InputError; the trainer validates labels when it reads the data, so this only guards against corrupted memory).
+template <class T>
+__global__ void softmax_cross_entropy_kernel(const T* logits, const std::int32_t* labels, const float* grad_scale,
+                                             T* dlogits, double* row_results, std::int64_t rows, std::int64_t cols) {
+  const std::int64_t row = global_thread() / warp_threads;
+  const int lane = static_cast<int>(threadIdx.x % warp_threads);
+  if (row >= rows) return;
+  const T* in = logits + row * cols;
+  float max_value = 0.0f;
+  std::int64_t argmax = 0;
+  warp_row_argmax(in, cols, lane, max_value, argmax);
   const std::int32_t label = labels[row];
   const bool valid = label >= 0 && label < cols;
   const float label_logit = valid ? load(in[label]) : std::numeric_limits<float>::quiet_NaN();
@@ -123,6 +130,54 @@ __global__ void softmax_cross_entropy_kernel(const T* logits, const std::int32_t
     float probability = km::exponential(load(in[j]) - max_value) * inverse_sum;
     if (j == label) probability -= 1.0f;
     out[j] = store<T>(valid ? probability * scale : std::numeric_limits<float>::quiet_NaN());
+  }
+}
+
+// With class weights (null: 1) and label smoothing: kernel_math::smoothed_cross_entropy_loss and _gradient per row,
+// a warp per row as above.
+template <class T>
+__global__ void smoothed_softmax_cross_entropy_kernel(const T* logits, const std::int32_t* labels,
+                                                      const float* class_weights, float smoothing,
+                                                      const float* grad_scale, T* dlogits, double* row_results,
+                                                      std::int64_t rows, std::int64_t cols) {
+  const std::int64_t row = global_thread() / warp_threads;
+  const int lane = static_cast<int>(threadIdx.x % warp_threads);
+  if (row >= rows) return;
+  const T* in = logits + row * cols;
+  float max_value = 0.0f;
+  std::int64_t argmax = 0;
+  warp_row_argmax(in, cols, lane, max_value, argmax);
+  const auto weight = [class_weights](std::int64_t j) { return class_weights != nullptr ? class_weights[j] : 1.0f; };
+  const std::int32_t label = labels[row];
+  const bool valid = label >= 0 && label < cols;
+  const float label_logit = valid ? load(in[label]) - max_value : std::numeric_limits<float>::quiet_NaN();
+  const float label_weight = valid ? weight(label) : std::numeric_limits<float>::quiet_NaN();
+  float sum = 0.0f, weighted_logit_sum = 0.0f, class_weight_sum = 0.0f;
+  for (std::int64_t j = lane; j < cols; j += warp_threads) {
+    const float shifted = load(in[j]) - max_value;
+    sum += km::exponential(shifted);
+    weighted_logit_sum += weight(j) * shifted;
+    class_weight_sum += weight(j);
+  }
+  sum = warp_sum(sum);
+  weighted_logit_sum = warp_sum(weighted_logit_sum);
+  class_weight_sum = warp_sum(class_weight_sum);
+  if (lane == 0) {
+    const float loss = km::smoothed_cross_entropy_loss(km::natural_log(sum), label_logit, label_weight,
+                                                       weighted_logit_sum, class_weight_sum, smoothing, cols);
+    row_results[2 * row] = static_cast<double>(loss);
+    row_results[2 * row + 1] = valid && argmax == label ? 1.0 : 0.0;
+  }
+  if (dlogits == nullptr) return;
+  __syncwarp();  // every lane's reads of the logits before any lane overwrites them (as above)
+  const float scale = *grad_scale;
+  const float inverse_sum = 1.0f / sum;
+  T* out = dlogits + row * cols;
+  for (std::int64_t j = lane; j < cols; j += warp_threads) {
+    const float probability = km::exponential(load(in[j]) - max_value) * inverse_sum;
+    const float gradient = km::smoothed_cross_entropy_gradient(probability, j == label, weight(j), label_weight,
+                                                               class_weight_sum, smoothing, cols);
+    out[j] = store<T>(valid ? gradient * scale : std::numeric_limits<float>::quiet_NaN());
   }
 }
 
@@ -253,6 +308,20 @@ void softmax_cross_entropy(cudaStream_t stream, RowScratch& scratch, const Tenso
     softmax_cross_entropy_kernel<<<row_grid(logits.rows), block_threads, 0, stream>>>(
         static_cast<const T*>(logits.data), labels, grad_scale, static_cast<T*>(dlogits.data), row_results, logits.rows,
         logits.cols);
+    HPCTRAIN_CUDA_CHECK_LAUNCH();
+  });
+  add_row_results(stream, row_results, logits.rows, true, sums);
+}
+
+void smoothed_softmax_cross_entropy(cudaStream_t stream, RowScratch& scratch, const TensorView& logits,
+                                    const std::int32_t* labels, const CrossEntropyOptions& options,
+                                    const float* grad_scale, const TensorView& dlogits, LossSums* sums) {
+  if (logits.rows == 0) return;
+  auto* row_results = scratch.row_results.reserve_elements<double>(static_cast<std::size_t>(2 * logits.rows));
+  dispatch_storage(logits.dtype, "smoothed_softmax_cross_entropy", [&]<class T>() {
+    smoothed_softmax_cross_entropy_kernel<<<row_grid(logits.rows), block_threads, 0, stream>>>(
+        static_cast<const T*>(logits.data), labels, options.class_weights, options.label_smoothing, grad_scale,
+        static_cast<T*>(dlogits.data), row_results, logits.rows, logits.cols);
     HPCTRAIN_CUDA_CHECK_LAUNCH();
   });
   add_row_results(stream, row_results, logits.rows, true, sums);

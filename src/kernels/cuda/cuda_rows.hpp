@@ -30,6 +30,10 @@ void channels_last_sums(cudaStream_t stream, RowScratch& scratch, const TensorVi
 void softmax_cross_entropy(cudaStream_t stream, RowScratch& scratch, const TensorView& logits,
                            const std::int32_t* labels, const float* grad_scale, const TensorView& dlogits,
                            LossSums* sums);
+// With class weights and label smoothing (kernel_math::smoothed_cross_entropy_loss per row).
+void smoothed_softmax_cross_entropy(cudaStream_t stream, RowScratch& scratch, const TensorView& logits,
+                                    const std::int32_t* labels, const CrossEntropyOptions& options,
+                                    const float* grad_scale, const TensorView& dlogits, LossSums* sums);
 void mean_squared_error(cudaStream_t stream, RowScratch& scratch, const TensorView& pred, const float* targets,
                         const float* grad_scale, const TensorView& dpred, LossSums* sums);
 
