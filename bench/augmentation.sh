@@ -36,7 +36,7 @@ options:
   --volumes N      volumes of 2 x 32^3 in the file (default $VOLUMES: $((VOLUMES * 2 * 32 * 32 * 32 * 4 / 1000000)) MB)
   --padding P      data.augment_crop_padding (default $PADDING)
   --runs K         rounds (default $RUNS)
-  --quick          1000 images, 64 volumes, 1 round
+  --quick          500 images, 32 volumes, 1 round, 12 training steps
   --keep           keep the temporary directory
 EOF
 }
@@ -49,7 +49,7 @@ while (($#)); do
     --volumes) VOLUMES=$2; shift 2 ;;
     --padding) PADDING=$2; shift 2 ;;
     --runs) RUNS=$2; shift 2 ;;
-    --quick) IMAGES=1000; VOLUMES=64; RUNS=1; TRAIN_STEPS=15; shift ;;
+    --quick) IMAGES=500; VOLUMES=32; RUNS=1; TRAIN_STEPS=12; shift ;;
     --keep) KEEP=1; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "unknown option $1" >&2; usage >&2; exit 2 ;;

@@ -2,8 +2,8 @@
 # Augmentation (data.augment_flip, data.augment_crop_padding, data.augment_rot90) in a short CNN run: the losses on 1
 # and 2 ranks agree (relative 1e-4; the choices are keyed by seed, epoch and global sample), they differ from the run
 # without augmentation (the keys act), a run interrupted mid-epoch and resumed ends bit-identical to the uninterrupted
-# one, the dry run lists the augmentation, and keys that do not fit the data are refused with one message naming the
-# key.
+# one, train.log and the dry run name the augmentation, and keys that do not fit the data are refused with one message
+# naming the key.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 "$HPCTRAIN" data generate images --samples 256 --size 8 --channels 2 --classes 4 --seed 1 --output train.h5 >/dev/null
@@ -60,6 +60,8 @@ $PYTHON "$HPCTRAIN_SOURCE_DIR/tests/cli/lib/same_datasets.py" np2/checkpoints/st
   part/checkpoints/step-00000024.h5 && pass "resumed mid-epoch: bit-identical to the uninterrupted run" ||
   fail "resumed state differs"
 
+grep -q "^training augmentation: random flips" np1/train.log && ! grep -q "training augmentation" plain/train.log &&
+  pass "train.log names the augmentation" || fail "train.log head"
 run_ranks 1 train deck.toml --dry-run >dry.log 2>&1 || { cat dry.log >&2; fail "dry run"; }
 grep -q "training augmentation: random flips of every spatial axis, random crops after padding by 2, random 90-degree" \
   dry.log && pass "dry run: $(grep 'training augmentation' dry.log)" || { cat dry.log >&2; fail "dry run lists it"; }

@@ -2,7 +2,7 @@
 # The benchmark harnesses that docs/performance.md and docs/data.md quote still run and print their tables: each in
 # its smallest mode (a check of the scripts, not a measurement; their figures here mean nothing).
 #   bench/data_pipeline.sh --quick, bench/checkpoint_bandwidth.sh 1 (REPEATS=1), bench/run.sh --quick,
-#   bench/cnn.sh --quick (with bench/spatial_kernels --quick)
+#   bench/cnn.sh --quick (with bench/spatial_kernels --quick), bench/augmentation.sh --quick
 # bench/run.sh's PyTorch rows run only where torch is installed (bench/install-torch.sh); otherwise the table must say
 # the twin was not run.
 source "$(dirname "$0")/lib/common.bash"
@@ -14,6 +14,12 @@ export TMPDIR=$WORK
 "$bench/data_pipeline.sh" --build-dir "$build" --quick >data.txt 2>&1 || { cat data.txt >&2; fail "data_pipeline.sh"; }
 grep -qE "global shuffle, first epoch .* MB/s" data.txt && grep -qE "background reader .* ms .*vs memory" data.txt &&
   pass "data_pipeline.sh --quick prints its table" || { cat data.txt >&2; fail "data_pipeline.sh table"; }
+
+"$bench/augmentation.sh" --build-dir "$build" --quick >augmentation.txt 2>&1 ||
+  { cat augmentation.txt >&2; fail "augmentation.sh"; }
+grep -qE "volumes .* in memory +[0-9.]+/s +[0-9.]+/s" augmentation.txt &&
+  grep -qE "inputs/cosmoflow-small.toml +[0-9.]+/s +[0-9.]+/s" augmentation.txt &&
+  pass "augmentation.sh --quick prints its table" || { cat augmentation.txt >&2; fail "augmentation.sh table"; }
 
 REPEATS=1 BENCH_DIR=$WORK HPCTRAIN=$HPCTRAIN "$bench/checkpoint_bandwidth.sh" 1 >checkpoint.txt 2>&1 ||
   { cat checkpoint.txt >&2; fail "checkpoint_bandwidth.sh"; }
