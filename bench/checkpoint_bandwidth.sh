@@ -4,6 +4,10 @@
 # Medians of REPEATS runs. Both reads find the file in the page cache (it was just written): the read rows compare
 # hpctrain's parallel-HDF5 read + all-gather with a cached sequential read.
 #
+# HPCTRAIN_BASE=another hpctrain binary (an older build) adds its rows, measured in the same rounds, the order of the two
+# alternating from round to round. HPCTRAIN_CHECKPOINT_PHASES=1 makes hpctrain print the time of each phase of each
+# write and read (their lines land in the run logs under the work directory).
+#
 #   bench/checkpoint_bandwidth.sh [SIZES_MB...]      (default: 10 100 1000; REPEATS=3; BENCH_DIR=a directory on the disk)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +20,9 @@ mpiexec=(mpiexec --oversubscribe --bind-to none)
 [[ $(id -u) -eq 0 ]] && mpiexec+=(--allow-run-as-root)
 work=$(mktemp -d "${BENCH_DIR:-${TMPDIR:-/tmp}}/hpctrain-ckpt-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+binaries=("$hpctrain") labels=(new)
+[[ -n ${HPCTRAIN_BASE:-} ]] && binaries+=("$HPCTRAIN_BASE") labels+=(base)
+writes=() reads=()
 "$hpctrain" data generate blobs --samples 64 --features 16 --classes 2 --output "$work/data.h5" >/dev/null
 
 calc() { awk "BEGIN { printf \"%.6f\", $* }"; }
@@ -24,7 +31,7 @@ median() { sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+
 
 printf '%s\n' "checkpoint bandwidth, $(date -u +%Y-%m-%dT%H:%MZ), $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores," \
   "disk: $(df -h "$work" | awk 'NR==2{print $1" ("$2")"}'), median of $repeats"
-printf '%-10s %-6s %12s %12s %12s %12s %8s %8s\n' "state" "ranks" "write MB/s" "dd write" "read MB/s" "dd read" \
+printf '%-10s %-6s %-6s %12s %12s %12s %12s %8s %8s\n' "state" "ranks" "binary" "write MB/s" "dd write" "read MB/s" "dd read" \
   "write %" "read %"
 for size in "${sizes[@]}"; do
   # AdamW state = parameters + 2 moments = 12 bytes per parameter; model 16 -> H -> 2 has 19 H + 2 parameters.
@@ -40,29 +47,40 @@ layers = [ { type = "linear", out = $hidden }, { type = "relu" }, { type = "line
 steps = 1
 log_every = 1
 TOML
+  # The resume trains one more step (a run already complete at its last step would not read its checkpoint).
+  sed 's/^steps = 1$/steps = 2/' "$work/deck.toml" >"$work/resume.toml"
   for ranks in 1 2; do
-    writes=() reads=() dd_writes=() dd_reads=()
+    dd_writes=() dd_reads=()
+    for b in "${!binaries[@]}"; do writes[b]="" reads[b]=""; done
     for repeat in $(seq "$repeats"); do
-      out="$work/run-$size-$ranks-$repeat"
-      OMP_NUM_THREADS=1 "${mpiexec[@]}" -n "$ranks" "$hpctrain" train "$work/deck.toml" --output "$out" >"$out.log" 2>&1
-      writes+=("$(sed -n 's/.*written in \([0-9.]*\) s/\1/p' "$out.log")")
-      OMP_NUM_THREADS=1 "${mpiexec[@]}" -n "$ranks" "$hpctrain" train "$work/deck.toml" --output "$out" \
-        --resume "$out/checkpoints/step-00000001.h5" >"$out.resume.log" 2>&1
-      reads+=("$(sed -n 's/.*read in \([0-9.]*\) s/\1/p' "$out.resume.log")")
+      order=("${!binaries[@]}")
+      (( repeat % 2 == 0 )) && order=($(printf '%s\n' "${order[@]}" | tac))  # alternate which binary goes first
+      for b in "${order[@]}"; do
+        out="$work/run-$size-$ranks-$repeat-$b"
+        OMP_NUM_THREADS=1 "${mpiexec[@]}" -n "$ranks" "${binaries[b]}" train "$work/deck.toml" --output "$out" \
+          >"$out.log" 2>&1
+        writes[b]+=" $(sed -n 's/.*written in \([0-9.]*\) s/\1/p' "$out.log")"
+        OMP_NUM_THREADS=1 "${mpiexec[@]}" -n "$ranks" "${binaries[b]}" train "$work/resume.toml" --output "$out" \
+          --resume "$out/checkpoints/step-00000001.h5" >"$out.resume.log" 2>&1
+        reads[b]+=" $(sed -n 's/.*read in \([0-9.]*\) s/\1/p' "$out/train.log")"
+        rm -rf "$out"
+      done
       start=$(now)
       dd if=/dev/zero of="$work/dd.bin" bs=4M count=$(( (bytes + 4194303) / 4194304 )) conv=fsync status=none
       dd_writes+=("$(calc "$(now) - $start")")
       start=$(now)
       dd if="$work/dd.bin" of=/dev/null bs=4M status=none
       dd_reads+=("$(calc "$(now) - $start")")
-      rm -rf "$out" "$work/dd.bin"
+      rm -f "$work/dd.bin"
     done
     mb=$(calc "$bytes / 1000000")
-    w=$(printf '%s\n' "${writes[@]}" | median); r=$(printf '%s\n' "${reads[@]}" | median)
     dw=$(printf '%s\n' "${dd_writes[@]}" | median); dr=$(printf '%s\n' "${dd_reads[@]}" | median)
-    printf '%-10s %-6s %12.0f %12.0f %12.0f %12.0f %7.0f%% %7.0f%%\n' "${size} MB" "$ranks" "$(calc "$mb / $w")" \
-      "$(calc "$mb / $dw")" "$(calc "$mb / $r")" "$(calc "$mb / $dr")" \
-      "$(calc "100 * $dw / $w")" "$(calc "100 * $dr / $r")"
+    for b in "${!binaries[@]}"; do
+      w=$(printf '%s\n' ${writes[b]} | median); r=$(printf '%s\n' ${reads[b]} | median)
+      printf '%-10s %-6s %-6s %12.0f %12.0f %12.0f %12.0f %7.0f%% %7.0f%%\n' "${size} MB" "$ranks" "${labels[b]}" \
+        "$(calc "$mb / $w")" "$(calc "$mb / $dw")" "$(calc "$mb / $r")" "$(calc "$mb / $dr")" \
+        "$(calc "100 * $dw / $w")" "$(calc "100 * $dr / $r")"
+    done
   done
 done
-echo "goal: checkpoint write >= 70% of dd"
+echo "goals: checkpoint write >= 70% of dd (conv=fsync), read >= 50% of a cached dd read"

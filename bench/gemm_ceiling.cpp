@@ -16,6 +16,7 @@
 //
 // Output: a human-readable table per precision, then one machine-readable line per precision that bench/run.sh reads:
 //   CEILING precision=fp32 batch=256 threads=2 flops_per_step=... seconds_per_step=... gflops=...
+//   PHASES precision=fp32 batch=256 threads=2 forward_seconds=... backward_seconds=...   (the same medians, by phase)
 //
 // It also times the memory ceiling of the optimizer phase: one pass over a flat buffer of the model's parameter count
 // with the memory traffic of hpctrain's optimizer phase (read the gradients for their norm; then read parameters,
@@ -263,13 +264,14 @@ int main(int argc, char** argv) try {
         if (repeat >= options.warmup) product.seconds.push_back(elapsed.count());
       }
     }
-    double step_flops = 0.0, step_seconds = 0.0;
+    double step_flops = 0.0, step_seconds = 0.0, forward_seconds = 0.0;
     std::printf("\n%s (inputs %s, accumulation fp32)\n  %-24s %10s %12s %10s\n", precision.c_str(), precision.c_str(),
                 "product", "GFLOP", "median ms", "GFLOP/s");
     for (const Product& product : step) {
       const double seconds = median(product.seconds);
       step_flops += product.flops;
       step_seconds += seconds;
+      if (product.name.rfind("forward", 0) == 0) forward_seconds += seconds;
       std::printf("  %-24s %10.3f %12.3f %10.1f\n", product.name.c_str(), product.flops * 1e-9, seconds * 1e3,
                   product.flops / seconds * 1e-9);
     }
@@ -278,6 +280,10 @@ int main(int argc, char** argv) try {
     std::printf("CEILING precision=%s batch=%lld threads=%d flops_per_step=%.0f seconds_per_step=%.6g gflops=%.2f\n",
                 precision.c_str(), static_cast<long long>(options.batch), threads, step_flops, step_seconds,
                 step_flops / step_seconds * 1e-9);
+    // The limits of the step's forward and backward phases (bench/run.sh's roofline table).
+    std::printf("PHASES precision=%s batch=%lld threads=%d forward_seconds=%.6g backward_seconds=%.6g\n",
+                precision.c_str(), static_cast<long long>(options.batch), threads, forward_seconds,
+                step_seconds - forward_seconds);
 
     std::int64_t parameters = 0;
     for (std::size_t layer = 1; layer < options.widths.size(); ++layer)

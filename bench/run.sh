@@ -87,7 +87,7 @@ if [[ -z $BUILD_DIR ]]; then
   log "building with the '$PRESET' preset"
   (cd "$ROOT" && cmake --preset "$PRESET" >"$WORK/configure.log" 2>&1) || { cat "$WORK/configure.log" >&2; exit 1; }
   # Only the two programs the benchmark runs: the test suite is not needed here.
-  (cd "$ROOT" && cmake --build --preset "$PRESET" -j2 --target hpctrain gemm_ceiling optimizer_pass >"$WORK/build.log" 2>&1) ||
+  (cd "$ROOT" && cmake --build --preset "$PRESET" -j2 --target hpctrain gemm_ceiling optimizer_pass allreduce_alone >"$WORK/build.log" 2>&1) ||
     { tail -40 "$WORK/build.log" >&2; exit 1; }
   BUILD_DIR=$ROOT/build/$PRESET  # every preset's binaryDir is build/<preset name> (CMakePresets.json)
   BUILT_HERE=1
@@ -95,7 +95,8 @@ fi
 HPCTRAIN=$BUILD_DIR/bin/hpctrain
 CEILING=$BUILD_DIR/bin/gemm_ceiling
 OPTIMIZER_PASS=$BUILD_DIR/bin/optimizer_pass
-for program in "$HPCTRAIN" "$CEILING" "$OPTIMIZER_PASS"; do
+ALLREDUCE_ALONE=$BUILD_DIR/bin/allreduce_alone
+for program in "$HPCTRAIN" "$CEILING" "$OPTIMIZER_PASS" "$ALLREDUCE_ALONE"; do
   [[ -x $program ]] || { echo "run.sh: $program is missing; build it or pass --build-dir" >&2; exit 1; }
 done
 
@@ -237,7 +238,24 @@ twin_run() {
   cp "$log_file" "$WORK/twin-$1.last.log"
 }
 
-# ceiling_run: one run of gemm_ceiling; appends each precision's step rate to ceiling_PRECISION.rates.
+# phase_limits LOG NAME PRECISION: the limits of the roofline table from a gemm_ceiling log: the forward and backward
+# products' summed medians and the same-traffic memory pass (ms), appended to limit_NAME_{forward,backward,optimizer}
+# .rates; the pass's rate (GB/s) to limit_NAME_gbps.rates, for the element-wise work's limit.
+phase_limits() {
+  local log_file=$1 name=$2 precision=$3 line
+  line=$(grep "^PHASES precision=$precision " "$log_file" || true)
+  sed -n 's/.*forward_seconds=\([0-9.e+-]*\).*/\1/p' <<<"$line" | awk '{ printf "%.4f\n", $1 * 1e3 }' \
+    >>"$WORK/limit_${name}_forward.rates"
+  sed -n 's/.*backward_seconds=\([0-9.e+-]*\).*/\1/p' <<<"$line" | awk '{ printf "%.4f\n", $1 * 1e3 }' \
+    >>"$WORK/limit_${name}_backward.rates"
+  line=$(grep "^MEMORY precision=$precision " "$log_file" || true)
+  sed -n 's/.*seconds=\([0-9.e+-]*\).*/\1/p' <<<"$line" | awk '{ printf "%.4f\n", $1 * 1e3 }' \
+    >>"$WORK/limit_${name}_optimizer.rates"
+  sed -n 's/.*gbps=\([0-9.]*\).*/\1/p' <<<"$line" >>"$WORK/limit_${name}_gbps.rates"
+}
+
+# ceiling_run: one run of gemm_ceiling; appends each precision's step rate to ceiling_PRECISION.rates, and the
+# roofline limits of the 1 x THREADS runs (and, with a second core, of the weak-scaling ranks: batch 128, 1 thread).
 ceiling_run() {
   OMP_NUM_THREADS=$THREADS "$CEILING" --batch 256 --threads "$THREADS" --repeats "$CEILING_REPEATS" \
     >"$WORK/ceiling.log" 2>&1 || { cat "$WORK/ceiling.log" >&2; exit 1; }
@@ -250,8 +268,23 @@ ceiling_run() {
     line=$(grep "^MEMORY precision=$precision " "$WORK/ceiling.log" || true)
     sed -n 's/.*gbps=\([0-9.]*\).*/\1/p' <<<"$line" >>"$WORK/memory_$precision.rates"
     record "memory_${precision}_bytes" "$(sed -n 's/.*bytes=\([0-9]*\).*/\1/p' <<<"$line")"
+    phase_limits "$WORK/ceiling.log" "$precision" "$precision"
   done
   record onednn "$(sed -n 's/^gemm_ceiling: oneDNN \([0-9.]*\) .*/\1/p' "$WORK/ceiling.log")"
+  if ((CORES >= 2)); then
+    OMP_NUM_THREADS=1 "$CEILING" --batch 128 --threads 1 --precision fp32 --repeats "$CEILING_REPEATS" \
+      >"$WORK/ceiling-weak.log" 2>&1 || { cat "$WORK/ceiling-weak.log" >&2; exit 1; }
+    phase_limits "$WORK/ceiling-weak.log" weak2 fp32
+  fi
+}
+
+# allreduce_run: the gradients' all-reduce alone on 2 ranks x 1 core, in hpctrain's buckets (the communication limit
+# of the weak-scaling run); appends ms to limit_weak2_allreduce.rates.
+allreduce_run() {
+  "${MPIEXEC[@]}" -n 2 --bind-to core "$ALLREDUCE_ALONE" --widths 1024,2048,2048,10 --repeats "$CEILING_REPEATS" \
+    >"$WORK/allreduce.log" 2>&1 || { cat "$WORK/allreduce.log" >&2; exit 1; }
+  sed -n 's/^ALLREDUCE .*seconds=\([0-9.e+-]*\).*/\1/p' "$WORK/allreduce.log" | awk '{ printf "%.4f\n", $1 * 1e3 }' \
+    >>"$WORK/limit_weak2_allreduce.rates"
 }
 
 # optimizer_run: one run of optimizer_pass; appends each precision's ratio (pass time / hpctrain's) and hpctrain's
@@ -305,6 +338,7 @@ for ((round = 1; round <= RUNS; round++)); do
   hpctrain_run weak1 1 1 core data.batch_size=128
   if ((CORES >= 2)); then hpctrain_run weak2 2 1 core data.batch_size=256; fi
   ceiling_run
+  if ((CORES >= 2)); then allreduce_run; fi
   optimizer_run
 done
 # The runtime's own footprint (MPI, HDF5, oneDNN, the data batch, metrics): the same run with a tiny model.
@@ -315,6 +349,13 @@ for name in fp32 bf16 baseline weak1 weak2 twin_fp32 twin_bf16 ceiling_fp32 ceil
   optimizer_fp32 optimizer_bf16 optimizer_gbps_fp32 optimizer_gbps_bf16; do
   summarize "$name"
 done
+for name in fp32 bf16 weak2; do
+  for phase in forward backward optimizer gbps allreduce; do
+    if [[ -s $WORK/limit_${name}_$phase.rates ]]; then
+      record "limit_${name}_$phase" "$(median_of "$WORK/limit_${name}_$phase.rates")"
+    fi
+  done
+done
 if ((HAVE_TORCH)); then
   grep -h '^torch_twin:' "$WORK"/twin-*.last.log | sed 's/^/  /' >&2
   echo "python3 bench/torch_twin.py --precision {fp32,bf16} --threads $THREADS --data DATA --warmup $TWIN_WARMUP" \
@@ -322,6 +363,12 @@ if ((HAVE_TORCH)); then
 fi
 echo "gemm_ceiling --batch 256 --threads $THREADS --repeats $CEILING_REPEATS (x$RUNS)" >>"$COMMANDS"
 echo "OMP_NUM_THREADS=$THREADS optimizer_pass --rounds $OPTIMIZER_ROUNDS (x$RUNS)" >>"$COMMANDS"
+if ((CORES >= 2)); then
+  echo "OMP_NUM_THREADS=1 gemm_ceiling --batch 128 --threads 1 --precision fp32 --repeats $CEILING_REPEATS (x$RUNS)" \
+    >>"$COMMANDS"
+  echo "mpiexec -n 2 --bind-to core allreduce_alone --widths 1024,2048,2048,10 --repeats $CEILING_REPEATS (x$RUNS)" \
+    >>"$COMMANDS"
+fi
 record load_rounds "$(tr '\n' ' ' <"$WORK/load.rates")"
 record load_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -467,6 +514,73 @@ for name, label in (("fp32", "fp32 1x" + values["threads"]), ("bf16", "bf16 1x" 
         measured = (128e3 if name == "weak1" else 256e3) / rate
         print(f"  {label:14s} " + ", ".join(f"{phase} {ms:.1f} ({100 * ms / total:.0f}%)" for phase, ms in
                                               per_step.items()) + f"; sum {total:.1f} (step at the median rate {measured:.1f})")
+
+
+# The roofline table (issue 17): each phase's steady-state time next to its limit on this machine, measured in the
+# same rounds: forward and backward = gemm_ceiling's oneDNN products of the same shapes (summed medians) plus the
+# element-wise passes' bytes at the same-traffic memory pass's rate; optimizer = that memory pass; all-reduce (2
+# ranks) = allreduce_alone, the same bytes in the same buckets with nothing else running. The data wait has no limit
+# (0 is the goal). The step's figure is the sum of its phases over the sum of the limits (goal: <= 1.15).
+def elementwise_bytes(rows, activation_bytes):
+    """Element-wise traffic of one step, bytes: forward = each relu reads and writes its rows, the loss reads the
+    logits and writes their gradient, a bf16 step also casts the fp32 input batch; backward = each relu's backward
+    reads dy and y and writes dx, each bias gradient reads its layer's dy."""
+    hidden = sum(widths[1:-1])
+    forward = 2 * rows * hidden * activation_bytes + 2 * rows * widths[-1] * activation_bytes
+    if activation_bytes == 2:
+        forward += rows * widths[0] * (4 + 2)
+    backward = 3 * rows * hidden * activation_bytes + rows * sum(widths[1:]) * activation_bytes
+    return forward, backward
+
+
+roof_rows = []
+for name, label, rows_per_rank, activation_bytes in (("fp32", "fp32 1x" + values["threads"], 256, 4),
+                                                     ("bf16", "bf16 1x" + values["threads"], 256, 2),
+                                                     ("weak2", "fp32 2x1 b256", 128, 4)):
+    gbps = number(f"limit_{name}_gbps")
+    forward_bytes, backward_bytes = elementwise_bytes(rows_per_rank, activation_bytes)
+    limits = {
+        "forward+loss": number(f"limit_{name}_forward") and gbps and
+        number(f"limit_{name}_forward") + forward_bytes / (gbps * 1e9) * 1e3,
+        "backward": number(f"limit_{name}_backward") and gbps and
+        number(f"limit_{name}_backward") + backward_bytes / (gbps * 1e9) * 1e3,
+        "all-reduce": number(f"limit_{name}_allreduce") if name == "weak2" else None,
+        "optimizer": number(f"limit_{name}_optimizer"),
+    }
+    source = {"forward+loss": "oneDNN forward products + element-wise bytes at the pass rate",
+              "backward": "oneDNN backward products + element-wise bytes at the pass rate",
+              "all-reduce": "allreduce_alone: the same buckets, nothing else running",
+              "optimizer": "same-traffic memory pass", "data": "(none: 0 is the goal)"}
+    measured, limit_sum, complete = 0.0, 0.0, True
+    for key, phase in (("data", "data"), ("forward", "forward+loss"), ("backward", "backward"),
+                       ("all-reduce", "all-reduce"), ("optimizer", "optimizer")):
+        ms = number(f"{name}_{key}_ms")
+        if ms is None or (phase == "all-reduce" and name != "weak2"):
+            continue
+        limit = limits.get(phase)
+        measured += ms
+        if ms <= 0 and phase != "data":
+            complete = False  # a noisy short run: its steady-state difference came out empty
+        if limit:
+            limit_sum += limit
+        elif phase != "data":
+            complete = False
+        roof_rows.append((label, phase, f"{ms:.2f}", f"{limit:.2f}" if limit else "-",
+                          f"{ms / limit:.2f}" if limit else "-", source[phase]))
+    if measured > 0 and limit_sum > 0 and complete:
+        ratio = measured / limit_sum
+        roof_rows.append((label, "step", f"{measured:.2f}", f"{limit_sum:.2f}", f"{ratio:.2f}",
+                          "sum of the limits; goal <= 1.15: " + ("met" if ratio <= 1.15 else "NOT met")))
+if roof_rows:
+    print()
+    print("roofline: each phase's steady-state ms/step (rank 0, --profile) against its limit measured in the same rounds")
+    header = ("run", "phase", "hpctrain ms", "limit ms", "ratio", "limit")
+    roof_widths = [max(len(str(r[i])) for r in roof_rows + [header]) for i in range(6)]
+    roof_line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, roof_widths)) + " |"
+    print(roof_line(header))
+    print("|" + "|".join("-" * (w + 2) for w in roof_widths) + "|")
+    for r in roof_rows:
+        print(roof_line(r))
 EOF
 echo
 echo "commands (DATA and DECK are the generated data set and deck; bench/run.sh writes both):"

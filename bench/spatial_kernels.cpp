@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "hpctrain/kernels/backend.hpp"
+#include "median_time.hpp"
 
 namespace {
 
@@ -37,17 +38,7 @@ using DnnlType = dnnl::memory::data_type;
 
 int timed_repeats = 30;
 
-double median_ms(const std::function<void()>& call) {
-  std::vector<double> times;
-  for (int repeat = 0; repeat < timed_repeats + 3; ++repeat) {
-    const auto start = std::chrono::steady_clock::now();
-    call();
-    const std::chrono::duration<double, std::milli> elapsed = std::chrono::steady_clock::now() - start;
-    if (repeat >= 3) times.push_back(elapsed.count());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
+double median_ms(const std::function<void()>& call) { return hpctrain::bench::median_ms(timed_repeats, call); }
 
 // Each call timed once per round, the calls in turn, 3 warm-up rounds; each call's median over the timed rounds.
 std::vector<double> alternating_medians_ms(const std::vector<std::function<void()>>& calls) {

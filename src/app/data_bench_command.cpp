@@ -19,9 +19,9 @@ const char* const bench_usage =
     "usage: mpiexec -n R hpctrain data bench DECK.toml [--steps K] [--set section.key=value]...\n"
     "\n"
     "Read the deck's training batches exactly as 'hpctrain train' would on this many ranks (same sampler, files,\n"
-    "transforms, data.prefetch, data.in_memory, data.shuffle), without training, and report per rank the staging time\n"
-    "(data.in_memory, local shuffle) and the read throughput: bytes of batch data delivered (float32 features,\n"
-    "labels/targets) per second of waiting for batches.\n"
+    "transforms, augmentation, data.prefetch, data.in_memory, data.shuffle), without training, and report per rank\n"
+    "the staging time (data.in_memory, local shuffle) and the read throughput: bytes of batch data delivered (float32\n"
+    "features, labels/targets) per second of waiting for batches, and the median rate in samples per second.\n"
     "\n"
     "options:\n"
     "  --steps K     batches to read per rank (default: one epoch)\n"
@@ -39,6 +39,7 @@ int data_bench_command(const Arguments& args, const MpiEnvironment& mpi) {
   const auto overrides = parsed.values("--set");
   const RunConfig config = load_run_config(parsed.positionals()[0], overrides);
   TrainingData data(config, "data.train", config.data.train, task_of(config.model.loss));
+  data.set_up_augmentation(config);
   const std::int64_t local_batch = local_batch_of(config, mpi.size());
 
   const double staging_start = MPI_Wtime();
@@ -68,6 +69,8 @@ int data_bench_command(const Arguments& args, const MpiEnvironment& mpi) {
         static_cast<long long>(row_bytes), mpi.size(), static_cast<long long>(steps),
         static_cast<long long>(local_batch), std::string(word_of(config.data.shuffle)).c_str(),
         static_cast<long long>(config.data.prefetch), config.data.in_memory ? "true" : "false");
+    if (const SampleAugmentation* augmentation = data.augmentation())
+      std::printf("# training augmentation: %s\n", augmentation->description().c_str());
     std::vector<double> rates, staging_rates;
     for (int rank = 0; rank < mpi.size(); ++rank) {
       const double* figures = all.data() + figures_per_rank * rank;
@@ -82,6 +85,7 @@ int data_bench_command(const Arguments& args, const MpiEnvironment& mpi) {
     }
     if (!staging_rates.empty()) std::printf("median per-rank staging throughput: %.1f MB/s\n", median(staging_rates));
     std::printf("median per-rank read throughput: %.1f MB/s\n", median(rates));
+    std::printf("median per-rank read rate: %.0f samples/s\n", median(rates) * 1e6 / static_cast<double>(row_bytes));
     std::fflush(stdout);
   }
   return 0;

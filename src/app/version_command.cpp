@@ -7,6 +7,7 @@
 #include <string>
 
 #include "hpctrain/app/commands.hpp"
+#include "hpctrain/core/error.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
 #include "hpctrain/kernels/cuda_module.hpp"
 
@@ -16,13 +17,13 @@ int version_command(const MpiEnvironment& mpi) {
   if (!mpi.is_root()) return 0;
   char mpi_library[MPI_MAX_LIBRARY_VERSION_STRING] = {};
   int length = 0;
-  MPI_Get_library_version(mpi_library, &length);
+  HPCTRAIN_MPI_CHECK(MPI_Get_library_version(mpi_library, &length));
   std::string mpi_text(mpi_library, static_cast<std::size_t>(length));
   if (auto comma = mpi_text.find_first_of(",\n"); comma != std::string::npos) mpi_text.resize(comma);
   int mpi_major = 0, mpi_minor = 0;
-  MPI_Get_version(&mpi_major, &mpi_minor);
+  HPCTRAIN_MPI_CHECK(MPI_Get_version(&mpi_major, &mpi_minor));
   unsigned h5_major = 0, h5_minor = 0, h5_release = 0;
-  H5get_libversion(&h5_major, &h5_minor, &h5_release);
+  HPCTRAIN_H5_CHECK(H5get_libversion(&h5_major, &h5_minor, &h5_release));
 #ifdef H5_HAVE_PARALLEL
   const char* h5_parallel = "parallel";
 #else

@@ -42,6 +42,9 @@ const std::vector<SectionSpec>& schema() {
            {"normalize", Kind::string, bind_field<&Config::data, &DataSection::normalize>},
            {"mean", Kind::number_array, bind_field<&Config::data, &DataSection::mean>},
            {"std", Kind::number_array, bind_field<&Config::data, &DataSection::std>},
+           {"augment_flip", Kind::boolean, bind_field<&Config::data, &DataSection::augment_flip>},
+           {"augment_crop_padding", Kind::integer, bind_field<&Config::data, &DataSection::augment_crop_padding>},
+           {"augment_rot90", Kind::boolean, bind_field<&Config::data, &DataSection::augment_rot90>},
        }},
       {"train",
        {
@@ -114,6 +117,7 @@ const std::vector<LayerFieldSpec>& layer_fields() {
       {"bias", Kind::boolean, bind_layer_field<&LayerSpec::bias>},
       {"p", Kind::number, bind_layer_field<&LayerSpec::p>},
       {"negative_slope", Kind::number, bind_layer_field<&LayerSpec::negative_slope>},
+      {"approximate", Kind::string, bind_layer_field<&LayerSpec::approximate>},
       {"eps", Kind::number, bind_layer_field<&LayerSpec::eps>},
       {"kernel", Kind::extents, bind_layer_field<&LayerSpec::kernel>},
       {"stride", Kind::extents, bind_layer_field<&LayerSpec::stride>},
@@ -129,7 +133,7 @@ const std::vector<LayerTypeSpec>& layer_types() {
   static const std::vector<LayerTypeSpec> types = {
       {linear, {"out", "in", "bias"}},
       {relu, {}},
-      {gelu, {}},
+      {gelu, {"approximate"}},
       {tanh, {}},
       {leaky_relu, {"negative_slope"}},
       {layernorm, {"eps"}},

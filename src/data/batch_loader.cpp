@@ -14,7 +14,7 @@ BatchLoader::BatchLoader(TrainingData& data, const DataSection& section, const M
 
 BatchLoader::BatchLoader(TrainingData& data, const DataSection& section, int ranks, int rank, std::int64_t local_batch,
                          std::uint64_t seed)
-    : data_(data), local_batch_(local_batch), prefetch_(section.prefetch) {
+    : data_(data), seed_(seed), local_batch_(local_batch), prefetch_(section.prefetch) {
   HPCTRAIN_ASSERT(local_batch > 0 && section.prefetch >= 0,
                   "local batch " << local_batch << ", prefetch " << section.prefetch);
   const ShuffleMode mode = section.shuffle;
@@ -32,6 +32,7 @@ BatchLoader::BatchLoader(TrainingData& data, const DataSection& section, int ran
   slots_.resize(static_cast<std::size_t>(prefetch_ + 1));
   for (Slot& slot : slots_) data.reserve(slot.batch, local_batch_);
   indices_.reserve(static_cast<std::size_t>(sampler_->samples_per_rank()));
+  if (data.augmentation()) augmented_.resize(static_cast<std::size_t>(data.feature_width()));
   if (prefetch_ > 0) reader_ = std::thread([this] { reader_loop(); });
 }
 
@@ -58,6 +59,14 @@ void BatchLoader::fill(Slot& slot, LoaderPosition position) {
   const std::int64_t first = position.step_in_epoch * local_batch_;
   const std::int64_t rows = std::min<std::int64_t>(local_batch_, static_cast<std::int64_t>(indices_.size()) - first);
   data_.read(indices_.data() + first, rows, slot.batch);
+  if (const SampleAugmentation* augmentation = data_.augmentation()) {
+    const std::int64_t width = data_.feature_width();
+    for (std::int64_t r = 0; r < rows; ++r) {
+      float* row = slot.batch.features.data() + r * width;
+      augmentation->apply(augmentation->draw(seed_, position.epoch, slot.batch.sample_ids[r]), row, augmented_.data());
+      std::copy(augmented_.begin(), augmented_.end(), row);
+    }
+  }
   slot.position = position;
 }
 

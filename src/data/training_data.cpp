@@ -213,6 +213,19 @@ void TrainingData::set_up_standardisation(const RunConfig& config) {
 
 TrainingData::~TrainingData() = default;
 
+std::vector<float> TrainingData::transformed_zero_per_channel() const {
+  const std::int64_t channels = sample_shape_.empty() ? 1 : sample_shape_.front();
+  std::vector<float> zero_row(static_cast<std::size_t>(feature_width_), 0.0f);
+  transform_.apply(zero_row.data(), feature_width_);
+  std::vector<float> values(static_cast<std::size_t>(channels));
+  for (std::int64_t c = 0; c < channels; ++c) values[c] = zero_row[c * (feature_width_ / channels)];
+  return values;
+}
+
+void TrainingData::set_up_augmentation(const RunConfig& config) {
+  augmentation_ = SampleAugmentation::from_deck(config, sample_shape_, description_, transformed_zero_per_channel());
+}
+
 std::size_t TrainingData::part_of(std::int64_t sample) const {
   // The last part whose first sample is <= sample (empty files share their begin with the next one: skip them).
   const auto it = std::upper_bound(part_begins_.begin(), part_begins_.end() - 1, sample);

@@ -3,6 +3,7 @@
 #include "hpctrain/dist/gradient_allreduce.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "hpctrain/core/error.hpp"
@@ -33,43 +34,114 @@ std::vector<GradientBucket> gradient_buckets(std::int64_t count, const std::vect
   return buckets;
 }
 
+std::int64_t mpi_bucket_bytes(std::int64_t parameters) {
+  constexpr std::int64_t smallest = std::int64_t{1} << 20, largest = std::int64_t{25} << 20;
+  return std::clamp<std::int64_t>(parameters * static_cast<std::int64_t>(sizeof(float)) / 4, smallest, largest);
+}
+
+MpiProgressSettings mpi_progress_settings(bool serialized) {
+  MpiProgressSettings settings;
+  if (const char* value = std::getenv("HPCTRAIN_MPI_PROGRESS"); value != nullptr && *value != '\0') {
+    const std::string mode = value;
+    HPCTRAIN_VERIFY(mode == "thread" || mode == "calls", InputError,
+                    "HPCTRAIN_MPI_PROGRESS=" << mode << " is not a progress mode",
+                    "set it to thread (a thread tests the gradient all-reduce during backward) or calls (tests "
+                    "between layers only), or unset it");
+    HPCTRAIN_VERIFY(mode == "calls" || serialized, InputError,
+                    "HPCTRAIN_MPI_PROGRESS=thread needs MPI_THREAD_SERIALIZED, which this MPI library does not provide",
+                    "unset HPCTRAIN_MPI_PROGRESS or use an MPI built with thread support");
+    settings.mode = mode == "thread" ? MpiProgress::thread : MpiProgress::calls;
+  }
+  return settings;
+}
+
 GradientAllreduce::GradientAllreduce(MPI_Comm communicator, float* gradients, std::int64_t count,
-                                     const std::vector<std::int64_t>& layer_begins, std::int64_t bucket_bytes)
+                                     const std::vector<std::int64_t>& layer_begins, std::int64_t bucket_bytes,
+                                     MpiProgressSettings progress)
     : communicator_(communicator),
       gradients_(gradients),
       count_(count),
-      buckets_(gradient_buckets(count, layer_begins, bucket_bytes)) {
+      buckets_(gradient_buckets(count, layer_begins, bucket_bytes)),
+      progress_(progress) {
   HPCTRAIN_MPI_CHECK(MPI_Comm_size(communicator, &ranks_));
   requests_.assign(buckets_.size(), MPI_REQUEST_NULL);
+  if (ranks_ > 1 && progress_.mode == MpiProgress::thread) thread_ = std::thread([this] { progress_loop(); });
 }
 
 GradientAllreduce::~GradientAllreduce() {
+  if (thread_.joinable()) {
+    {
+      const std::lock_guard lock(mutex_);
+      stopping_ = true;
+      in_flight_ = false;
+    }
+    wake_.notify_one();
+    thread_.join();
+  }
   // Never leave a request in flight on the way out (an exception during backward).
   for (auto& request : requests_)
     if (request != MPI_REQUEST_NULL) MPI_Wait(&request, MPI_STATUS_IGNORE);
 }
 
+std::int64_t GradientAllreduce::progress_tests() const {
+  const std::lock_guard lock(mutex_);
+  return tests_;
+}
+
 void GradientAllreduce::begin_step() { started_ = 0; }
+
+void GradientAllreduce::test_started() {
+  int done = 0;
+  HPCTRAIN_MPI_CHECK(MPI_Testall(static_cast<int>(started_), requests_.data(), &done, MPI_STATUSES_IGNORE));
+}
+
+void GradientAllreduce::progress_loop() {
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    if (!in_flight_) {
+      wake_.wait(lock, [this] { return in_flight_ || stopping_; });
+      continue;
+    }
+    // An MPI error here cannot be thrown across threads: record nothing, let the step's own MPI_Waitall report it.
+    int done = 0;
+    if (MPI_Testall(static_cast<int>(started_), requests_.data(), &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS ||
+        (done != 0 && started_ == buckets_.size()))
+      in_flight_ = false;  // nothing left to progress until the step's next bucket
+    ++tests_;
+    // Sleep unlocked, so the step's thread can start buckets and finish() can park this one at any time.
+    wake_.wait_for(lock, progress_.interval, [this] { return stopping_; });
+  }
+}
+
+void GradientAllreduce::park_progress() {
+  if (!thread_.joinable()) return;
+  const std::lock_guard lock(mutex_);
+  in_flight_ = false;  // the thread makes no MPI call until the next step's ready_from
+}
 
 void GradientAllreduce::ready_from(std::int64_t begin) {
   if (ranks_ == 1) return;
-  while (started_ < buckets_.size() && buckets_[started_].begin >= begin) {
-    const GradientBucket& bucket = buckets_[started_];
-    HPCTRAIN_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, gradients_ + bucket.begin,
-                                      static_cast<int>(bucket.end - bucket.begin), MPI_FLOAT, MPI_SUM, communicator_,
-                                      &requests_[started_]));
-    ++started_;
+  bool woke = false;
+  {
+    const std::lock_guard lock(mutex_);
+    while (started_ < buckets_.size() && buckets_[started_].begin >= begin) {
+      const GradientBucket& bucket = buckets_[started_];
+      HPCTRAIN_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, gradients_ + bucket.begin,
+                                        static_cast<int>(bucket.end - bucket.begin), MPI_FLOAT, MPI_SUM, communicator_,
+                                        &requests_[started_]));
+      ++started_;
+    }
+    // Give MPI a chance to progress the buckets already in flight while backward continues.
+    if (started_ > 0) test_started();
+    if (thread_.joinable() && started_ > 0 && !in_flight_) woke = in_flight_ = true;
   }
-  // Give MPI a chance to progress the buckets already in flight while backward continues.
-  if (started_ > 0) {
-    int done = 0;
-    HPCTRAIN_MPI_CHECK(MPI_Testall(static_cast<int>(started_), requests_.data(), &done, MPI_STATUSES_IGNORE));
-  }
+  if (woke) wake_.notify_one();
 }
 
 void GradientAllreduce::finish() {
   if (ranks_ == 1) return;
   ready_from(0);
+  park_progress();
   HPCTRAIN_MPI_CHECK(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
 }
 

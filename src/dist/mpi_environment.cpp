@@ -14,8 +14,9 @@ namespace hpctrain {
 
 MpiEnvironment::MpiEnvironment(int* argc, char*** argv) {
   int provided = 0;
-  HPCTRAIN_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  HPCTRAIN_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
   // Errors come back as codes so the check macros can report them with file and line.
+  serialized_ = provided >= MPI_THREAD_SERIALIZED;
   HPCTRAIN_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   HPCTRAIN_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   HPCTRAIN_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));

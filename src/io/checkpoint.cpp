@@ -8,6 +8,7 @@
 
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/core/files.hpp"
+#include "hpctrain/io/checkpoint_phases.hpp"
 #include "hpctrain/io/hdf5.hpp"
 #include "hpctrain/io/parallel_file.hpp"
 
@@ -112,12 +113,14 @@ std::string CheckpointDirectory::write(std::int64_t step, std::uintmax_t expecte
   write_file_collectively(request, mpi_, [&](hid_t file, hid_t transfer) {
     CheckpointFileWriter writer(file, transfer, mpi_);
     fill(writer);
+    const CheckpointPhaseScope phase(CheckpointPhase::metadata);
     writer.write_string_attribute("/", "format", checkpoint_format);
     writer.write_string_attribute("/", "hpctrain_version", HPCTRAIN_VERSION);
     writer.write_integer_attribute("/", "world_size", mpi_.size());
     if (!run_id_.empty()) writer.write_string_attribute("/", "run_id", run_id_);
   });
   run_on_root(mpi_, [&] {
+    const CheckpointPhaseScope phase(CheckpointPhase::pointer);
     write_text_file_atomically(directory_ / "latest", final_path.filename().string() + "\n");
     if (best) write_text_file_atomically(directory_ / "best", final_path.filename().string() + "\n");
     // Only now remove old checkpoints beyond `keep`; the one `best` names stays.

@@ -7,22 +7,12 @@
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/core/files.hpp"
 #include "hpctrain/io/checkpoint.hpp"
+#include "hpctrain/io/checkpoint_phases.hpp"
+#include "hpctrain/io/crc32.hpp"
 #include "hpctrain/io/hdf5.hpp"
 #include "hpctrain/io/parallel_file.hpp"
 
 namespace hpctrain {
-
-std::uint32_t crc32(const void* data, std::size_t bytes, std::uint32_t crc) {
-  // zlib's CRC-32 (the one Python's zlib.crc32 computes), in pieces its 32-bit length argument can take.
-  const auto* byte = static_cast<const Bytef*>(data);
-  while (bytes > 0) {
-    const auto piece = static_cast<uInt>(std::min<std::size_t>(bytes, 1u << 30));
-    crc = static_cast<std::uint32_t>(::crc32(crc, byte, piece));
-    byte += piece;
-    bytes -= piece;
-  }
-  return crc;
-}
 
 namespace {
 
@@ -146,6 +136,7 @@ std::uint32_t read_crc(hid_t dataset, const std::string& path, const std::string
 // slice, the parts are gathered, and zlib's crc32_combine joins them in order. All ranks get the same values.
 std::vector<std::uint32_t> tensor_checksums(const std::vector<FlatTensor>& tensors, const float* flat,
                                             std::int64_t count, const MpiEnvironment& mpi) {
+  const CheckpointPhaseScope phase(CheckpointPhase::checksum);
   const auto [slice_begin, slice_end] = rank_slice(count, mpi.rank(), mpi.size());
   std::vector<std::uint64_t> mine(2 * tensors.size());  // per tensor: crc, bytes
   for (std::size_t t = 0; t < tensors.size(); ++t) {
@@ -207,10 +198,14 @@ void CheckpointFileWriter::write_vector(const std::vector<FlatTensor>& tensors, 
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const FlatTensor& tensor = tensors[t];
     write_step_collectively(mpi_, [&, begin = slice_begin, end = slice_end] {
+      const CheckpointPhaseScope phase(CheckpointPhase::metadata);
       H5Handle dataset = create_dataset(file_, tensor.path, H5T_IEEE_F32LE, tensor.shape);
       const SliceSelection slice = select_slice(dataset.get(), tensor, begin, end);
-      HPCTRAIN_H5_CHECK(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, slice.memory.get(), slice.file.get(), transfer_,
-                                 flat + tensor.offset + static_cast<std::int64_t>(slice.first)));
+      {
+        const CheckpointPhaseScope data(CheckpointPhase::data);
+        HPCTRAIN_H5_CHECK(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, slice.memory.get(), slice.file.get(), transfer_,
+                                   flat + tensor.offset + static_cast<std::int64_t>(slice.first)));
+      }
       write_crc(dataset.get(), checksums[t]);  // the same value on every rank, as a collective attribute needs
     });
   }
@@ -256,6 +251,7 @@ void CheckpointFileWriter::write_integer_attribute(const std::string& object, co
 void CheckpointFileReader::read_vector(const std::vector<FlatTensor>& tensors, float* flat, std::int64_t count) {
   const auto [slice_begin, slice_end] = rank_slice(count, mpi_.rank(), mpi_.size());
   for (const FlatTensor& tensor : tensors) {
+    const CheckpointPhaseScope phase(CheckpointPhase::metadata);
     HPCTRAIN_VERIFY(
         link_exists(file_, tensor.path), CheckpointMismatch,
         "checkpoint '" << path_ << "' has no tensor " << tensor.path << ": it was written for a different model",
@@ -268,6 +264,7 @@ void CheckpointFileReader::read_vector(const std::vector<FlatTensor>& tensors, f
                                    << " but the deck's model needs " << shape_text(tensor.shape),
                     "resume with the deck the checkpoint was written with (stored in its 'deck' attribute)");
     const SliceSelection slice = select_slice(dataset.get(), tensor, slice_begin, slice_end);
+    const CheckpointPhaseScope data(CheckpointPhase::data);
     HPCTRAIN_H5_CHECK(H5Dread(dataset.get(), H5T_NATIVE_FLOAT, slice.memory.get(), slice.file.get(), transfer_,
                               flat + tensor.offset + static_cast<std::int64_t>(slice.first)));
   }
@@ -280,8 +277,12 @@ void CheckpointFileReader::read_vector(const std::vector<FlatTensor>& tensors, f
     counts[static_cast<std::size_t>(r)] = static_cast<int>(end - begin);
     displacements[static_cast<std::size_t>(r)] = static_cast<int>(begin);
   }
-  HPCTRAIN_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, flat, counts.data(), displacements.data(),
-                                    MPI_FLOAT, mpi_.world()));
+  {
+    const CheckpointPhaseScope phase(CheckpointPhase::gather);
+    HPCTRAIN_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, flat, counts.data(), displacements.data(),
+                                      MPI_FLOAT, mpi_.world()));
+  }
+  const CheckpointPhaseScope phase(CheckpointPhase::metadata);
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const FlatTensor& tensor = tensors[t];
     H5Handle dataset(HPCTRAIN_H5_CHECK(H5Dopen2(file_, tensor.path.c_str(), H5P_DEFAULT)));
@@ -325,6 +326,7 @@ void read_checkpoint_file(const std::string& path, const MpiEnvironment& mpi,
     const auto lock = lock_hdf5();
     H5Handle file;
     try {
+      const CheckpointPhaseScope phase(CheckpointPhase::create_open);
       file = open_file_collectively(path, mpi.world());
     } catch (const LibraryError&) {
       throw CheckpointDamaged("checkpoint '" + path + "' cannot be opened: missing, truncated or not an HDF5 file");
@@ -335,6 +337,8 @@ void read_checkpoint_file(const std::string& path, const MpiEnvironment& mpi,
     H5Handle transfer = collective_transfer();
     CheckpointFileReader reader(file.get(), transfer.get(), path, mpi);
     read(reader);
+    const CheckpointPhaseScope phase(CheckpointPhase::close);
+    file.close();
   } catch (const LibraryError& error) {
     throw CheckpointDamaged("checkpoint '" + path + "' is damaged: its HDF5 structure cannot be read (" +
                                 (error.detail().empty() ? std::string("no detail") : error.detail()) + ")",

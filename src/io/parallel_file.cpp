@@ -5,6 +5,7 @@
 
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/core/files.hpp"
+#include "hpctrain/io/checkpoint_phases.hpp"
 #include "hpctrain/io/hdf5.hpp"
 
 namespace hpctrain {
@@ -99,6 +100,7 @@ void close_after_failure(H5Handle& file, const fs::path& partial, const MpiEnvir
 
 void write_step_collectively(const MpiEnvironment& mpi, const std::function<void()>& step) {
   LocalFailure failure = run_capturing_failure(step);
+  const CheckpointPhaseScope phase(CheckpointPhase::agree);
   const auto agreed = agree_on_failure(mpi, failure.code, failed_rank_patience_seconds);
   if (!agreed) throw CollectiveWriteFailure(std::move(failure), true);
   if (agreed->failure == 0) return;
@@ -113,11 +115,18 @@ void write_file_collectively(const CollectiveWrite& request, const MpiEnvironmen
   H5Handle file;
   LocalFailure failure;
   try {
-    write_step_collectively(mpi, [&] { file = create_file_collectively(partial.string(), mpi.world()); });
+    write_step_collectively(mpi, [&] {
+      const CheckpointPhaseScope phase(CheckpointPhase::create_open);
+      file = create_file_collectively(partial.string(), mpi.world());
+    });
     H5Handle transfer = collective_transfer();
     failure = run_capturing_failure([&] { write(file.get(), transfer.get()); });
     // The close is collective and writes the last metadata, so a full disk may show only here.
-    if (failure.code == 0) write_step_collectively(mpi, [&] { file.close(); });
+    if (failure.code == 0)
+      write_step_collectively(mpi, [&] {
+        const CheckpointPhaseScope phase(CheckpointPhase::close);
+        file.close();
+      });
   } catch (const CollectiveWriteFailure& error) {
     failure = error.failure();
     if (error.abandoned()) {
@@ -145,7 +154,10 @@ void write_file_collectively(const CollectiveWrite& request, const MpiEnvironmen
       throw Error(failure_message(request, agreed->failure, failure.detail), ErrorScope::all_ranks, request.hint);
     });
   }
-  run_on_root(mpi, [&] { commit_file(partial, request.destination); });
+  run_on_root(mpi, [&] {
+    const CheckpointPhaseScope phase(CheckpointPhase::commit);
+    commit_file(partial, request.destination);
+  });
 }
 
 }  // namespace hpctrain

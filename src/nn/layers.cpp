@@ -32,6 +32,7 @@ class Linear final : public Layer {
     nn_detail::fill_uniform(host_master, parameters(), seed, layer_index, input_width());
   }
   [[nodiscard]] bool skips_input_gradient() const override { return true; }
+  [[nodiscard]] bool takes_activation() const override { return true; }
 
   void forward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView& y) override {
     // (rows, out) = (rows, in) x (out, in)^T + bias
@@ -189,7 +190,9 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const SampleShape& inpu
     case LayerType::relu:
       return std::make_unique<ActivationLayer>(spec.name, input_shape, Activation::relu, 0.0f, "relu");
     case LayerType::gelu:
-      return std::make_unique<ActivationLayer>(spec.name, input_shape, Activation::gelu, 0.0f, "gelu");
+      return std::make_unique<ActivationLayer>(
+          spec.name, input_shape,
+          spec.approximate == GeluApproximation::tanh ? Activation::gelu_tanh : Activation::gelu, 0.0f, "gelu");
     case LayerType::tanh:
       return std::make_unique<ActivationLayer>(spec.name, input_shape, Activation::tanh, 0.0f, "tanh");
     case LayerType::leaky_relu:

@@ -29,7 +29,7 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
   for (std::size_t i = 0; i + 1 < layers_.size(); ++i) {
     Activation kind{};
     float alpha = 0.0f;
-    if (layers_[i]->type() == "linear" && layers_[i + 1]->activation(&kind, &alpha) &&
+    if (layers_[i]->takes_activation() && layers_[i + 1]->activation(&kind, &alpha) &&
         (backend_.fuses_linear_activation(kind) || (fold_relu_anyway && kind == Activation::relu))) {
       HPCTRAIN_ASSERT(kind == Activation::relu, "only relu's backward can run on its output");
       folded_[i] = true;

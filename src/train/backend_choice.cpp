@@ -30,8 +30,9 @@ std::vector<DeviceUuid> node_devices(const MpiEnvironment& mpi, const DeviceUuid
   std::vector<DeviceUuid> devices(static_cast<std::size_t>(mpi.local_size()));
   const int status = MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_UNSIGNED_CHAR, devices.data(),
                                    static_cast<int>(mine.size()), MPI_UNSIGNED_CHAR, node);
-  MPI_Comm_free(&node);
+  const int freed = MPI_Comm_free(&node);
   HPCTRAIN_MPI_CHECK(status);
+  HPCTRAIN_MPI_CHECK(freed);
   return devices;
 }
 

@@ -1,6 +1,7 @@
 // A run's state as named checkpoint vectors: the model's parameters and the optimizer's state under PyTorch's names.
 #include "hpctrain/train/checkpointing.hpp"
 
+#include "hpctrain/io/checkpoint_phases.hpp"
 #include "hpctrain/nn/model.hpp"
 #include "hpctrain/optim/optimizer.hpp"
 
@@ -28,39 +29,53 @@ std::vector<FlatTensor> tensors_of(const Model& model, const std::string& prefix
   return tensors;
 }
 
-// Host copies of the optimizer's state vectors (every rank holds the same values).
-std::vector<std::vector<float>> state_vectors(const Model& model, const Optimizer& optimizer, Backend& backend) {
-  std::vector<std::vector<float>> states;
-  for (std::size_t i = 0; i < state_names(optimizer).size(); ++i) {
-    states.emplace_back(static_cast<std::size_t>(model.parameter_count()));
-    backend.copy_to_host(states.back().data(), optimizer.state(static_cast<int>(i)),
-                         states.back().size() * sizeof(float));
-  }
-  return states;
+// The run's fp32 vectors in backend memory: the model's master parameters, then the optimizer's state vectors.
+std::vector<float*> run_vectors(const Model& model, const Optimizer& optimizer) {
+  std::vector<float*> vectors = {static_cast<float*>(model.master())};
+  for (std::size_t i = 0; i < state_names(optimizer).size(); ++i)
+    vectors.push_back(optimizer.state(static_cast<int>(i)));
+  return vectors;
 }
+
+// Host memory for a checkpoint to write from or read into: the backend's buffers themselves when its memory is host
+// memory (no copy, no allocation), else host buffers of their size (`copies`), which then point at them instead.
+std::vector<float*> host_vectors(std::vector<float*> vectors, std::int64_t count, const Backend& backend,
+                                 std::vector<std::vector<float>>& copies) {
+  if (backend.memory_is_host()) return vectors;
+  copies.assign(vectors.size(), std::vector<float>(static_cast<std::size_t>(count)));
+  for (std::size_t i = 0; i < vectors.size(); ++i) vectors[i] = copies[i].data();
+  return vectors;
+}
+
+std::size_t bytes_of(std::int64_t count) { return static_cast<std::size_t>(count) * sizeof(float); }
 
 }  // namespace
 
 CheckpointStore::CheckpointStore(std::filesystem::path directory, const MpiEnvironment& mpi, std::int64_t keep,
                                  std::string run_id)
-    : files_(std::move(directory), mpi, keep, std::move(run_id)) {}
+    : files_(std::move(directory), mpi, keep, std::move(run_id)), mpi_(mpi) {}
 
 std::string CheckpointStore::save(const Model& model, const Optimizer& optimizer, Backend& backend,
                                   const CheckpointState& state, const std::string& deck_text, bool best) {
+  checkpoint_phases_start();
   const std::int64_t count = model.parameter_count();
-  std::vector<float> parameters(static_cast<std::size_t>(count));
-  backend.copy_to_host(parameters.data(), model.master(), parameters.size() * sizeof(float));
   const auto names = state_names(optimizer);
-  const auto states = state_vectors(model, optimizer, backend);
+  const std::vector<float*> in_backend = run_vectors(model, optimizer);
+  std::vector<std::vector<float>> copies;
+  const std::vector<float*> vectors = host_vectors(in_backend, count, backend, copies);
+  if (!copies.empty()) {
+    const CheckpointPhaseScope phase(CheckpointPhase::copy);
+    for (std::size_t i = 0; i < vectors.size(); ++i) backend.copy_to_host(vectors[i], in_backend[i], bytes_of(count));
+  }
   // The vectors plus the small items and the deck: what the file system must find room for.
   const std::uintmax_t expected_bytes =
       (1 + names.size()) * static_cast<std::uintmax_t>(count) * sizeof(float) + deck_text.size() + (64 << 10);
-  return files_.write(
+  const std::string path = files_.write(
       state.step, expected_bytes,
       [&](CheckpointFileWriter& file) {
-        file.write_vector(tensors_of(model, "/model"), parameters.data(), count);
+        file.write_vector(tensors_of(model, "/model"), vectors[0], count);
         for (std::size_t i = 0; i < names.size(); ++i)
-          file.write_vector(tensors_of(model, "/optimizer/" + names[i]), states[i].data(), count);
+          file.write_vector(tensors_of(model, "/optimizer/" + names[i]), vectors[i + 1], count);
         file.write_int64("/optimizer/step", state.scalars.applied_steps);
         file.write_float("/precision/loss_scale", state.scalars.loss_scale);
         file.write_int64("/precision/growth_tracker", state.scalars.growth_tracker);
@@ -82,16 +97,22 @@ std::string CheckpointStore::save(const Model& model, const Optimizer& optimizer
         file.write_string_attribute("/", "deck", deck_text);
       },
       best);
+  checkpoint_phases_report("write", mpi_.is_root());
+  return path;
 }
 
 void load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer, Backend& backend,
                      CheckpointState& state, const MpiEnvironment& mpi) {
+  checkpoint_phases_start();
   const std::int64_t count = model.parameter_count();
-  std::vector<float> parameters(static_cast<std::size_t>(count));
   const auto names = state_names(optimizer);
-  std::vector<std::vector<float>> states(names.size(), std::vector<float>(static_cast<std::size_t>(count)));
+  // Read in place when backend memory is host memory: a failed read leaves the buffers overwritten, which is fine, as
+  // the run then loads an older checkpoint or ends.
+  const std::vector<float*> in_backend = run_vectors(model, optimizer);
+  std::vector<std::vector<float>> copies;
+  const std::vector<float*> vectors = host_vectors(in_backend, count, backend, copies);
   read_checkpoint_file(path, mpi, [&](CheckpointFileReader& file) {
-    file.read_vector(tensors_of(model, "/model"), parameters.data(), count);
+    file.read_vector(tensors_of(model, "/model"), vectors[0], count);
     const std::string stored_type = file.read_string_attribute("/optimizer", "type");
     const std::string wanted_type = optimizer_type_name(optimizer);
     HPCTRAIN_VERIFY(
@@ -99,7 +120,7 @@ void load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer
         "checkpoint '" << path << "' holds " << stored_type << " state but the deck asks for " << wanted_type,
         "resume with the optimizer the checkpoint was written with");
     for (std::size_t i = 0; i < names.size(); ++i)
-      file.read_vector(tensors_of(model, "/optimizer/" + names[i]), states[i].data(), count);
+      file.read_vector(tensors_of(model, "/optimizer/" + names[i]), vectors[i + 1], count);
     state.scalars = StepScalars{};
     state.scalars.applied_steps = static_cast<std::int32_t>(file.read_int64("/optimizer/step"));
     state.scalars.loss_scale = file.read_float("/precision/loss_scale");
@@ -121,19 +142,22 @@ void load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer
           choice_named<BestMetric>(file.read_string_attribute("/train", "best_metric")).value_or(BestMetric::none);
     }
   });
-  backend.copy_to_backend(model.master(), parameters.data(), parameters.size() * sizeof(float));
-  model.refresh_working_copy();
-  for (std::size_t i = 0; i < names.size(); ++i)
-    backend.copy_to_backend(optimizer.state(static_cast<int>(i)), states[i].data(), states[i].size() * sizeof(float));
+  {
+    const CheckpointPhaseScope phase(CheckpointPhase::copy);
+    for (std::size_t i = 0; i < copies.size(); ++i) backend.copy_to_backend(in_backend[i], vectors[i], bytes_of(count));
+    model.refresh_working_copy();
+  }
+  checkpoint_phases_report("read", mpi.is_root());
 }
 
 void load_parameters(const std::string& path, Model& model, Backend& backend, const MpiEnvironment& mpi) {
   const std::int64_t count = model.parameter_count();
-  std::vector<float> parameters(static_cast<std::size_t>(count));
-  read_checkpoint_file(path, mpi, [&](CheckpointFileReader& file) {
-    file.read_vector(tensors_of(model, "/model"), parameters.data(), count);
-  });
-  backend.copy_to_backend(model.master(), parameters.data(), parameters.size() * sizeof(float));
+  float* const in_backend = static_cast<float*>(model.master());
+  std::vector<std::vector<float>> copies;
+  float* const parameters = host_vectors({in_backend}, count, backend, copies)[0];
+  read_checkpoint_file(
+      path, mpi, [&](CheckpointFileReader& file) { file.read_vector(tensors_of(model, "/model"), parameters, count); });
+  if (!copies.empty()) backend.copy_to_backend(in_backend, parameters, bytes_of(count));
   model.refresh_working_copy();
 }
 

@@ -121,6 +121,7 @@ std::string dry_run(const RunConfig& config, const MpiEnvironment& mpi, const Tr
   const TaskKind task = task_of(config.model.loss);
   const BatchShape shape = batch_shape(config, ranks);
   TrainingData train(config, "data.train", config.data.train, task);
+  train.set_up_augmentation(config);
   std::unique_ptr<TrainingData> validation;
   if (!config.data.validation.empty())
     validation = std::make_unique<TrainingData>(config, "data.validation", config.data.validation, task);
@@ -167,6 +168,8 @@ std::string dry_run(const RunConfig& config, const MpiEnvironment& mpi, const Tr
        << (config.run.device == Device::cpu ? "" : " (not opened by the dry run: the model is sized on the CPU)")
        << ", precision " << precision.name() << "\n"
        << "data: training " << data_text(train) << "\n";
+  if (const SampleAugmentation* augmentation = train.augmentation())
+    text << "      training augmentation: " << augmentation->description() << "\n";
   if (validation) text << "      validation " << data_text(*validation) << "\n";
   text << "batches: global " << config.data.batch_size << ", " << shape.local_batch << " samples per rank and step";
   if (accumulate > 1) text << " (" << accumulate << " micro-batches of " << shape.micro_rows << ")";

@@ -8,7 +8,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -48,14 +51,17 @@ sigset_t watched_set() {
   return set;
 }
 
-// The default action of a signal (ending the process), delivered to the calling thread.
+// The default action of a signal (ending the process), delivered to the calling thread. Should the action or the mask
+// not change (raise would then return), the process still ends, with the status a shell reports for that signal.
 void act_by_default(int number) {
-  std::signal(number, SIG_DFL);
   sigset_t one;
   sigemptyset(&one);
   sigaddset(&one, number);
-  pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
-  std::raise(number);
+  int status = std::signal(number, SIG_DFL) == SIG_ERR ? errno : pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+  if (status == 0 && std::raise(number) != 0) status = errno;
+  std::fprintf(stderr, "hpctrain: ending on %s without its default action (%s)\n", signal_name(number).c_str(),
+               status != 0 ? std::strerror(status) : "the signal was not delivered");
+  std::_Exit(128 + number);
 }
 
 void watch(sigset_t set) {

@@ -152,6 +152,7 @@ void Trainer::Impl::set_up_data() {
   micro_rows_ = shape.micro_rows;
   eval_local_batch_ = shape.eval_local_batch;
   train_data_ = std::make_unique<TrainingData>(config, "data.train", config.data.train, task_);
+  train_data_->set_up_augmentation(config);
   if (!config.data.validation.empty())
     validation_data_ = std::make_unique<TrainingData>(config, "data.validation", config.data.validation, task_);
   check_data_fits(config, *train_data_, validation_data_.get());
@@ -199,8 +200,9 @@ void Trainer::Impl::set_up_step() {
     exchange_ = make_nccl_gradient_allreduce(mpi_.world(), *backend_, gradients, model_->parameter_count(),
                                              layer_begins, 25 << 20);
   else
-    exchange_ =
-        std::make_unique<GradientAllreduce>(mpi_.world(), gradients, model_->parameter_count(), layer_begins, 25 << 20);
+    exchange_ = std::make_unique<GradientAllreduce>(mpi_.world(), gradients, model_->parameter_count(), layer_begins,
+                                                    mpi_bucket_bytes(model_->parameter_count()),
+                                                    mpi_progress_settings(mpi_.serialized()));
   schedule_ = std::make_unique<LearningRateSchedule>(config.schedule, config.optimizer.lr, total_steps_);
   scaler_ = std::make_unique<LossScaler>(config.precision, *backend_);
   last_scalars_ = scaler_->read();
@@ -325,6 +327,8 @@ std::string Trainer::Impl::head() const {
        << (validation_data_ ? ", " + std::to_string(validation_data_->samples()) + " validation samples" : "")
        << ", global batch " << config_.data.batch_size << " (" << local_batch_ << " per rank), " << steps_per_epoch_
        << " steps per epoch, " << total_steps_ << " steps\n"
+       << (train_data_->augmentation() ? "training augmentation: " + train_data_->augmentation()->description() + "\n"
+                                       : std::string())
        << "model:\n"
        << model_->summary();
   return text.str();
@@ -384,8 +388,6 @@ EvalMetrics Trainer::Impl::evaluate(std::int64_t step) {
 TrainSummary Trainer::Impl::run() {
   TrainSummary summary;
   if (complete_) {  // OUTPUT/status already says so; a --status-file copy hears it again
-    summary.already_complete = true;
-    summary.steps = first_step_;
     if (mpi_.is_root()) status_.write("complete", 0, first_step_);
     return summary;
   }
@@ -393,10 +395,7 @@ TrainSummary Trainer::Impl::run() {
   log(head());
   for (const std::string& warning : resource_warnings_) log(warning);
   log(run_schedule_->describe(config_.checkpoint.at_end, validation_data_ != nullptr));
-  if (stopped_early_before()) {
-    summary.steps = first_step_;
-    return summary;
-  }
+  if (stopped_early_before()) return summary;
 
   const double start = MPI_Wtime();
   double interval_start = start, last_eval_accuracy = -1.0, last_eval_loss = 0.0;
@@ -511,7 +510,6 @@ TrainSummary Trainer::Impl::run() {
       break;
     }
   }
-  summary.steps = step;
   // Only figures this invocation measured: a run stopped before its first evaluation has no validation figure.
   std::ostringstream done;
   done << (summary.exit_code == exit_checkpointed ? "stopped: "

@@ -38,6 +38,8 @@ expect_error out_of_range "range.toml:[0-9]+:[0-9]+: .*optimizer.lr" 2 train ran
 expect_error unknown_set_key "did you mean" 2 train good.toml --set optimizer.learning_rate=0.1
 HPCTRAIN_SPATIAL_LAYOUT=nhwc expect_error bad_layout_variable "HPCTRAIN_SPATIAL_LAYOUT=nhwc is not a layout" 2 \
   train good.toml
+HPCTRAIN_MPI_PROGRESS=async expect_error bad_progress_variable "HPCTRAIN_MPI_PROGRESS=async is not a progress mode" 2 \
+  train good.toml
 
 # data files
 write_deck nofile.toml && sed -i 's/^train = "train.h5"/train = "absent.h5"/' nofile.toml

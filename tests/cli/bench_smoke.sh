@@ -20,12 +20,16 @@ REPEATS=1 BENCH_DIR=$WORK HPCTRAIN=$HPCTRAIN "$bench/checkpoint_bandwidth.sh" 1 
 grep -qE "^1 MB +2 +[0-9]+" checkpoint.txt && pass "checkpoint_bandwidth.sh 1 prints rows for 1 and 2 ranks" ||
   { cat checkpoint.txt >&2; fail "checkpoint_bandwidth.sh table"; }
 
+CORES=$(nproc)
 if [[ -x $build/bin/gemm_ceiling ]]; then
   "$bench/run.sh" --build-dir "$build" --quick >run.txt 2>&1 || { cat run.txt >&2; fail "run.sh --quick"; }
   grep -qE "^\| MLP fp32 GFLOP/s vs oneDNN matmul +\| [0-9,.]+ +\| [0-9,.]+ +\| [0-9.]+" run.txt &&
     grep -q "^| weak scaling" run.txt && pass "run.sh --quick prints its table" || { cat run.txt >&2; fail "run.sh table"; }
   grep -qE "^\| optimizer kernels fp32 \(optimizer_pass\) vs same-traffic pass +\| [0-9.]+ GB/s +\| - +\| [0-9.]+" run.txt &&
     pass "run.sh --quick prints the optimizer_pass rows" || { cat run.txt >&2; fail "run.sh optimizer_pass row"; }
+  grep -qE "^\| fp32 1x[0-9]+ +\| step +\| [0-9.]+ +\| [0-9.]+ +\| [0-9.]+ +\| sum of the limits" run.txt &&
+    { ((CORES < 2)) || grep -qE "^\| fp32 2x1 b256 +\| all-reduce +\| [0-9.]+ +\| [0-9.]+ +\| [0-9.]+" run.txt; } &&
+    pass "run.sh --quick prints the roofline table" || { cat run.txt >&2; fail "run.sh roofline table"; }
   # run.sh takes bench/install-torch.sh's environment when it exists, else Debian's python3.
   twin_python=${HPCTRAIN_TORCH_VENV:-$bench/.venv}/bin/python
   [[ -x $twin_python ]] || twin_python=$PYTHON

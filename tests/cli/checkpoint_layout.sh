@@ -14,7 +14,8 @@ batch_size = 50
 [model]
 layers = [ { type = "linear", out = 16 }, { type = "layernorm", eps = 1e-4 }, { type = "leaky_relu", negative_slope = 0.2 },
            { type = "dropout", p = 0.1 }, { type = "linear", out = 12, name = "hidden" }, { type = "tanh" },
-           { type = "gelu" }, { type = "relu" }, { type = "linear", out = 3 } ]
+           { type = "gelu" }, { type = "linear", out = 12 }, { type = "gelu", approximate = "tanh" }, { type = "relu" },
+           { type = "linear", out = 3 } ]
 [train]
 steps = 60
 TOML
@@ -42,6 +43,8 @@ for spec in deck["model"]["layers"]:
     elif kind == "relu": x = np.maximum(x, 0)
     elif kind == "leaky_relu": x = np.where(x > 0, x, spec["negative_slope"] * x)
     elif kind == "tanh": x = np.tanh(x)
+    elif kind == "gelu" and spec.get("approximate", "none") == "tanh":
+        x = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
     elif kind == "gelu": x = 0.5 * x * (1 + erf(x / math.sqrt(2)))
     elif kind == "dropout": pass
     else: raise AssertionError(kind)

@@ -246,7 +246,7 @@ wait_for "$job_a" 150 '[[ $state == COMPLETED ]]' && pass "job $job_a (uninterru
   fail "job $job_a did not complete"
 
 out_b=hpctrain-$job_b.out
-grep -q "segment 2" "$out_b" && grep -q "requeued" "$out_b" && grep -q "got SIGUSR1" "$out_b" &&
+grep -q "segment 2" "$out_b" && grep -q "requeueing job $job_b" "$out_b" && grep -q "got SIGUSR1" "$out_b" &&
   pass "job script: forwarded SIGUSR1, requeued, ran segment 2 (output appended to $out_b)" ||
   { fail "job script output lacks the forward/requeue/segment-2 lines"; cat "$out_b" >&2; }
 grep -q "2 ranks" "run_a/train.log" && pass "srun started 2 ranks" || fail "run_a did not run on 2 ranks"

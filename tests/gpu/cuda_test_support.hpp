@@ -19,7 +19,8 @@ namespace hpctrain {
 using namespace test_support;  // NOLINT(google-build-using-namespace): test harness
 
 const std::vector<DType> gpu_dtypes = {DType::f32, DType::bf16, DType::f16};
-constexpr Activation all_activations[] = {Activation::relu, Activation::gelu, Activation::tanh, Activation::leaky_relu};
+constexpr Activation all_activations[] = {Activation::relu, Activation::gelu, Activation::tanh, Activation::leaky_relu,
+                                          Activation::gelu_tanh};
 
 // A matrix held by both backends with the same contents.
 class TensorPair {

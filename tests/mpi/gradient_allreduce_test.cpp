@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "hpctrain/kernels/backend.hpp"
@@ -37,6 +39,52 @@ TEST_P(GradientAllreduceTest, SumsEveryElementOnce) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BucketSizes, GradientAllreduceTest, testing::Values(4, 400, 4000, 1 << 20));
+
+// The progress thread tests the buckets in flight while the step's thread makes no MPI call (as during a product),
+// and the sums are those of the default mode. Needs MPI_THREAD_SERIALIZED (the test's main asks for it).
+TEST(GradientAllreduceProgress, ThreadTestsBucketsInFlightAndSumsAsTheDefault) {
+  int rank = 0, ranks = 1, provided = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  MPI_Query_thread(&provided);
+  if (provided < MPI_THREAD_SERIALIZED) GTEST_SKIP() << "MPI provides no MPI_THREAD_SERIALIZED";
+  const std::vector<std::int64_t> layer_begins{0, 3000, 9000};
+  const std::int64_t count = 12000;
+  std::vector<float> expected(count), gradients(count);
+  const auto fill = [&](std::vector<float>& values) {
+    for (std::int64_t i = 0; i < count; ++i)
+      values[i] = static_cast<float>(i % 31) * 0.25f * static_cast<float>(rank + 1);
+  };
+  {
+    fill(expected);
+    GradientAllreduce calls(MPI_COMM_WORLD, expected.data(), count, layer_begins, 4000 * 4);
+    calls.begin_step();
+    for (auto it = layer_begins.rbegin(); it != layer_begins.rend(); ++it) calls.ready_from(*it);
+    calls.finish();
+    EXPECT_EQ(calls.progress_tests(), 0);
+  }
+  fill(gradients);
+  GradientAllreduce threaded(MPI_COMM_WORLD, gradients.data(), count, layer_begins, 4000 * 4,
+                             {MpiProgress::thread, std::chrono::microseconds(50)});
+  threaded.begin_step();
+  threaded.ready_from(9000);
+  threaded.ready_from(3000);  // the first bucket, [3000, 12000), starts
+  if (ranks > 1) {  // no MPI call from this thread now: only the progress thread can test the first bucket
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (threaded.progress_tests() == 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_GT(threaded.progress_tests(), 0);
+  }
+  threaded.ready_from(0);
+  threaded.finish();
+  EXPECT_EQ(gradients, expected);
+}
+
+TEST(GradientAllreduceProgress, BucketSizeIsAQuarterOfTheGradientsBetween1And25MiB) {
+  EXPECT_EQ(mpi_bucket_bytes(1000), std::int64_t{1} << 20);
+  EXPECT_EQ(mpi_bucket_bytes(6'316'042), 6'316'042);  // the benchmark MLP: a quarter of its 25 MB
+  EXPECT_EQ(mpi_bucket_bytes(124'000'000), std::int64_t{25} << 20);
+}
 
 TEST(GradientBuckets, TileTheBufferFromItsEndAlongLayerBoundaries) {
   const auto buckets = gradient_buckets(5200, {0, 100, 1100, 1150, 5150}, 4 * 1000);

@@ -1,7 +1,8 @@
 /* A test double preloaded (LD_PRELOAD) by tests/cli/start_checks.sh: answers that the real MPI and C libraries do not
  * give on a test machine, switched on by environment variables so that the checks on them can be seen to work.
  *   HPCTRAIN_TEST_MPI_THREAD_SINGLE=1  MPI_Init_thread reports MPI_THREAD_SINGLE (an MPI built without threads)
- *   HPCTRAIN_TEST_SIGMASK_FAILS=1      pthread_sigmask blocking a set with SIGUSR1 fails with EINVAL */
+ *   HPCTRAIN_TEST_SIGMASK_FAILS=1      pthread_sigmask blocking a set with SIGUSR1 fails with EINVAL
+ *   HPCTRAIN_TEST_UNBLOCK_FAILS=1      pthread_sigmask unblocking any set fails with EINVAL */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -23,5 +24,6 @@ int pthread_sigmask(int how, const sigset_t* set, sigset_t* previous) {
   if (getenv("HPCTRAIN_TEST_SIGMASK_FAILS") != NULL && how == SIG_BLOCK && set != NULL &&
       sigismember(set, SIGUSR1) == 1)
     return EINVAL; /* pthread_sigmask returns the error number */
+  if (getenv("HPCTRAIN_TEST_UNBLOCK_FAILS") != NULL && how == SIG_UNBLOCK) return EINVAL;
   return next(how, set, previous);
 }

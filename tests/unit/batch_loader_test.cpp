@@ -9,6 +9,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <random>
 #include <set>
 
@@ -248,6 +250,68 @@ TEST_F(LoaderTest, TheRingIsAllocatedOnce) {
   }
   EXPECT_EQ(buffers.size(), 4u);  // prefetch + 1 slots, reused round the ring
   EXPECT_EQ(capacities, (std::set<std::size_t>{8}));
+}
+
+TEST_F(LoaderTest, AugmentationIsAPureFunctionOfSeedEpochAndSample) {
+  // Images (2, 4, 4) with transforms and standardisation: the padding is what a raw 0 becomes.
+  const std::vector<std::string> files = {write_part("a.h5", 0, 20, {2, 4, 4}), write_part("b.h5", 20, 25, {2, 4, 4})};
+  config_.data.scale = 0.5;
+  config_.data.shift = 1.0;
+  config_.data.mean = {0.25, -2.0};
+  config_.data.std = {2.0, 0.5};
+  const TrainingData plain(config_, "data.train", files, TaskKind::classification);
+  const std::vector<float> zero = plain.transformed_zero_per_channel();
+  ASSERT_EQ(zero.size(), 2u);
+  EXPECT_NEAR(zero[0], (0.5 * 0.0 + 1.0 - 0.25) / 2.0, 1e-6);
+  EXPECT_NEAR(zero[1], (0.5 * 0.0 + 1.0 + 2.0) / 0.5, 1e-6);
+  EXPECT_EQ(plain.augmentation(), nullptr);
+
+  config_.data.augment_flip = true;
+  config_.data.augment_crop_padding = 2;
+  config_.data.augment_rot90 = true;
+  const std::uint64_t seed = 77;
+  const std::int64_t width = 32;
+  for (const std::string shuffle : {"global", "local"})
+    for (const bool in_memory : {false, true})
+      for (const std::int64_t prefetch : {0, 2})
+        for (const int ranks : {1, 2})
+          for (int rank = 0; rank < ranks; ++rank) {
+            SCOPED_TRACE("shuffle " + shuffle + ", in_memory " + std::to_string(in_memory) + ", prefetch " +
+                         std::to_string(prefetch) + ", rank " + std::to_string(rank) + " of " + std::to_string(ranks));
+            config_.data.shuffle = *choice_named<ShuffleMode>(shuffle);
+            config_.data.in_memory = in_memory;
+            config_.data.prefetch = prefetch;
+            TrainingData data(config_, "data.train", files, TaskKind::classification);
+            data.set_up_augmentation(config_);
+            ASSERT_NE(data.augmentation(), nullptr);
+            BatchLoader loader(data, config_.data, ranks, rank, 8 / ranks, seed);
+            std::int64_t changed = 0;
+            std::map<std::int64_t, std::vector<float>> first_epoch;
+            std::int64_t differs_between_epochs = 0;
+            for (int step = 0; step < 2 * loader.steps_per_epoch(); ++step) {
+              const LoaderPosition position = loader.position();
+              const HostBatch& batch = loader.next();
+              HostBatch raw;
+              plain.read(batch.sample_ids.data(), batch.rows, raw);
+              for (std::int64_t r = 0; r < batch.rows; ++r) {
+                const std::int64_t sample = batch.sample_ids[r];
+                std::vector<float> expected(width, std::numeric_limits<float>::quiet_NaN());
+                const SampleAugmentation& augmentation = *data.augmentation();
+                augmentation.apply(augmentation.draw(seed, position.epoch, sample), raw.features.data() + r * width,
+                                   expected.data());
+                const std::vector<float> got(batch.features.begin() + r * width,
+                                             batch.features.begin() + (r + 1) * width);
+                ASSERT_EQ(got, expected) << "step " << step << " sample " << sample;
+                changed += !std::equal(got.begin(), got.end(), raw.features.begin() + r * width);
+                if (position.epoch == 0)
+                  first_epoch[sample] = got;
+                else if (first_epoch.count(sample))
+                  differs_between_epochs += first_epoch[sample] != got;
+              }
+            }
+            EXPECT_GT(changed, 0);
+            EXPECT_GT(differs_between_epochs, 0);
+          }
 }
 
 // Overwrites the bytes of one compressed chunk of /features, so that reading it fails in the gzip filter.

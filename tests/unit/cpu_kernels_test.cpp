@@ -20,7 +20,8 @@ namespace {
 using namespace test_support;
 namespace km = kernel_math;
 
-constexpr Activation all_activations[] = {Activation::relu, Activation::gelu, Activation::tanh, Activation::leaky_relu};
+constexpr Activation all_activations[] = {Activation::relu, Activation::gelu, Activation::tanh, Activation::leaky_relu,
+                                          Activation::gelu_tanh};
 constexpr float leaky_alpha = 0.05f;
 
 // Error of a value computed (not only stored) in the compute type: fp32 arithmetic, or fp64 for f64.

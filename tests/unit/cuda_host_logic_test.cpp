@@ -224,7 +224,7 @@ TEST(LinearEpilogue, OnlyReluIsFoldedAndTheExactGeluIsNot) {
   EXPECT_EQ(cuda::linear_epilogue(Activation::relu, true), cuda::LinearEpilogue::relu_bias);
   EXPECT_EQ(cuda::linear_epilogue(Activation::relu, false), cuda::LinearEpilogue::relu);
   for (bool bias : {true, false})
-    for (Activation kind : {Activation::gelu, Activation::tanh, Activation::leaky_relu})
+    for (Activation kind : {Activation::gelu, Activation::gelu_tanh, Activation::tanh, Activation::leaky_relu})
       EXPECT_EQ(cuda::linear_epilogue(kind, bias), cuda::LinearEpilogue::none) << static_cast<int>(kind);
   // Why relu only: its backward may read the output instead of the unwritten pre-activation, bit for bit, NaN and -0
   // included; GELU's derivative (and leaky_relu's with alpha <= 0) cannot be recovered from the output.

@@ -29,13 +29,16 @@ std::vector<double> sample_points() {
 
 // ---- activations ----
 
-// Independent references: GELU through erfc (Phi(x) = erfc(-x / sqrt 2) / 2), the rest as defined.
+// Independent references: GELU through erfc (Phi(x) = erfc(-x / sqrt 2) / 2), its tanh form through the logistic
+// function (1 + tanh(u)) / 2 = 1 / (1 + exp(-2u)), the rest as defined.
 double reference_value(Activation kind, double x) {
   switch (kind) {
     case Activation::relu:
       return x > 0 ? x : 0.0;
     case Activation::gelu:
       return x * 0.5 * std::erfc(-x / std::sqrt(2.0));
+    case Activation::gelu_tanh:
+      return x / (1.0 + std::exp(-2.0 * std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
     case Activation::tanh:
       return std::tanh(x);
     case Activation::leaky_relu:
@@ -44,7 +47,8 @@ double reference_value(Activation kind, double x) {
   return nan_value;
 }
 
-const Activation all_activations[] = {Activation::relu, Activation::gelu, Activation::tanh, Activation::leaky_relu};
+const Activation all_activations[] = {Activation::relu, Activation::gelu, Activation::tanh, Activation::leaky_relu,
+                                      Activation::gelu_tanh};
 
 TEST(KernelMath, ActivationsMatchDoubleReferences) {
   for (Activation kind : all_activations) {
@@ -69,6 +73,16 @@ TEST(KernelMath, GeluKnownValues) {
   EXPECT_NEAR(km::gelu_derivative(0.0), 0.5, 1e-15);
 }
 
+TEST(KernelMath, GeluTanhKnownValues) {
+  // torch.nn.functional.gelu(torch.tensor(x, dtype=torch.float64), approximate="tanh")
+  EXPECT_NEAR(km::gelu_tanh(-0.5), -0.15428599017485606, 1e-15);
+  EXPECT_NEAR(km::gelu_tanh(1.0), 0.8411919906082768, 1e-15);
+  EXPECT_EQ(km::gelu_tanh(0.0), 0.0);
+  EXPECT_NEAR(km::gelu_tanh_derivative(0.0), 0.5, 1e-15);
+  // the approximation differs from the exact form (by up to 4.7e-4, near x = 2.7): not the same function by mistake
+  EXPECT_GT(std::abs(km::gelu_tanh(2.7) - km::gelu(2.7)), 4e-4);
+}
+
 TEST(KernelMath, ActivationDerivativesMatchFiniteDifferences) {
   const double step = 1e-6;
   for (Activation kind : all_activations) {
@@ -89,10 +103,12 @@ TEST(KernelMath, ActivationKindDispatchMatchesDirectFunctions) {
   for (double x : {-2.5, -0.1, 0.3, 4.0}) {
     EXPECT_EQ(km::activation_value(Activation::relu, 0.0, x), km::relu(x));
     EXPECT_EQ(km::activation_value(Activation::gelu, 0.0, x), km::gelu(x));
+    EXPECT_EQ(km::activation_value(Activation::gelu_tanh, 0.0, x), km::gelu_tanh(x));
     EXPECT_EQ(km::activation_value(Activation::tanh, 0.0, x), km::tanh_activation(x));
     EXPECT_EQ(km::activation_value(Activation::leaky_relu, 0.2, x), km::leaky_relu(x, 0.2));
     EXPECT_EQ(km::activation_derivative(Activation::relu, 0.0, x), km::relu_derivative(x));
     EXPECT_EQ(km::activation_derivative(Activation::gelu, 0.0, x), km::gelu_derivative(x));
+    EXPECT_EQ(km::activation_derivative(Activation::gelu_tanh, 0.0, x), km::gelu_tanh_derivative(x));
     EXPECT_EQ(km::activation_derivative(Activation::tanh, 0.0, x), km::tanh_derivative(x));
     EXPECT_EQ(km::activation_derivative(Activation::leaky_relu, 0.2, x), km::leaky_relu_derivative(x, 0.2));
   }

@@ -38,6 +38,12 @@ LayerSpec spatial(const std::string& type, std::int64_t out, std::vector<std::in
   return spec;
 }
 
+LayerSpec gelu_tanh() {
+  LayerSpec spec = layer("gelu");
+  spec.approximate = GeluApproximation::tanh;
+  return spec;
+}
+
 LayerSpec groupnorm(std::int64_t groups) {
   LayerSpec spec = layer("groupnorm");
   spec.groups = groups;
@@ -138,6 +144,7 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"gelu_tanh_ce",
              {layer("linear", 6), layer("gelu"), layer("linear", 6), layer("tanh"), layer("linear", 3)},
              "cross_entropy"},
+        Case{"gelu_approximate_tanh_mse", {layer("linear", 6), gelu_tanh(), layer("linear", 2)}, "mse"},
         Case{"leaky_layernorm_mse",
              {layer("linear", 6), layer("layernorm"), layer("leaky_relu"), layer("linear", 2)},
              "mse"},

@@ -257,6 +257,11 @@ TEST(RunConfigErrors, Layers) {
        "decks/test.toml:6:1: model.layers[0].type must be one of linear, relu, gelu, tanh, leaky_relu, layernorm, "
        "dropout, conv2d, conv3d, maxpool2d, maxpool3d, avgpool2d, avgpool3d, global_avgpool, flatten, groupnorm (got "
        "\"conv\")"},
+      {"[[model.layers]]\ntype = \"gelu\"\napproximate = \"fast\"\n",
+       "decks/test.toml:7:1: model.layers[0].approximate must be one of none, tanh (got \"fast\")"},
+      {"[[model.layers]]\ntype = \"gelu\"\napproximate = true\n", "model.layers[0].approximate must be a string"},
+      {"[[model.layers]]\ntype = \"relu\"\napproximate = \"tanh\"\n",
+       "model.layers[0].approximate does not apply to a relu layer"},
       {"[[model.layers]]\ntype = \"Relu\"\n", "did you mean 'relu'?"},
       {"[[model.layers]]\ntype = \"dense\"\nout = 2\n", "did you mean 'linear'?"},
       {"[[model.layers]]\ntype = \"linear\"\nout = 3\np = 0.5\n",
@@ -329,6 +334,7 @@ TEST(RunConfigErrors, DataPipelineAndCheckpointRanges) {
       {"data.shuffle", "\"locale\"",
        "data.shuffle must be one of global, none, local (got \"locale\"); did you mean 'local'?"},
       {"data.prefetch", "-1", "data.prefetch must be >= 0 (got -1)"},
+      {"data.augment_crop_padding", "-1", "data.augment_crop_padding must be >= 0 (got -1)"},
       {"data.scale", "0", "data.scale must be a non-zero number (got 0)"},
       {"train.accumulate", "0", "train.accumulate must be >= 1 (got 0)"},
       {"train.time_limit", "\"1:60:00\"", "train.time_limit must be \"HH:MM:SS\""},

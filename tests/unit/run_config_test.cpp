@@ -43,6 +43,7 @@ void expect_same_values(const RunConfig& a, const RunConfig& b) {
     EXPECT_EQ(x.bias, y.bias);
     EXPECT_EQ(x.p, y.p);
     EXPECT_EQ(x.negative_slope, y.negative_slope);
+    EXPECT_EQ(x.approximate, y.approximate);
     EXPECT_EQ(x.eps, y.eps);
   }
   EXPECT_EQ(a.data.train, b.data.train);
@@ -62,6 +63,9 @@ void expect_same_values(const RunConfig& a, const RunConfig& b) {
   EXPECT_EQ(a.data.normalize, b.data.normalize);
   EXPECT_EQ(a.data.mean, b.data.mean);
   EXPECT_EQ(a.data.std, b.data.std);
+  EXPECT_EQ(a.data.augment_flip, b.data.augment_flip);
+  EXPECT_EQ(a.data.augment_crop_padding, b.data.augment_crop_padding);
+  EXPECT_EQ(a.data.augment_rot90, b.data.augment_rot90);
   EXPECT_EQ(a.train.time_limit, b.train.time_limit);
   EXPECT_EQ(a.train.accumulate, b.train.accumulate);
   EXPECT_EQ(a.optimizer.no_decay, b.optimizer.no_decay);
@@ -128,6 +132,7 @@ p = 0.25
 
 [[model.layers]]
 type = "gelu"
+approximate = "tanh"
 
 [[model.layers]]
 type = "tanh"
@@ -206,6 +211,7 @@ TEST(RunConfig, FullDeckValues) {
   EXPECT_EQ(config.model.layers[1].negative_slope, 0.2);
   EXPECT_EQ(config.model.layers[2].eps, 1e-6);
   EXPECT_EQ(config.model.layers[3].p, 0.25);
+  EXPECT_EQ(config.model.layers[4].approximate, GeluApproximation::tanh);
   EXPECT_EQ(config.model.layers[6].name, "act-last");
   EXPECT_EQ(config.model.layers[7].name, "linear7");
   EXPECT_EQ(config.model.layers[7].out, 3);
@@ -367,8 +373,9 @@ TEST(RunConfig, PositionsOfEveryKeyRead) {
   EXPECT_EQ(config.positions.at("model.layers[0]").line, 10);
   EXPECT_EQ(config.model.layers[0].position.line, 10);
   EXPECT_EQ(config.positions.at("model.layers[3].p").line, 27);
-  EXPECT_EQ(config.positions.at("optimizer.lr").line, 61);
-  EXPECT_EQ(config.where("optimizer.lr"), "decks/test.toml:61:1");
+  EXPECT_EQ(config.positions.at("model.layers[4].approximate").line, 31);
+  EXPECT_EQ(config.positions.at("optimizer.lr").line, 62);
+  EXPECT_EQ(config.where("optimizer.lr"), "decks/test.toml:62:1");
   EXPECT_EQ(config.where("run.threads"), "decks/test.toml:5:1");
   // Keys from defaults have no position.
   EXPECT_EQ(parse(minimal_body).where("optimizer.lr"), "decks/test.toml");
@@ -555,21 +562,28 @@ TEST(RunConfig, DataPipelineAndCheckpointKeys) {
   EXPECT_EQ(defaults.data.prefetch, 2);
   EXPECT_FALSE(defaults.data.in_memory);
   EXPECT_EQ(defaults.data.scale, 1.0);
+  EXPECT_FALSE(defaults.data.augment_flip);
+  EXPECT_EQ(defaults.data.augment_crop_padding, 0);
+  EXPECT_FALSE(defaults.data.augment_rot90);
   EXPECT_EQ(defaults.checkpoint.on_signal,
             (std::vector<CheckpointSignal>{CheckpointSignal::usr1, CheckpointSignal::usr2, CheckpointSignal::term}));
   EXPECT_EQ(defaults.optimizer.no_decay, (std::vector<std::string>{"bias", "norm"}));
 
   const RunConfig config = parse(
-      minimal_body, {"data.shuffle=local", "data.prefetch=0", "data.in_memory=true", "data.log1p=true",
-                     "data.scale=0.5", "data.shift=-1", "train.time_limit=1:30:00", "train.accumulate=4",
-                     "optimizer.no_decay=[\"bias\"]", "checkpoint.every_steps=100", "checkpoint.every_seconds=600",
-                     "checkpoint.keep=0", "checkpoint.at_end=false", "checkpoint.on_signal=[]"});
+      minimal_body,
+      {"data.shuffle=local", "data.prefetch=0", "data.in_memory=true", "data.log1p=true", "data.scale=0.5",
+       "data.shift=-1", "data.augment_flip=true", "data.augment_crop_padding=4", "data.augment_rot90=true",
+       "train.time_limit=1:30:00", "train.accumulate=4", "optimizer.no_decay=[\"bias\"]", "checkpoint.every_steps=100",
+       "checkpoint.every_seconds=600", "checkpoint.keep=0", "checkpoint.at_end=false", "checkpoint.on_signal=[]"});
   EXPECT_EQ(config.data.shuffle, ShuffleMode::local);
   EXPECT_EQ(config.data.prefetch, 0);
   EXPECT_TRUE(config.data.in_memory);
   EXPECT_TRUE(config.data.log1p);
   EXPECT_EQ(config.data.scale, 0.5);
   EXPECT_EQ(config.data.shift, -1.0);
+  EXPECT_TRUE(config.data.augment_flip);
+  EXPECT_EQ(config.data.augment_crop_padding, 4);
+  EXPECT_TRUE(config.data.augment_rot90);
   EXPECT_EQ(config.train.time_limit.text, "1:30:00");
   EXPECT_EQ(config.train.time_limit.seconds, 5400.0);
   EXPECT_EQ(config.train.accumulate, 4);
@@ -584,6 +598,7 @@ TEST(RunConfig, DataPipelineAndCheckpointKeys) {
   EXPECT_CONTAINS(resolved, "shuffle = \"local\"\n");
   EXPECT_CONTAINS(resolved, "on_signal = []\n");
   EXPECT_CONTAINS(resolved, "no_decay = [\"bias\"]\n");
+  EXPECT_CONTAINS(resolved, "augment_flip = true\naugment_crop_padding = 4\naugment_rot90 = true\n");
   expect_same_values(config, parse(resolved));
   EXPECT_CONTAINS(to_toml(defaults), "shuffle = true\n");
   EXPECT_EQ(parse(to_toml(defaults)).data.shuffle, ShuffleMode::global);
@@ -622,8 +637,8 @@ TEST(RunConfigDocs, AcceptedKeysCoverTheSchema) {
        {"run.seed", "model.layers", "model.layers[].type", "model.layers[].negative_slope", "data.eval_batch_size",
         "optimizer.nesterov", "schedule.step_size", "precision.max_skipped_steps", "precision.tf32"})
     EXPECT_TRUE(accepted.count(key)) << key;
-  // per section (run: 5 keys; model: 4 keys and 13 layer keys); update when adding a key
-  EXPECT_EQ(keys.size(), 5u + 4u + 14u + 13u + 10u + 5u + 8u + 7u + 8u + 5u);
+  // per section (run: 5 keys; model: 4 keys and 14 layer keys); update when adding a key
+  EXPECT_EQ(keys.size(), 5u + 4u + 17u + 14u + 10u + 5u + 8u + 7u + 8u + 5u);
 }
 
 }  // namespace

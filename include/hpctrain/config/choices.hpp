@@ -22,6 +22,8 @@ enum class PrecisionMode { fp32, bf16, fp16 };
 enum class CheckpointSignal { usr1, usr2, term, interrupt, hangup };
 // The validation metric that decides the best checkpoint and early stopping (checkpoint.best_metric).
 enum class BestMetric { none, loss, accuracy, top5_accuracy, mae, mse, r2 };
+// A gelu layer's form (PyTorch's nn.GELU(approximate=...)): the exact erf form, or the tanh approximation (GPT-2's).
+enum class GeluApproximation { none, tanh };
 enum class LayerType {
   linear,
   relu,
@@ -59,6 +61,7 @@ HPCTRAIN_CHOICE_WORDS(ScheduleKind, {"constant", "cosine", "step"});
 HPCTRAIN_CHOICE_WORDS(PrecisionMode, {"fp32", "bf16", "fp16"});
 HPCTRAIN_CHOICE_WORDS(CheckpointSignal, {"USR1", "USR2", "TERM", "INT", "HUP"});
 HPCTRAIN_CHOICE_WORDS(BestMetric, {"none", "loss", "accuracy", "top5_accuracy", "mae", "mse", "r2"});
+HPCTRAIN_CHOICE_WORDS(GeluApproximation, {"none", "tanh"});
 HPCTRAIN_CHOICE_WORDS(LayerType,
                       {"linear", "relu", "gelu", "tanh", "leaky_relu", "layernorm", "dropout", "conv2d", "conv3d",
                        "maxpool2d", "maxpool3d", "avgpool2d", "avgpool3d", "global_avgpool", "flatten", "groupnorm"});

@@ -27,7 +27,8 @@ struct LayerSpec {
   bool bias = true;              // linear, conv
   double p = 0.5;                // dropout probability
   double negative_slope = 0.01;  // leaky_relu
-  double eps = 1e-5;             // layernorm, groupnorm
+  GeluApproximation approximate = GeluApproximation::none;  // gelu
+  double eps = 1e-5;                                        // layernorm, groupnorm
   // conv and pooling windows: one value for every spatial axis, or one per axis ((H, W) or (D, H, W)).
   std::vector<std::int64_t> kernel;          // required
   std::vector<std::int64_t> stride;          // default: 1 (conv), the kernel (pooling); filled in by the parser
@@ -78,6 +79,12 @@ struct DataSection {
   std::vector<double> mean;
   std::vector<double> std;
   std::string normalized_from;  // not a deck key: the file data.normalize named, for messages
+  // Augmentation of the training split's images and volumes (data/augmentation.hpp): random flips of every spatial
+  // axis, a random crop of the original extent after padding each side by augment_crop_padding (0 = none), a random
+  // multiple of 90 degrees in the plane of the last two axes.
+  bool augment_flip = false;
+  std::int64_t augment_crop_padding = 0;
+  bool augment_rot90 = false;
 };
 
 struct TrainSection {

@@ -1,5 +1,5 @@
-// Counter-based random numbers (Philox-4x32-10). A number is a pure function of (seed, purpose, step, index), so results
-// do not depend on how many ranks share the work, are identical on CPU and GPU, and need no state to resume.
+// Counter-based random numbers (Philox-4x32-10). A number is a pure function of (seed, purpose, step, index), so
+// results do not depend on how many ranks share the work, are identical on CPU and GPU, and need no state to resume.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,7 @@
 namespace hpctrain {
 
 // What a random stream is used for; part of the key so streams never overlap.
-enum class RngPurpose : std::uint32_t { init = 1, dropout = 2, shuffle = 3, data_generation = 4 };
+enum class RngPurpose : std::uint32_t { init = 1, dropout = 2, shuffle = 3, data_generation = 4, augmentation = 5 };
 
 struct Philox4 {
   std::uint32_t v[4];

@@ -10,6 +10,10 @@
 // (Hdf5Dataset does), so the main thread may use HDF5 meanwhile. While a loader with prefetch lives, only it reads its
 // TrainingData. An exception in the reader thread is rethrown, with its original type, by the next() that would have
 // returned the failed batch (and by every next() after it, until a seek()).
+//
+// When the training data has an augmentation (TrainingData::set_up_augmentation), the reader applies it to every row
+// it reads, with the choices of (seed, epoch, global sample index): the batches stay independent of the rank count,
+// prefetch and resumes.
 #pragma once
 
 #include <condition_variable>
@@ -66,6 +70,7 @@ class BatchLoader {
   void reader_loop();
 
   TrainingData& data_;
+  std::uint64_t seed_ = 0;
   std::unique_ptr<Sampler> sampler_;
   std::int64_t local_batch_ = 0, steps_per_epoch_ = 0, prefetch_ = 0;
   LoaderPosition position_;  // the main thread's: what next() returns next
@@ -73,6 +78,7 @@ class BatchLoader {
   // Used only by whoever fills slots (the reader thread, or the main thread without prefetch).
   std::int64_t indices_epoch_ = -1;
   std::vector<std::int64_t> indices_;  // (samples_per_rank) this rank's order for indices_epoch_
+  std::vector<float> augmented_;       // (feature_width) one augmented sample, when the data has an augmentation
 
   // The ring: prefetch + 1 slots (one held by the caller of next(), the others filled ahead), allocated once. In ring
   // order from head_: the held slot (if holding_), then `filled_` ready slots, then free ones.

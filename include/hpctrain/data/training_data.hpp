@@ -9,10 +9,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "hpctrain/config/choices.hpp"
+#include "hpctrain/data/augmentation.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
 
 namespace hpctrain {
@@ -108,6 +110,15 @@ class TrainingData {
   void load_into_memory(std::int64_t first, std::int64_t count);
   [[nodiscard]] std::int64_t rows_in_memory() const { return memory_count_; }
 
+  // The training split: check the deck's data.augment_* keys against these samples (InputError naming the key) and
+  // keep the augmentation the BatchLoader applies to every batch it reads. Never called for the other splits.
+  void set_up_augmentation(const RunConfig& config);
+  // nullptr when there is none (no key set, or not the training split).
+  [[nodiscard]] const SampleAugmentation* augmentation() const { return augmentation_ ? &*augmentation_ : nullptr; }
+  // (channels: the first dimension of the sample shape, 1 for flat features) the value a raw 0 becomes after the
+  // transforms: what augmentation pads with.
+  [[nodiscard]] std::vector<float> transformed_zero_per_channel() const;
+
  private:
   struct Part;  // one file: its datasets and where its samples start in the concatenation
   // Visit the pieces of the sample range [first, first + count) that lie in each file: (part, first row there, rows,
@@ -131,6 +142,7 @@ class TrainingData {
   std::vector<std::int64_t> part_begins_;  // (parts + 1): first global sample of each part, then the total
   std::int64_t samples_ = 0, feature_width_ = 0, target_width_ = 1;
   std::vector<std::int64_t> sample_shape_;
+  std::optional<SampleAugmentation> augmentation_;
 
   // Rows kept in memory: [memory_first_, memory_first_ + memory_count_).
   std::int64_t memory_first_ = 0, memory_count_ = 0;

@@ -8,8 +8,12 @@
 
 #include <mpi.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 namespace hpctrain {
@@ -49,11 +53,35 @@ inline CommunicatorEnd communicator_end(bool graph_uses_it, bool error_path) {
   return error_path ? CommunicatorEnd::abort : CommunicatorEnd::destroy;
 }
 
+// The bucket size of the MPI all-reduce: a quarter of the gradients, between 1 MiB and 25 MiB (PyTorch DDP's size).
+// 25 MiB for every model made a model of up to 25 MiB one bucket that started only after the whole backward pass (no
+// overlap at all); measured on the MLP of bench/run.sh (25 MB of gradients, 2 ranks): the all-reduce wait per step
+// fell from 5.1 ms to 1.3 ms (docs/performance.md). The NCCL exchange keeps 25 MiB (not measured on a GPU yet).
+std::int64_t mpi_bucket_bytes(std::int64_t parameters);
+
+// How the buckets in flight progress while backward computes. Open MPI's non-blocking collectives (libnbc) advance
+// only inside MPI calls, and backward's products make none for milliseconds. `calls` (the default) tests the requests
+// each time backward finishes a layer; `thread` also runs a thread that tests them every `interval` while the step's
+// buckets are in flight (it needs MPI_THREAD_SERIALIZED: one mutex orders its calls and the step's, and finish()
+// parks it before any other MPI call of the step). The sums are the same either way (the collective's schedule does
+// not depend on timing). On one node with every core computing, the thread gained nothing (the copies need the same
+// cores) and cost much when cores were oversubscribed (docs/performance.md); it is for links whose transfers run
+// without the CPU (RDMA between nodes), where only the schedule needs advancing.
+enum class MpiProgress : std::uint8_t { calls, thread };
+struct MpiProgressSettings {
+  MpiProgress mode = MpiProgress::calls;
+  std::chrono::microseconds interval{100};
+};
+// The mode a run uses: HPCTRAIN_MPI_PROGRESS=calls|thread (InputError otherwise, or for `thread` when `serialized`,
+// what MPI_Init_thread provided, is false); unset: `calls`.
+MpiProgressSettings mpi_progress_settings(bool serialized);
+
 // MPI_Iallreduce on host memory (CPU backend).
 class GradientAllreduce final : public GradientExchange {
  public:
   GradientAllreduce(MPI_Comm communicator, float* gradients, std::int64_t count,
-                    const std::vector<std::int64_t>& layer_begins, std::int64_t bucket_bytes);
+                    const std::vector<std::int64_t>& layer_begins, std::int64_t bucket_bytes,
+                    MpiProgressSettings progress = {});
   ~GradientAllreduce() override;
   GradientAllreduce(const GradientAllreduce&) = delete;
   GradientAllreduce& operator=(const GradientAllreduce&) = delete;
@@ -63,8 +91,14 @@ class GradientAllreduce final : public GradientExchange {
   void finish() override;
 
   [[nodiscard]] std::size_t bucket_count() const { return buckets_.size(); }
+  // Tests made by the progress thread so far (0 without one).
+  [[nodiscard]] std::int64_t progress_tests() const;
 
  private:
+  void test_started();  // MPI_Testall over the started requests; the caller holds mutex_
+  void progress_loop();
+  void park_progress();  // the thread stops calling MPI until the next step's first bucket
+
   MPI_Comm communicator_;
   int ranks_ = 1;
   float* gradients_;
@@ -72,6 +106,13 @@ class GradientAllreduce final : public GradientExchange {
   std::vector<GradientBucket> buckets_;  // from the end of the buffer to its start
   std::vector<MPI_Request> requests_;
   std::size_t started_ = 0;
+
+  MpiProgressSettings progress_;
+  mutable std::mutex mutex_;  // orders every MPI call of this object between the two threads
+  std::condition_variable wake_;
+  bool in_flight_ = false, stopping_ = false;  // guarded by mutex_
+  std::int64_t tests_ = 0;                     // guarded by mutex_
+  std::thread thread_;
 };
 
 // Backend-memory gradients all-reduced through host memory with one MPI_Allreduce in finish() (no overlap): for CUDA

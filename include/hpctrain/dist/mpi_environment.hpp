@@ -14,8 +14,9 @@ class Error;
 
 class MpiEnvironment {
  public:
-  MpiEnvironment(int* argc, char*** argv);  // MPI_Init_thread (funneled)
-  ~MpiEnvironment();                        // MPI_Finalize unless aborted
+  // MPI_Init_thread asking for MPI_THREAD_SERIALIZED (the gradient all-reduce's progress thread); FUNNELED is enough.
+  MpiEnvironment(int* argc, char*** argv);
+  ~MpiEnvironment();  // MPI_Finalize unless aborted
   MpiEnvironment(const MpiEnvironment&) = delete;
   MpiEnvironment& operator=(const MpiEnvironment&) = delete;
 
@@ -25,6 +26,8 @@ class MpiEnvironment {
   [[nodiscard]] int local_size() const { return local_size_; }
   [[nodiscard]] bool is_root() const { return rank_ == 0; }
   [[nodiscard]] MPI_Comm world() const { return MPI_COMM_WORLD; }
+  // Whether MPI provides MPI_THREAD_SERIALIZED (calls from several threads, one at a time).
+  [[nodiscard]] bool serialized() const { return serialized_; }
 
   // Print the error once (by the rank that saw it; by rank 0 alone when every rank sees it) and end every rank.
   [[noreturn]] void abort_on(const Error& error) const;
@@ -33,6 +36,7 @@ class MpiEnvironment {
 
  private:
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  bool serialized_ = false;
 };
 
 // "[rank 3] " in multi-rank runs, "" otherwise.

@@ -20,6 +20,7 @@
 
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
+#include "hpctrain/io/crc32.hpp"
 
 namespace hpctrain {
 
@@ -37,9 +38,6 @@ class CheckpointMismatch : public InputError {
  public:
   using InputError::InputError;
 };
-
-// CRC-32 (IEEE 802.3, as zlib.crc32), continuing from `crc`.
-std::uint32_t crc32(const void* data, std::size_t bytes, std::uint32_t crc = 0);
 
 // A tensor of a flat vector: the elements [offset, offset + count) stored as dataset `path` of shape `shape`
 // (row-major; the product of the extents is count).

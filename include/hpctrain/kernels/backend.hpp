@@ -23,7 +23,8 @@
 
 namespace hpctrain {
 
-enum class Activation : std::uint8_t { relu, gelu, tanh, leaky_relu };
+// gelu: the exact erf form (PyTorch's default); gelu_tanh: its tanh approximation (approximate = "tanh").
+enum class Activation : std::uint8_t { relu, gelu, tanh, leaky_relu, gelu_tanh };
 
 // Training scalars that live in backend memory for the whole run. Plain data: copied to the host only to log or
 // checkpoint.
@@ -132,6 +133,9 @@ class Backend {
   virtual void deallocate(void* pointer) = 0;
   virtual void copy_to_backend(void* destination, const void* host_source, std::size_t bytes) = 0;
   virtual void copy_to_host(void* host_destination, const void* source, std::size_t bytes) = 0;
+  // Whether backend memory is host memory that the host may read and write directly (the CPU backend's): checkpoints
+  // then write and read the model's and the optimizer's buffers in place, without host copies.
+  [[nodiscard]] virtual bool memory_is_host() const { return false; }
   virtual void copy(void* destination, const void* source, std::size_t bytes) = 0;  // within backend memory
   virtual void zero(void* pointer, std::size_t bytes) = 0;
   virtual void synchronize() = 0;

@@ -73,6 +73,24 @@ HPCTRAIN_HD C gelu_derivative(C x) {
   return cdf + x * density;
 }
 
+// GELU's tanh approximation, PyTorch's nn.GELU(approximate="tanh") (GPT-2's): x/2 (1 + tanh(u)) with
+// u = sqrt(2/pi) (x + 0.044715 x^3).
+template <class C>
+HPCTRAIN_HD C gelu_tanh(C x) {
+  const C sqrt_2_over_pi = C(0.79788456080286535588);
+  const C t = hyperbolic_tangent(sqrt_2_over_pi * (x + C(0.044715) * x * x * x));
+  return C(0.5) * x * (C(1) + t);
+}
+// (1 + t)/2 + x/2 (1 - t^2) du/dx with du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+template <class C>
+HPCTRAIN_HD C gelu_tanh_derivative(C x) {
+  const C sqrt_2_over_pi = C(0.79788456080286535588);
+  const C x2 = x * x;
+  const C t = hyperbolic_tangent(sqrt_2_over_pi * x * (C(1) + C(0.044715) * x2));
+  const C du = sqrt_2_over_pi * (C(1) + C(3 * 0.044715) * x2);
+  return C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * du;
+}
+
 template <class C>
 HPCTRAIN_HD C tanh_activation(C x) {
   return hyperbolic_tangent(x);
@@ -102,6 +120,8 @@ HPCTRAIN_HD C activation_value(Activation kind, C alpha, C x) {
       return relu(x);
     case Activation::gelu:
       return gelu(x);
+    case Activation::gelu_tanh:
+      return gelu_tanh(x);
     case Activation::tanh:
       return tanh_activation(x);
     case Activation::leaky_relu:
@@ -116,6 +136,8 @@ HPCTRAIN_HD C activation_derivative(Activation kind, C alpha, C x) {
       return relu_derivative(x);
     case Activation::gelu:
       return gelu_derivative(x);
+    case Activation::gelu_tanh:
+      return gelu_tanh_derivative(x);
     case Activation::tanh:
       return tanh_derivative(x);
     case Activation::leaky_relu:

@@ -96,6 +96,8 @@ class Layer {
   [[nodiscard]] virtual bool takes_any_layout() const { return false; }
   // An element-wise activation layer's function (kind, alpha); false for every other layer.
   [[nodiscard]] virtual bool activation(Activation* /*kind*/, float* /*alpha*/) const { return false; }
+  // Whether forward_activated can run this layer together with the activation layer after it (linear).
+  [[nodiscard]] virtual bool takes_activation() const { return false; }
   // Linear: y = f(layer(x)) in one backend call (Backend::linear_activation_forward), pre = layer(x) unless the
   // backend fuses f. False (nothing done): the layer has no such path.
   virtual bool forward_activated(const StepContext& /*context*/, const TensorView& /*x*/, const TensorView& /*pre*/,

@@ -66,6 +66,7 @@ class CheckpointStore {
 
  private:
   CheckpointDirectory files_;
+  const MpiEnvironment& mpi_;
 };
 
 // Load a checkpoint into the model, the optimizer and state (collective). Throws CheckpointDamaged when the file cannot

@@ -26,9 +26,7 @@ struct TrainOptions {
 };
 
 struct TrainSummary {
-  int exit_code = 0;              // 0, or exit_checkpointed after a signal / the time limit
-  bool already_complete = false;  // --resume found the run finished: nothing was trained or written
-  std::int64_t steps = 0;         // the run's steps so far
+  int exit_code = 0;  // 0, or exit_checkpointed after a signal / the time limit
 };
 
 class Trainer {

@@ -21,6 +21,7 @@
 #include "cpu_common.hpp"
 #include "cpu_convolution.hpp"
 #include "cpu_gemm.hpp"
+#include "cpu_sequence.hpp"
 #include "cpu_spatial.hpp"
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/kernels/backend.hpp"
@@ -184,6 +185,8 @@ void with_activation(Activation kind, C alpha, bool derivative, F f) {
       return derivative ? f([](C x) { return km::relu_derivative(x); }) : f([](C x) { return km::relu(x); });
     case Activation::gelu:
       return derivative ? f([](C x) { return km::gelu_derivative(x); }) : f([](C x) { return km::gelu(x); });
+    case Activation::gelu_tanh:
+      return derivative ? f([](C x) { return km::gelu_tanh_derivative(x); }) : f([](C x) { return km::gelu_tanh(x); });
     case Activation::tanh:
       return derivative ? f([](C x) { return km::tanh_derivative(x); }) : f([](C x) { return km::tanh_activation(x); });
     case Activation::leaky_relu:
@@ -224,6 +227,7 @@ class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(SpatialLayout preferred) : preferred_layout_(preferred) {}
   [[nodiscard]] std::string name() const override { return "cpu"; }
+  [[nodiscard]] bool memory_is_host() const override { return true; }
   [[nodiscard]] bool has_spatial_operations() const override { return true; }
 
   // ---- memory: plain host memory ----
@@ -407,6 +411,24 @@ class CpuBackend final : public Backend {
   void convert_spatial_layout(std::int64_t channels, SpatialLayout from, const TensorView& x,
                               const TensorView& y) override {
     cpu::convert_layout(channels, from, x, y);
+  }
+
+  // ---- sequences: fused attention and embedding (cpu_attention.cpp, cpu_embedding.cpp) ----
+  void attention_forward(const AttentionGeometry& geometry, const TensorView& qkv, const TensorView& out,
+                         void* lse) override {
+    attention_.forward(geometry, qkv, out, lse);
+  }
+  void attention_backward(const AttentionGeometry& geometry, const TensorView& qkv, const TensorView& out,
+                          const TensorView& dout, const void* lse, const TensorView& dqkv) override {
+    attention_.backward(geometry, qkv, out, dout, lse, dqkv);
+  }
+  void embedding_forward(const std::int32_t* ids, const void* table, std::int64_t vocabulary,
+                         const TensorView& y) override {
+    embedding_.forward(ids, table, vocabulary, y);
+  }
+  void embedding_backward(const std::int32_t* ids, const TensorView& dy, std::int64_t vocabulary, void* dtable,
+                          bool accumulate) override {
+    embedding_.backward(ids, dy, vocabulary, dtable, accumulate);
   }
 
   // ---- losses ----
@@ -593,6 +615,8 @@ class CpuBackend final : public Backend {
 
   cpu::CpuGemm gemm_;
   cpu::CpuConvolution convolution_;
+  cpu::CpuAttention attention_;
+  cpu::CpuEmbedding embedding_;
   SpatialLayout preferred_layout_;
   cpu::ScratchBuffer row_results_;    // (rows, 2) per-row loss and correct flag
   cpu::ScratchBuffer partial_sums_;   // (chunks) gradient statistics

@@ -52,6 +52,7 @@ template <class T, Activation kind>
 __device__ __forceinline__ float activation_value(float x, float alpha) {
   if constexpr (kind == Activation::relu) return km::relu(x);
   if constexpr (kind == Activation::gelu) return km::gelu(x);
+  if constexpr (kind == Activation::gelu_tanh) return km::gelu_tanh(x);
   if constexpr (kind == Activation::tanh) return km::tanh_activation(x);
   if constexpr (kind == Activation::leaky_relu) return km::leaky_relu(x, alpha);
 }
@@ -59,6 +60,7 @@ template <class T, Activation kind>
 __device__ __forceinline__ float activation_derivative(float x, float alpha) {
   if constexpr (kind == Activation::relu) return km::relu_derivative(x);
   if constexpr (kind == Activation::gelu) return km::gelu_derivative(x);
+  if constexpr (kind == Activation::gelu_tanh) return km::gelu_tanh_derivative(x);
   if constexpr (kind == Activation::tanh) return km::tanh_derivative(x);
   if constexpr (kind == Activation::leaky_relu) return km::leaky_relu_derivative(x, alpha);
 }
@@ -85,6 +87,8 @@ void launch_activation(cudaStream_t stream, Activation kind, float alpha, const 
       return launch_map(stream, x, dy, out, count, Op<T, Activation::relu>{alpha});
     case Activation::gelu:
       return launch_map(stream, x, dy, out, count, Op<T, Activation::gelu>{alpha});
+    case Activation::gelu_tanh:
+      return launch_map(stream, x, dy, out, count, Op<T, Activation::gelu_tanh>{alpha});
     case Activation::tanh:
       return launch_map(stream, x, dy, out, count, Op<T, Activation::tanh>{alpha});
     case Activation::leaky_relu:

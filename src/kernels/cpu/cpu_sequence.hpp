@@ -1,0 +1,39 @@
+// Sequence kernels of the CPU backend (transformers): fused multi-head attention in tiles with an online softmax
+// (cpu_attention.cpp) and the embedding lookup with its deterministic gradient (cpu_embedding.cpp). Private to
+// src/kernels/cpu.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cpu_common.hpp"
+#include "hpctrain/kernels/backend.hpp"
+
+namespace hpctrain::cpu {
+
+class CpuAttention {
+ public:
+  // The contracts of Backend::attention_forward/backward. Every OpenMP thread works in its own scratch (tiles of a
+  // query block by a key block, and in the backward one head's queries and gradients): buffers only grow, so repeated
+  // calls of a shape allocate nothing.
+  void forward(const AttentionGeometry& geometry, const TensorView& qkv, const TensorView& out, void* lse);
+  void backward(const AttentionGeometry& geometry, const TensorView& qkv, const TensorView& out, const TensorView& dout,
+                const void* lse, const TensorView& dqkv);
+
+ private:
+  std::vector<ScratchBuffer>& thread_scratch();
+  std::vector<ScratchBuffer> thread_scratch_;  // one per OpenMP thread
+};
+
+class CpuEmbedding {
+ public:
+  // The contracts of Backend::embedding_forward/backward.
+  void forward(const std::int32_t* ids, const void* table, std::int64_t vocabulary, const TensorView& y);
+  void backward(const std::int32_t* ids, const TensorView& dy, std::int64_t vocabulary, void* dtable, bool accumulate);
+
+ private:
+  ScratchBuffer rows_by_id_;  // (rows) the rows sorted by id, stably
+  ScratchBuffer id_starts_;   // (vocabulary + 1) where each id's rows begin in rows_by_id_
+};
+
+}  // namespace hpctrain::cpu

@@ -1,0 +1,345 @@
+// Tests of the CPU backend's sequence kernels: fused attention forward (output and row log-sum-exp) and backward
+// against a naive f64 reference that forms the whole T x T probability matrix, in every storage dtype, causal and not,
+// with sequences that are not a multiple of the 64-position tile (and T = 1), head_dim 16 and 64, several heads and
+// sequences; the backward also against central finite differences in f64; results bit-identical for different OpenMP
+// thread counts; the embedding lookup and its gradient (repeated ids, accumulate on and off) against references.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "hpctrain/kernels/backend.hpp"
+#include "kernel_test_support.hpp"
+
+namespace hpctrain {
+namespace {
+
+using namespace test_support;
+
+AttentionGeometry make_attention(std::int64_t batch, std::int64_t sequence, std::int64_t heads, std::int64_t head_dim,
+                                 bool causal) {
+  return {batch, sequence, heads, head_dim, causal, static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))};
+}
+
+std::string describe(const AttentionGeometry& g, DType dtype) {
+  return std::string(dtype_name(dtype)) + " batch " + std::to_string(g.batch) + " sequence " +
+         std::to_string(g.sequence) + " heads " + std::to_string(g.heads) + " head_dim " + std::to_string(g.head_dim) +
+         (g.causal ? " causal" : " not causal");
+}
+
+// ---- naive f64 reference: the whole probability matrix of each (sequence, head) ----
+struct HeadIndex {
+  const AttentionGeometry& g;
+  // Element d of position t's part (0 = q, 1 = k, 2 = v) of head h in sequence b, in qkv (rows of 3 * width).
+  [[nodiscard]] std::size_t qkv(std::int64_t b, std::int64_t t, int part, std::int64_t h, std::int64_t d) const {
+    return static_cast<std::size_t>((b * g.sequence + t) * 3 * g.width() + part * g.width() + h * g.head_dim + d);
+  }
+  [[nodiscard]] std::size_t out(std::int64_t b, std::int64_t t, std::int64_t h, std::int64_t d) const {
+    return static_cast<std::size_t>((b * g.sequence + t) * g.width() + h * g.head_dim + d);
+  }
+};
+
+// probabilities (T x T) of head h of sequence b; lse (T).
+void reference_probabilities(const AttentionGeometry& g, const std::vector<double>& qkv, std::int64_t b, std::int64_t h,
+                             std::vector<double>& probabilities, std::vector<double>& lse) {
+  const HeadIndex at{g};
+  const std::int64_t n = g.sequence;
+  probabilities.assign(static_cast<std::size_t>(n * n), 0.0);
+  lse.assign(static_cast<std::size_t>(n), 0.0);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t visible = g.causal ? i + 1 : n;
+    double maximum = -std::numeric_limits<double>::infinity();
+    std::vector<double> scores(static_cast<std::size_t>(visible));
+    for (std::int64_t j = 0; j < visible; ++j) {
+      double dot = 0.0;
+      for (std::int64_t d = 0; d < g.head_dim; ++d) dot += qkv[at.qkv(b, i, 0, h, d)] * qkv[at.qkv(b, j, 1, h, d)];
+      scores[static_cast<std::size_t>(j)] = dot * static_cast<double>(g.scale);
+      maximum = std::max(maximum, scores[static_cast<std::size_t>(j)]);
+    }
+    double sum = 0.0;
+    for (const double score : scores) sum += std::exp(score - maximum);
+    lse[static_cast<std::size_t>(i)] = maximum + std::log(sum);
+    for (std::int64_t j = 0; j < visible; ++j)
+      probabilities[static_cast<std::size_t>(i * n + j)] =
+          std::exp(scores[static_cast<std::size_t>(j)] - lse[static_cast<std::size_t>(i)]);
+  }
+}
+
+struct ForwardResult {
+  std::vector<double> out, lse;
+};
+
+ForwardResult reference_forward(const AttentionGeometry& g, const std::vector<double>& qkv) {
+  const HeadIndex at{g};
+  const std::int64_t n = g.sequence;
+  ForwardResult result{std::vector<double>(static_cast<std::size_t>(g.batch * n * g.width())),
+                       std::vector<double>(static_cast<std::size_t>(g.batch * g.heads * n))};
+  std::vector<double> p, lse;
+  for (std::int64_t b = 0; b < g.batch; ++b)
+    for (std::int64_t h = 0; h < g.heads; ++h) {
+      reference_probabilities(g, qkv, b, h, p, lse);
+      for (std::int64_t i = 0; i < n; ++i) {
+        result.lse[static_cast<std::size_t>((b * g.heads + h) * n + i)] = lse[static_cast<std::size_t>(i)];
+        for (std::int64_t d = 0; d < g.head_dim; ++d) {
+          double sum = 0.0;
+          for (std::int64_t j = 0; j < n; ++j)
+            sum += p[static_cast<std::size_t>(i * n + j)] * qkv[at.qkv(b, j, 2, h, d)];
+          result.out[at.out(b, i, h, d)] = sum;
+        }
+      }
+    }
+  return result;
+}
+
+// dqkv from dout: dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(P dP)), dQ = scale dS K, dK = scale dS^T Q.
+std::vector<double> reference_backward(const AttentionGeometry& g, const std::vector<double>& qkv,
+                                       const std::vector<double>& dout) {
+  const HeadIndex at{g};
+  const std::int64_t n = g.sequence;
+  const auto scale = static_cast<double>(g.scale);
+  std::vector<double> dqkv(qkv.size(), 0.0), p, lse;
+  std::vector<double> ds(static_cast<std::size_t>(n * n));
+  for (std::int64_t b = 0; b < g.batch; ++b)
+    for (std::int64_t h = 0; h < g.heads; ++h) {
+      reference_probabilities(g, qkv, b, h, p, lse);
+      for (std::int64_t i = 0; i < n; ++i) {
+        double row = 0.0;
+        for (std::int64_t j = 0; j < n; ++j) {
+          double dp = 0.0;
+          for (std::int64_t d = 0; d < g.head_dim; ++d) dp += dout[at.out(b, i, h, d)] * qkv[at.qkv(b, j, 2, h, d)];
+          ds[static_cast<std::size_t>(i * n + j)] = dp;
+          row += p[static_cast<std::size_t>(i * n + j)] * dp;
+        }
+        for (std::int64_t j = 0; j < n; ++j) {
+          const auto ij = static_cast<std::size_t>(i * n + j);
+          ds[ij] = p[ij] * (ds[ij] - row);
+        }
+      }
+      for (std::int64_t i = 0; i < n; ++i)
+        for (std::int64_t j = 0; j < n; ++j) {
+          const auto ij = static_cast<std::size_t>(i * n + j);
+          for (std::int64_t d = 0; d < g.head_dim; ++d) {
+            dqkv[at.qkv(b, i, 0, h, d)] += scale * ds[ij] * qkv[at.qkv(b, j, 1, h, d)];
+            dqkv[at.qkv(b, j, 1, h, d)] += scale * ds[ij] * qkv[at.qkv(b, i, 0, h, d)];
+            dqkv[at.qkv(b, j, 2, h, d)] += p[ij] * dout[at.out(b, i, h, d)];
+          }
+        }
+    }
+  return dqkv;
+}
+
+// ---- the backend's kernels on one set of inputs ----
+class AttentionRun {
+ public:
+  AttentionRun(Backend& backend, const AttentionGeometry& g, DType dtype)
+      : backend_(backend),
+        g_(g),
+        dtype_(dtype),
+        lse_dtype_(master_of(dtype)),
+        qkv(backend, dtype, g.batch * g.sequence, 3 * g.width()),
+        out(backend, dtype, g.batch * g.sequence, g.width()),
+        dout(backend, dtype, g.batch * g.sequence, g.width()),
+        dqkv(backend, dtype, g.batch * g.sequence, 3 * g.width()),
+        lse(backend, lse_dtype_, g.batch * g.heads, g.sequence) {}
+
+  void forward() {
+    out.poison();
+    lse.poison();
+    backend_.attention_forward(g_, qkv.view(), out.view(), lse.data());
+  }
+  void backward() {
+    dqkv.poison();
+    backend_.attention_backward(g_, qkv.view(), out.view(), dout.view(), lse.data(), dqkv.view());
+  }
+  // The raw bytes of the outputs (bit-identity checks).
+  [[nodiscard]] std::vector<unsigned char> output_bytes() const {
+    std::vector<unsigned char> bytes;
+    for (const TestTensor* tensor : {&out, &lse, &dqkv}) {
+      const auto values = tensor->get();
+      const auto* raw = reinterpret_cast<const unsigned char*>(values.data());
+      bytes.insert(bytes.end(), raw, raw + values.size() * sizeof(double));
+    }
+    return bytes;
+  }
+
+ private:
+  Backend& backend_;
+  AttentionGeometry g_;
+  DType dtype_, lse_dtype_;
+
+ public:
+  TestTensor qkv, out, dout, dqkv, lse;
+};
+
+class AttentionKernels : public ::testing::Test {
+ protected:
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+};
+
+// Shapes that cover one position, one partial tile, a tile plus a few, three tiles with a partial one, head_dim 16
+// and 64, one and several heads and sequences.
+std::vector<AttentionGeometry> attention_shapes() {
+  std::vector<AttentionGeometry> shapes;
+  for (const bool causal : {true, false}) {
+    shapes.push_back(make_attention(2, 1, 3, 16, causal));
+    shapes.push_back(make_attention(1, 37, 2, 64, causal));
+    shapes.push_back(make_attention(2, 70, 3, 16, causal));
+    shapes.push_back(make_attention(1, 150, 2, 64, causal));
+  }
+  return shapes;
+}
+
+// Output and gradient tolerance per dtype: f64 is exact up to summation order; fp32 arithmetic for the others, whose
+// stored results are rounded to the dtype (the backward also reads the rounded output).
+double attention_tolerance(DType dtype) { return dtype == DType::f64 ? 1e-12 : 2.0 * tolerance(dtype); }
+double lse_tolerance(DType dtype) { return dtype == DType::f64 ? 1e-12 : 1e-5; }
+
+TEST_F(AttentionKernels, ForwardAndBackwardMatchTheNaiveReference) {
+  for (const DType dtype : all_dtypes)
+    for (const AttentionGeometry& g : attention_shapes()) {
+      SCOPED_TRACE(describe(g, dtype));
+      AttentionRun run(*backend, g, dtype);
+      // Scores of a few units: the softmax is far from uniform, so a wrong mask or a lost block shows.
+      const auto qkv = run.qkv.randomize(11 + static_cast<std::uint64_t>(g.sequence), -2.0, 2.0);
+      const auto dout = run.dout.randomize(23 + static_cast<std::uint64_t>(g.sequence));
+      run.forward();
+      const ForwardResult want = reference_forward(g, qkv);
+      EXPECT_LE(relative_error(run.out.get(), want.out), attention_tolerance(dtype));
+      EXPECT_LE(relative_error(run.lse.get(), want.lse), lse_tolerance(dtype));
+      run.backward();
+      EXPECT_LE(relative_error(run.dqkv.get(), reference_backward(g, qkv, dout)), 2.0 * attention_tolerance(dtype));
+    }
+}
+
+// The gradient is that of the forward itself: central differences of sum(out * w) in f64, w random (the dout).
+TEST_F(AttentionKernels, BackwardMatchesFiniteDifferences) {
+  for (const bool causal : {true, false}) {
+    const AttentionGeometry g = make_attention(1, 67, 2, 16, causal);
+    SCOPED_TRACE(describe(g, DType::f64));
+    AttentionRun run(*backend, g, DType::f64);
+    auto point = run.qkv.randomize(5, -2.0, 2.0);
+    const auto weights = run.dout.randomize(6);
+    run.forward();
+    run.backward();
+    const auto gradient = run.dqkv.get();
+    const auto objective = [&] {
+      run.qkv.set(point);
+      run.forward();
+      return dot(run.out.get(), weights);
+    };
+    EXPECT_LE(relative_error(gradient, central_differences(point, 1e-5, objective)), 1e-7);
+  }
+}
+
+// Each thread owns whole tiles (forward) and whole heads (backward): the thread count changes no bit.
+TEST_F(AttentionKernels, ResultsAreBitIdenticalForAnyThreadCount) {
+  const int saved_threads = omp_get_max_threads();
+  for (const DType dtype : {DType::f32, DType::bf16})
+    for (const bool causal : {true, false}) {
+      const AttentionGeometry g = make_attention(2, 150, 3, 64, causal);
+      SCOPED_TRACE(describe(g, dtype));
+      std::vector<std::vector<unsigned char>> results;
+      for (const int threads : {1, 3}) {
+        omp_set_num_threads(threads);
+        AttentionRun run(*backend, g, dtype);
+        run.qkv.randomize(7, -2.0, 2.0);
+        run.dout.randomize(8);
+        run.forward();
+        run.backward();
+        results.push_back(run.output_bytes());
+      }
+      EXPECT_TRUE(results[0] == results[1]);
+    }
+  omp_set_num_threads(saved_threads);
+}
+
+TEST_F(AttentionKernels, ShapesThatDoNotMatchTheGeometryAreRejected) {
+  const AttentionGeometry g = make_attention(2, 8, 2, 16, true);
+  AttentionRun run(*backend, g, DType::f32);
+  TestTensor narrow(*backend, DType::f32, g.batch * g.sequence, 2 * g.width());
+  EXPECT_ANY_THROW(backend->attention_forward(g, narrow.view(), run.out.view(), run.lse.data()));
+}
+
+// ---- embedding ----
+class EmbeddingKernels : public AttentionKernels {};
+
+// Ids with repeats (several rows of one id, ids used once, ids not used).
+std::vector<std::int32_t> embedding_ids(std::int64_t rows, std::int32_t vocabulary) {
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r)
+    ids[static_cast<std::size_t>(r)] = static_cast<std::int32_t>((r * r * 7 + 3) % vocabulary);
+  return ids;
+}
+
+TEST_F(EmbeddingKernels, ForwardGathersRowsInTheActivationDtype) {
+  const std::int64_t rows = 300, cols = 40;
+  const std::int32_t vocabulary = 97;
+  const auto ids = embedding_ids(rows, vocabulary);
+  TestArray<std::int32_t> id_array(*backend, ids);
+  for (const DType dtype : all_dtypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    TestTensor table(*backend, master_of(dtype), vocabulary, cols);
+    const auto table_values = table.randomize(3);
+    TestTensor y(*backend, dtype, rows, cols);
+    y.poison();
+    backend->embedding_forward(id_array.data(), table.data(), vocabulary, y.view());
+    std::vector<double> want(static_cast<std::size_t>(rows * cols));
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c)
+        want[static_cast<std::size_t>(r * cols + c)] =
+            table_values[static_cast<std::size_t>(ids[static_cast<std::size_t>(r)] * cols + c)];
+    EXPECT_EQ(y.get(), quantized(dtype, want));  // one rounding of the master value
+  }
+}
+
+TEST_F(EmbeddingKernels, BackwardSumsTheRowsOfEachId) {
+  const std::int64_t rows = 300, cols = 40;
+  const std::int32_t vocabulary = 97;
+  const auto ids = embedding_ids(rows, vocabulary);
+  TestArray<std::int32_t> id_array(*backend, ids);
+  for (const DType dtype : all_dtypes)
+    for (const bool accumulate : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + (accumulate ? " accumulate" : " overwrite"));
+      TestTensor dy(*backend, dtype, rows, cols);
+      const auto gradient = dy.randomize(4);
+      TestTensor dtable(*backend, master_of(dtype), vocabulary, cols);
+      std::vector<double> want(static_cast<std::size_t>(vocabulary * cols), 0.0);
+      if (accumulate)
+        want = dtable.randomize(5);
+      else
+        dtable.poison();  // rows of unused ids must be written (zero) too
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < cols; ++c)
+          want[static_cast<std::size_t>(ids[static_cast<std::size_t>(r)] * cols + c)] +=
+              gradient[static_cast<std::size_t>(r * cols + c)];
+      backend->embedding_backward(id_array.data(), dy.view(), vocabulary, dtable.data(), accumulate);
+      EXPECT_LE(relative_error(dtable.get(), want), dtype == DType::f64 ? 1e-14 : 1e-6);
+    }
+}
+
+TEST_F(EmbeddingKernels, BackwardIsBitIdenticalForAnyThreadCount) {
+  const std::int64_t rows = 4096, cols = 64;
+  const std::int32_t vocabulary = 300;
+  TestArray<std::int32_t> id_array(*backend, embedding_ids(rows, vocabulary));
+  TestTensor dy(*backend, DType::bf16, rows, cols);
+  dy.randomize(9);
+  const int saved_threads = omp_get_max_threads();
+  std::vector<std::vector<double>> results;
+  for (const int threads : {1, 3}) {
+    omp_set_num_threads(threads);
+    TestTensor dtable(*backend, DType::f32, vocabulary, cols);
+    dtable.poison();
+    backend->embedding_backward(id_array.data(), dy.view(), vocabulary, dtable.data(), false);
+    results.push_back(dtable.get());
+  }
+  omp_set_num_threads(saved_threads);
+  EXPECT_EQ(std::memcmp(results[0].data(), results[1].data(), results[0].size() * sizeof(double)), 0);
+}
+
+}  // namespace
+}  // namespace hpctrain
