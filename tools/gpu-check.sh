@@ -3,7 +3,7 @@
 # the CPU backend (and one large shape per kernel, the fused and copy-stream paths, graph slots), compute-sanitizer
 # (memcheck, racecheck, synccheck) where installed, the device gradient all-reduce on 1 and 2 ranks (with a captured
 # graph and the trainer's teardown order), 20 training steps on run.device = cuda against the same deck on the CPU
-# (fp32 and bf16, 1 rank; fp32 on 2 ranks), 20 steps of CNNs the same way, an fp16 loss-scale trajectory against the
+# (fp32 and bf16, 1 rank; fp32 on 2 ranks; with class weights and label smoothing), 20 steps of CNNs the same way, an fp16 loss-scale trajectory against the
 # CPU's, a bf16 deck of odd widths with batches over 8 MiB, CUDA graphs with evaluation, a checkpoint and --resume
 # against the eager run bit for bit, predict/evaluate on cuda against the CPU, two identical runs diffed, --profile phases from CUDA events, the throughput of a
 # GEMM-bound bf16 MLP against the cuBLASLt ceiling and its PyTorch twin (bench/torch_twin.py, when torch with CUDA is
@@ -209,6 +209,17 @@ else
   compare_losses "train 20 steps, fp32, 2 ranks cuda" cpu-fp32.log cuda-2ranks.log 1e-3 "$seconds"
   grep -o "gradients all-reduced with [^,]*" cuda-2ranks.log | head -1
 fi
+# Class weights and label smoothing (the smoothed cross-entropy kernel, the per-step sum of the labels' weights).
+weighted=(--set "model.class_weights=[0.5,2.0,1.25]" --set model.label_smoothing=0.1)
+train cpu-weighted.log 1 --set run.device=cpu "${weighted[@]}" --output cpu-weighted || true
+status=0
+timed seconds train cuda-weighted.log 1 --set run.device=cuda "${weighted[@]}" --output cuda-weighted || status=$?
+if ((status != 0)); then
+  record "train 20 steps, class weights, cuda" FAIL "$seconds" "exit $status: $(grep 'error' cuda-weighted.log | head -1)"
+  tail -20 cuda-weighted.log
+else
+  compare_losses "train 20 steps, class weights, cuda" cpu-weighted.log cuda-weighted.log 1e-3 "$seconds"
+fi
 
 # ---- 3b. convolutional networks on cuda against the CPU (cuDNN convolutions, pooling and groupnorm kernels) ----
 "$hpctrain" data generate images --samples 4000 --seed 1 --output images.h5 >/dev/null
@@ -377,6 +388,24 @@ else
   grep -q "captured after" graph.log || result=FAIL
   record "cuda graphs: replay vs eager" $result "$((seconds_eager + seconds_graph))" \
     "losses identical: $identical; $rate_graph vs $rate_eager samples/s = ${speedup}x (goal 2x)"
+fi
+# With class weights the graph reads each step's sum of the labels' weights from memory: replay = eager exactly.
+weighted_small=(--set train.steps=100 --set "model.class_weights=[0.5,2.0,1.25]" --set model.label_smoothing=0.1)
+status=0
+timed seconds_eager timeout 120 "$hpctrain" train small.toml "${weighted_small[@]}" --output eager-weighted \
+  >eager-weighted.log 2>&1 || status=$?
+timed seconds_graph timeout 120 "$hpctrain" train small.toml "${weighted_small[@]}" --set run.cuda_graphs=true \
+  --output graph-weighted >graph-weighted.log 2>&1 || status=$?
+name="cuda graphs with class weights"
+if ((status != 0)); then
+  record "$name" FAIL "$((seconds_eager + seconds_graph))" \
+    "exit $status: $(grep -h error eager-weighted.log graph-weighted.log | head -1)"
+elif python3 -c 'import h5py' 2>/dev/null; then
+  python3 -c 'import h5py, numpy, sys; a, b = (h5py.File(f + "/metrics.h5", "r")["/train/loss"][:] for f in ("eager-weighted", "graph-weighted")); sys.exit(0 if len(a) == 100 and numpy.array_equal(a, b) else 1)' &&
+    grep -q "captured after" graph-weighted.log && result=PASS || result=FAIL
+  record "$name" $result "$((seconds_eager + seconds_graph))" "100 steps: replayed losses identical to eager"
+else
+  record "$name" SKIP "$((seconds_eager + seconds_graph))" "no h5py"
 fi
 
 # Graphs with evaluation every 50 steps (its own captured forward), a checkpoint at step 100 and a --resume from it:

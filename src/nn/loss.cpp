@@ -1,6 +1,8 @@
 // Cross-entropy and MSE through the backend's fused loss kernels.
 #include "hpctrain/nn/loss.hpp"
 
+#include <sstream>
+
 namespace hpctrain {
 
 Loss::Loss(LossKind kind, Backend& backend, std::int64_t max_rows, std::int64_t outputs,
@@ -27,6 +29,19 @@ double Loss::label_weight_sum(const std::int32_t* labels, std::int64_t rows) con
   double sum = 0.0;
   for (std::int64_t i = 0; i < rows; ++i) sum += class_weights_[static_cast<std::size_t>(labels[i])];
   return sum;
+}
+
+std::string Loss::options_text() const {
+  if (!weighted() && label_smoothing_ == 0.0f) return "";
+  std::ostringstream text;
+  text << "cross-entropy";
+  if (weighted()) {
+    text << " with class weights [";
+    for (std::size_t k = 0; k < class_weights_.size(); ++k) text << (k > 0 ? ", " : "") << class_weights_[k];
+    text << "]";
+  }
+  if (label_smoothing_ != 0.0f) text << (weighted() ? " and" : " with") << " label smoothing " << label_smoothing_;
+  return text.str();
 }
 
 void Loss::apply(const TensorView& output, const float* gradient_scale, LossSums* sums) const {

@@ -306,6 +306,7 @@ std::string Model::summary() const {
        << " elements)";
   if (const auto pairs = std::count(folded_.begin(), folded_.end(), true); pairs > 0)
     os << "\n  " << pairs << " linear + relu pair(s) run as one product each (relu in the product's epilogue)";
+  if (const std::string loss = loss_->options_text(); !loss.empty()) os << "\n  loss: " << loss;
   if (layout_ == SpatialLayout::channels_last)
     os << "\n  conv layers run channels-last (the " << backend_.name()
        << " backend's fastest layout): each batch is converted on the way in and at flatten";

@@ -29,6 +29,8 @@ TOML
 run_ranks 1 train deck.toml --output w1 >w1.log 2>&1 || { cat w1.log >&2; fail "weighted, 1 rank"; }
 run_ranks 2 train deck.toml --output w2 --set train.accumulate=2 >w2.log 2>&1 ||
   { cat w2.log >&2; fail "weighted, 2 ranks, accumulate 2"; }
+grep -q "loss: cross-entropy with class weights \[0.5, 2, 1.25\] and label smoothing 0.1" w2.log &&
+  pass "the model summary names the class weights and the smoothing" || { cat w2.log >&2; fail "summary"; }
 run_ranks 1 train deck.toml --output plain --set model.class_weights=[] --set model.label_smoothing=0 >plain.log 2>&1 ||
   { cat plain.log >&2; fail "unweighted"; }
 run_ranks 1 predict w1/checkpoints/step-00000020.h5 --data validation.h5 --output predictions.h5 >predict.log 2>&1 ||

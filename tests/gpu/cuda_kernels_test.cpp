@@ -256,6 +256,47 @@ StepScalars scalars_with_scale(float loss_scale) {
   return scalars;
 }
 
+TEST_F(CudaVsCpu, SmoothedSoftmaxCrossEntropyAndWeightedGradientScale) {
+  for (DType dtype : gpu_dtypes)
+    for (std::int64_t classes : {3, 10, 100})
+      for (const bool weighted : {true, false}) {
+        const std::int64_t rows = 70;
+        auto logits = pair(dtype, rows, classes);
+        logits.randomize(73, -4.0, 4.0);
+        std::vector<std::int32_t> label_values;
+        for (std::int64_t i = 0; i < rows; ++i)
+          label_values.push_back(static_cast<std::int32_t>((i * 7 + 3) % classes));
+        auto labels = array(label_values);
+        auto weights = array(random_floats(static_cast<std::size_t>(classes), 74, 0.2, 3.0));
+        auto scale = array(std::vector<float>{0.37f});
+        auto sums = array(std::vector<LossSums>{LossSums{0.5, 2.0}});
+        const float smoothing = weighted ? 0.1f : 0.2f;
+        const CrossEntropyOptions on_cpu{weighted ? weights.cpu() : nullptr, smoothing};
+        const CrossEntropyOptions on_gpu{weighted ? weights.gpu() : nullptr, smoothing};
+        cpu->smoothed_softmax_cross_entropy(logits.cpu(), labels.cpu(), on_cpu, nullptr, TensorView{}, sums.cpu());
+        gpu->smoothed_softmax_cross_entropy(logits.gpu(), labels.gpu(), on_gpu, nullptr, TensorView{}, sums.gpu());
+        cpu->smoothed_softmax_cross_entropy(logits.cpu(), labels.cpu(), on_cpu, scale.cpu(), logits.cpu(), sums.cpu());
+        gpu->smoothed_softmax_cross_entropy(logits.gpu(), labels.gpu(), on_gpu, scale.gpu(), logits.gpu(), sums.gpu());
+        const std::string where = std::string(dtype_name(dtype)) + " classes " + std::to_string(classes) +
+                                  (weighted ? " weighted" : " unweighted");
+        EXPECT_LE(logits.difference(), tolerance(dtype)) << where;
+        const LossSums want = sums.cpu_values()[0], got = sums.gpu_values()[0];
+        EXPECT_TRUE(std::isfinite(got.loss_sum)) << where;
+        EXPECT_NEAR(got.loss_sum, want.loss_sum, 1e-5 * want.loss_sum) << where;
+        EXPECT_EQ(got.correct, want.correct) << where;
+      }
+  // The loss gradient's factor divides by the labels' weights in memory when given (rows otherwise).
+  auto scalars = array(std::vector<StepScalars>{scalars_with_scale(1024.0f)});
+  auto label_weights = array(std::vector<float>{37.5f});
+  auto factor = array(std::vector<float>{nan_float});
+  for (const bool weighted : {true, false}) {
+    cpu->loss_gradient_scale(scalars.cpu(), 64.0f, weighted ? label_weights.cpu() : nullptr, factor.cpu());
+    gpu->loss_gradient_scale(scalars.gpu(), 64.0f, weighted ? label_weights.gpu() : nullptr, factor.gpu());
+    EXPECT_EQ(factor.gpu_values()[0], factor.cpu_values()[0]);
+    EXPECT_EQ(factor.cpu_values()[0], 1024.0f / (weighted ? 37.5f : 64.0f));
+  }
+}
+
 TEST_F(CudaVsCpu, GradientStatisticsNormNonFiniteAndDeterminism) {
   auto gradients_values = random_floats(3 * 4096 + 123, 91, -1000.0, 1000.0);
   auto gradients = array(gradients_values);

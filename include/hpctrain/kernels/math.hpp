@@ -312,6 +312,23 @@ HPCTRAIN_HD void update_loss_scale(const LossScalerConfig& config, StepScalars& 
 }
 
 // ---- rows ----
+// The first index of a row's maximum (ties -> the lowest index); *max_value = the maximum.
+template <class T>
+HPCTRAIN_HD std::int64_t row_argmax(const T* row, std::int64_t cols, compute_t<T>* max_value) {
+  using C = compute_t<T>;
+  C largest = load(row[0]);
+  std::int64_t argmax = 0;
+  for (std::int64_t j = 1; j < cols; ++j) {
+    const C value = load(row[j]);
+    if (value > largest) {  // strict: ties keep the lowest index
+      largest = value;
+      argmax = j;
+    }
+  }
+  *max_value = largest;
+  return argmax;
+}
+
 // Softmax cross-entropy of one row (cols logits, integer label), numerically stable by subtracting the row maximum.
 // loss = -log softmax(x)[label]; correct: the first index of the maximum (ties -> lowest index) equals the label.
 // If dlogits is not null: dlogits = (softmax(x) - onehot(label)) * grad_scale; it may alias logits (every element is
@@ -320,15 +337,8 @@ template <class T>
 HPCTRAIN_HD void softmax_cross_entropy_row(const T* logits, std::int64_t cols, std::int32_t label,
                                            compute_t<T> grad_scale, T* dlogits, compute_t<T>* loss, bool* correct) {
   using C = compute_t<T>;
-  C max_value = load(logits[0]);
-  std::int64_t argmax = 0;
-  for (std::int64_t j = 1; j < cols; ++j) {
-    const C value = load(logits[j]);
-    if (value > max_value) {  // strict: ties keep the lowest index
-      max_value = value;
-      argmax = j;
-    }
-  }
+  C max_value{};
+  const std::int64_t argmax = row_argmax(logits, cols, &max_value);
   C sum = C(0);
   for (std::int64_t j = 0; j < cols; ++j) sum += exponential(load(logits[j]) - max_value);
   const C log_sum = natural_log(sum);
@@ -379,15 +389,8 @@ HPCTRAIN_HD void smoothed_softmax_cross_entropy_row(const T* logits, std::int64_
   const auto weight = [class_weights](std::int64_t j) {
     return class_weights != nullptr ? static_cast<C>(class_weights[j]) : C(1);
   };
-  C max_value = load(logits[0]);
-  std::int64_t argmax = 0;
-  for (std::int64_t j = 1; j < cols; ++j) {
-    const C value = load(logits[j]);
-    if (value > max_value) {  // strict: ties keep the lowest index
-      max_value = value;
-      argmax = j;
-    }
-  }
+  C max_value{};
+  const std::int64_t argmax = row_argmax(logits, cols, &max_value);
   C sum = C(0), weighted_logit_sum = C(0), class_weight_sum = C(0);
   for (std::int64_t j = 0; j < cols; ++j) {
     const C shifted = load(logits[j]) - max_value;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "hpctrain/config/choices.hpp"
@@ -30,6 +31,8 @@ class Loss {
   // The denominator of the mean over these labels (host memory): the sum of their classes' weights (in the fp32
   // values the kernels read), or rows without class weights.
   [[nodiscard]] double label_weight_sum(const std::int32_t* labels, std::int64_t rows) const;
+  // "cross-entropy with class weights [...] and label smoothing e" for the model summary; "" for the plain losses.
+  [[nodiscard]] std::string options_text() const;
   // sums += per-sample losses (and, for cross-entropy, correct predictions) of `output` against the answers; with
   // gradient_scale (backend memory) the loss gradient times *gradient_scale is written over `output`. Per-sample
   // losses with class weights are weighted (divide their sum by label_weight_sum for the mean).

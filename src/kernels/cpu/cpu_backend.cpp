@@ -434,52 +434,24 @@ class CpuBackend final : public Backend {
   // ---- losses ----
   void softmax_cross_entropy(const TensorView& logits, const std::int32_t* labels, const float* grad_scale,
                              const TensorView& dlogits, LossSums* sums) override {
-    const bool with_gradient = dlogits.data != nullptr;
-    check_cross_entropy_arguments(logits, labels, dlogits);
-    const std::int64_t rows = logits.rows, cols = logits.cols;
-    double* row_results = row_results_.reserve_elements<double>(static_cast<std::size_t>(2 * rows));  // (rows, 2)
-    dispatch_dtype(logits.dtype, [&]<class T>() {
-      using C = compute_t<T>;
-      const T* in = static_cast<const T*>(logits.data);  // (rows, cols)
-      T* out = static_cast<T*>(dlogits.data);            // (rows, cols) or null
-      const C scale = with_gradient ? static_cast<C>(*grad_scale) : C(0);
-#pragma omp parallel for schedule(static) if (rows * cols > parallel_threshold)
-      for (std::int64_t i = 0; i < rows; ++i) {
-        C loss{};
-        bool correct = false;
-        km::softmax_cross_entropy_row(in + i * cols, cols, labels[i], scale, with_gradient ? out + i * cols : nullptr,
-                                      &loss, &correct);
-        row_results[2 * i] = static_cast<double>(loss);
-        row_results[2 * i + 1] = correct ? 1.0 : 0.0;
-      }
-    });
-    add_row_results(row_results, rows, true, sums);
+    const std::int64_t cols = logits.cols;
+    cross_entropy_rows(logits, labels, grad_scale, dlogits, sums,
+                       [cols](const auto* in, std::int32_t label, auto scale, auto* out, auto* loss, bool* correct) {
+                         km::softmax_cross_entropy_row(in, cols, label, scale, out, loss, correct);
+                       });
   }
 
   void smoothed_softmax_cross_entropy(const TensorView& logits, const std::int32_t* labels,
                                       const CrossEntropyOptions& options, const float* grad_scale,
                                       const TensorView& dlogits, LossSums* sums) override {
-    const bool with_gradient = dlogits.data != nullptr;
-    check_cross_entropy_arguments(logits, labels, dlogits);
-    const std::int64_t rows = logits.rows, cols = logits.cols;
-    double* row_results = row_results_.reserve_elements<double>(static_cast<std::size_t>(2 * rows));  // (rows, 2)
-    dispatch_dtype(logits.dtype, [&]<class T>() {
-      using C = compute_t<T>;
-      const T* in = static_cast<const T*>(logits.data);  // (rows, cols)
-      T* out = static_cast<T*>(dlogits.data);            // (rows, cols) or null
-      const C scale = with_gradient ? static_cast<C>(*grad_scale) : C(0);
-      const auto smoothing = static_cast<C>(options.label_smoothing);
-#pragma omp parallel for schedule(static) if (rows * cols > parallel_threshold)
-      for (std::int64_t i = 0; i < rows; ++i) {
-        C loss{};
-        bool correct = false;
-        km::smoothed_softmax_cross_entropy_row(in + i * cols, cols, labels[i], options.class_weights, smoothing, scale,
-                                               with_gradient ? out + i * cols : nullptr, &loss, &correct);
-        row_results[2 * i] = static_cast<double>(loss);
-        row_results[2 * i + 1] = correct ? 1.0 : 0.0;
-      }
-    });
-    add_row_results(row_results, rows, true, sums);
+    const std::int64_t cols = logits.cols;
+    cross_entropy_rows(
+        logits, labels, grad_scale, dlogits, sums,
+        [cols, &options](const auto* in, std::int32_t label, auto scale, auto* out, auto* loss, bool* correct) {
+          const auto smoothing = static_cast<decltype(scale)>(options.label_smoothing);
+          km::smoothed_softmax_cross_entropy_row(in, cols, label, options.class_weights, smoothing, scale, out, loss,
+                                                 correct);
+        });
   }
 
   void mean_squared_error(const TensorView& pred, const void* targets, const float* grad_scale, const TensorView& dpred,
@@ -604,6 +576,32 @@ class CpuBackend final : public Backend {
   }
 
   // sums += (sum of the per-row losses, sum of the per-row correct flags), added in row order (deterministic).
+  // The cross-entropy kernels' frame: the arguments checked, row(logits row, label, gradient scale, dlogits row or
+  // null, &loss, &correct) for every row (in parallel, in the compute type), the per-row results summed in order.
+  template <class Row>
+  void cross_entropy_rows(const TensorView& logits, const std::int32_t* labels, const float* grad_scale,
+                          const TensorView& dlogits, LossSums* sums, const Row& row) {
+    const bool with_gradient = dlogits.data != nullptr;
+    check_cross_entropy_arguments(logits, labels, dlogits);
+    const std::int64_t rows = logits.rows, cols = logits.cols;
+    double* row_results = row_results_.reserve_elements<double>(static_cast<std::size_t>(2 * rows));  // (rows, 2)
+    dispatch_dtype(logits.dtype, [&]<class T>() {
+      using C = compute_t<T>;
+      const T* in = static_cast<const T*>(logits.data);  // (rows, cols)
+      T* out = static_cast<T*>(dlogits.data);            // (rows, cols) or null
+      const C scale = with_gradient ? static_cast<C>(*grad_scale) : C(0);
+#pragma omp parallel for schedule(static) if (rows * cols > parallel_threshold)
+      for (std::int64_t i = 0; i < rows; ++i) {
+        C loss{};
+        bool correct = false;
+        row(in + i * cols, labels[i], scale, with_gradient ? out + i * cols : nullptr, &loss, &correct);
+        row_results[2 * i] = static_cast<double>(loss);
+        row_results[2 * i + 1] = correct ? 1.0 : 0.0;
+      }
+    });
+    add_row_results(row_results, rows, true, sums);
+  }
+
   static void add_row_results(const double* row_results, std::int64_t rows, bool count_correct, LossSums* sums) {
     if (sums == nullptr) return;
     double loss = 0.0, correct = 0.0;
