@@ -170,6 +170,29 @@ inline void exp2_in_place(double* x, std::int64_t count) {
   for (std::int64_t i = 0; i < count; ++i) x[i] = std::exp2(x[i]);
 }
 
+// Scores s (rows x block, one query per column) become s = 2^(s - shift[query]), and sums[query] (when not null) adds
+// them, row by row: one pass over the tile.
+inline void exp2_shifted(float* s, std::int64_t rows, const float* shift, float* sums) {
+  using Vector = Simd<float>::Vector;
+  for (std::int64_t i = 0; i < block; i += Simd<float>::lanes) {
+    const Vector subtrahend = load_vector(shift + i);
+    Vector total = sums != nullptr ? load_vector(sums + i) : Vector{};
+    for (std::int64_t j = 0; j < rows; ++j) {
+      const Vector value = exp2_vector(load_vector(s + j * block + i) - subtrahend);
+      store_vector(s + j * block + i, value);
+      total += value;
+    }
+    if (sums != nullptr) store_vector(sums + i, total);
+  }
+}
+inline void exp2_shifted(double* s, std::int64_t rows, const double* shift, double* sums) {
+  for (std::int64_t j = 0; j < rows; ++j)
+    for (std::int64_t i = 0; i < block; ++i) {
+      s[j * block + i] = std::exp2(s[j * block + i] - shift[i]);
+      if (sums != nullptr) sums[i] += s[j * block + i];
+    }
+}
+
 template <class C>
 constexpr C minus_infinity = -std::numeric_limits<C>::infinity();
 
@@ -210,6 +233,8 @@ template <class C, class T>
 void load_rows(const T* source, std::int64_t stride, std::int64_t count, std::int64_t padded_rows,
                const HeadLayout<C>& layout, C* tile) {
   const std::int64_t dim = layout.padded_dim;
+  for (std::int64_t r = 0; r < std::min(count, prefetch_rows); ++r)
+    prefetch_row<0>(source + r * stride, layout.head_dim);
   for (std::int64_t r = 0; r < count; ++r) {
     if (r + prefetch_rows < count) prefetch_row<0>(source + (r + prefetch_rows) * stride, layout.head_dim);
     const T* __restrict in = source + r * stride;
@@ -233,6 +258,8 @@ void transpose_rows(const C* __restrict rows, std::int64_t count, std::int64_t p
 template <class T, class C, class Factor>
 void store_rows(const C* tile, std::int64_t count, const HeadLayout<C>& layout, Factor factor, T* destination,
                 std::int64_t stride) {
+  for (std::int64_t r = 0; r < std::min(count, prefetch_rows); ++r)
+    prefetch_row<1>(destination + r * stride, layout.head_dim);
   for (std::int64_t r = 0; r < count; ++r) {
     if (r + prefetch_rows < count) prefetch_row<1>(destination + (r + prefetch_rows) * stride, layout.head_dim);
     const C* __restrict row = tile + r * layout.padded_dim;
@@ -362,12 +389,8 @@ void attention_forward_typed(const AttentionGeometry& g, const T* qkv, T* out, c
           running_max[i] = new_max;
         }
         exp2_in_place(rescale, block);
-        for (std::int64_t j = 0; j < key_rows; ++j)
-          for (std::int64_t i = 0; i < block; ++i) scores[j * block + i] -= running_max[i];
-        exp2_in_place(scores, key_rows * block);
         for (std::int64_t i = 0; i < block; ++i) running_sum[i] *= rescale[i];
-        for (std::int64_t j = 0; j < key_rows; ++j)
-          for (std::int64_t i = 0; i < block; ++i) running_sum[i] += scores[j * block + i];
+        exp2_shifted(scores, key_rows, running_max, running_sum);
         for (std::int64_t i = 0; i < block; ++i)
           for (std::int64_t d = 0; d < dim; ++d) output[i * dim + d] *= rescale[i];
         // O (queries, dim) += P V, P read from P^T.
@@ -461,9 +484,7 @@ void attention_backward_typed(const AttentionGeometry& g, const T* qkv, const T*
           tile_product<C, false>(key_rows, block, dim, keys, dim, queries_scaled + query_first, padded_sequence,
                                  probabilities, block, false, columns);
           mask_scores(probabilities, key_rows, key_first, query_first, g.sequence, g.causal, true);
-          for (std::int64_t j = 0; j < key_rows; ++j)
-            for (std::int64_t i = 0; i < block; ++i) probabilities[j * block + i] -= lse2[query_first + i];
-          exp2_in_place(probabilities, key_rows * block);
+          exp2_shifted(probabilities, key_rows, lse2 + query_first, static_cast<C*>(nullptr));
           tile_product<C, false>(key_rows, block, dim, values, dim, dout_columns + query_first, padded_sequence,
                                  dscores, block, false, columns);
           for (std::int64_t j = 0; j < key_rows; ++j)
