@@ -33,6 +33,10 @@
 #include "cpu_sequence.hpp"
 #include "hpctrain/core/error.hpp"
 
+// The 64-byte vector types are passed between this file's internal functions only: the warning that their ABI differs
+// without AVX-512 (builds for any x86-64, where each vector is several registers) concerns no caller.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 namespace hpctrain::cpu {
 namespace {
 
@@ -63,7 +67,7 @@ inline typename Simd<C>::Vector load_vector(const C* source) {
   return vector;
 }
 template <class C>
-inline void store_vector(C* destination, typename Simd<C>::Vector vector) {
+inline void store_vector(C* destination, const typename Simd<C>::Vector& vector) {
   std::memcpy(destination, &vector, sizeof vector);
 }
 
@@ -81,9 +85,11 @@ inline void block_product(std::int64_t k, const C* __restrict a, std::int64_t ld
     Vector row[vectors];
     for (int v = 0; v < vectors; ++v) {
       row[v] = load_vector(b + p * ldb + v * lanes);
+#if defined(__AVX512F__)
       // Each row vector is used block_rows times: keep it in a register (left to itself, GCC reloads it from memory
       // for every multiply-add, and the loads, not the multiply-adds, then limit the loop).
       __asm__("" : "+v"(row[v]));
+#endif
     }
     for (std::int64_t r = 0; r < block_rows; ++r) {
       const C factor = transposed_a ? a[p * lda + r] : a[r * lda + p];
@@ -141,7 +147,7 @@ void tile_product(std::int64_t m, std::int64_t n, std::int64_t k, const C* a, st
 
 // 2^x of 16 floats: a degree-7 polynomial on [-1/2, 1/2] times 2^round(x), vectorised (std::exp2 would be a library
 // call per element). Relative error below 3e-7; x <= -127 (and -inf, a masked score) gives exactly 0.
-inline Simd<float>::Vector exp2_vector(Simd<float>::Vector x) {
+inline void exp2_vector(Simd<float>::Vector& x) {
   using Vector = Simd<float>::Vector;
   using Integers = Simd<float>::Integers;
   const Vector floor_value = Vector{} - 127.0f;
@@ -159,12 +165,16 @@ inline Simd<float>::Vector exp2_vector(Simd<float>::Vector x) {
   p = p * f + 6.9314718055994531e-1f;
   p = p * f + 1.0f;
   const Integers exponent = (__builtin_convertvector(rounded, Integers) + 127) << 23;
-  return p * std::bit_cast<Vector>(exponent);
+  x = p * std::bit_cast<Vector>(exponent);
 }
 
 // x[i] = 2^x[i] over count (a multiple of the lanes) values.
 inline void exp2_in_place(float* x, std::int64_t count) {
-  for (std::int64_t i = 0; i < count; i += Simd<float>::lanes) store_vector(x + i, exp2_vector(load_vector(x + i)));
+  for (std::int64_t i = 0; i < count; i += Simd<float>::lanes) {
+    Simd<float>::Vector value = load_vector(x + i);
+    exp2_vector(value);
+    store_vector(x + i, value);
+  }
 }
 inline void exp2_in_place(double* x, std::int64_t count) {
   for (std::int64_t i = 0; i < count; ++i) x[i] = std::exp2(x[i]);
@@ -178,7 +188,8 @@ inline void exp2_shifted(float* s, std::int64_t rows, const float* shift, float*
     const Vector subtrahend = load_vector(shift + i);
     Vector total = sums != nullptr ? load_vector(sums + i) : Vector{};
     for (std::int64_t j = 0; j < rows; ++j) {
-      const Vector value = exp2_vector(load_vector(s + j * block + i) - subtrahend);
+      Vector value = load_vector(s + j * block + i) - subtrahend;
+      exp2_vector(value);
       store_vector(s + j * block + i, value);
       total += value;
     }
