@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/core/error.hpp"
 #include "hpctrain/kernels/backend.hpp"
 #include "kernel_test_support.hpp"
 
@@ -351,6 +352,15 @@ TEST_F(EmbeddingKernels, BackwardSumsTheRowsOfEachId) {
       backend->embedding_backward(id_array.data(), dy.view(), vocabulary, dtable.data(), accumulate);
       EXPECT_LE(relative_error(dtable.get(), want), dtype == DType::f64 ? 1e-14 : 1e-6);
     }
+}
+
+TEST_F(EmbeddingKernels, IdsOutsideTheVocabularyAreInputErrors) {
+  TestArray<std::int32_t> ids(*backend, std::vector<std::int32_t>{0, 3, 10});
+  TestTensor table(*backend, DType::f32, 10, 4);
+  table.randomize(1);
+  TestTensor y(*backend, DType::f32, 3, 4);
+  EXPECT_THROW(backend->embedding_forward(ids.data(), table.data(), 10, y.view()), InputError);
+  EXPECT_THROW(backend->embedding_backward(ids.data(), y.view(), 10, table.data(), true), InputError);
 }
 
 TEST_F(EmbeddingKernels, BackwardIsBitIdenticalForAnyThreadCount) {
