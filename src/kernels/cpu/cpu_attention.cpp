@@ -1,13 +1,13 @@
 // Fused multi-head attention on the CPU, flash-attention style: no T x T matrix per head, only tiles of a query block
 // by a key block in each thread's scratch.
 //
-// Forward: one task per (sequence, head, query block). The task keeps its queries transposed and pre-scaled in an
-// fp32 tile (fp64 for f64 storage), streams the key blocks (converted to the compute type tile by tile), and keeps a
-// running maximum m and sum l per query row (the online softmax): scores S = K Q^T of a block, P = 2^(S - m_new),
-// l = l 2^(m - m_new) + sum P, O = O 2^(m - m_new) + V^T P. The scores are in base 2 (the scale times log2(e) is folded
-// into the queries), so each probability is one exp2. Causal attention stops at the query block's last row, so fully
-// masked blocks are never computed; only the diagonal block is masked element by element. The row log-sum-exp
-// lse = ln(2) (m + log2 l) is stored for the backward.
+// Forward: one task per (sequence, head, query block), head by head, so that a thread loads a head's keys and values
+// (converted to fp32, or fp64 for f64 storage) once for several tasks. The task keeps its queries transposed and
+// pre-scaled in a tile, streams the key blocks, and keeps a running maximum m and sum l per query row (the online
+// softmax): scores S = K Q^T of a block, P = 2^(S - m_new), l = l 2^(m - m_new) + sum P, O = O 2^(m - m_new) + P V. The
+// scores are in base 2 (the scale times log2(e) is folded into the queries), so each probability is one exp2. Causal
+// attention stops at the query block's last row, so fully masked blocks are never computed; only the diagonal block is
+// masked element by element. The row log-sum-exp lse = ln(2) (m + log2 l) is stored for the backward.
 //
 // Backward: one task per (sequence, head), which owns that head's dq, dk and dv, so no two threads add into the same
 // gradient and the order of every sum is fixed (results are bit-identical for any thread count). Per key block it
@@ -26,9 +26,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <numbers>
-#include <type_traits>
 
 #include "cpu_sequence.hpp"
 #include "hpctrain/core/error.hpp"
@@ -207,11 +207,12 @@ inline void exp2_shifted(double* s, std::int64_t rows, const double* shift, doub
 template <class C>
 constexpr C minus_infinity = -std::numeric_limits<C>::infinity();
 
-// Where one head of one sequence lives in the packed rows: qkv (batch * sequence, 3 * width) = [q | k | v], out and
-// dout (batch * sequence, width).
 std::int64_t round_up(std::int64_t value, std::int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }
+
+// Where one head of one sequence lives in the packed rows: qkv (batch * sequence, 3 * width) = [q | k | v], out and
+// dout (batch * sequence, width); and the padded sizes of its tiles.
 
 template <class C>
 struct HeadLayout {
@@ -301,7 +302,7 @@ void mask_scores(C* s, std::int64_t rows, std::int64_t key_first, std::int64_t q
   }
 }
 
-// Rows of the result carved from one thread's scratch, each 64-byte aligned.
+// Buffers carved from one thread's scratch, each 64-byte aligned.
 class Carver {
  public:
   explicit Carver(ScratchBuffer& scratch, std::size_t bytes) : base_(static_cast<char*>(scratch.reserve(bytes))) {}
