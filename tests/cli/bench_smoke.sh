@@ -2,7 +2,8 @@
 # The benchmark harnesses that docs/performance.md and docs/data.md quote still run and print their tables: each in
 # its smallest mode (a check of the scripts, not a measurement; their figures here mean nothing).
 #   bench/data_pipeline.sh --quick, bench/checkpoint_bandwidth.sh 1 (REPEATS=1), bench/run.sh --quick,
-#   bench/cnn.sh --quick (with bench/spatial_kernels --quick), bench/augmentation.sh --quick
+#   bench/cnn.sh --quick (with bench/spatial_kernels --quick), bench/augmentation.sh --quick,
+#   bench/attention.sh --quick
 # bench/run.sh's PyTorch rows run only where torch is installed (bench/install-torch.sh); otherwise the table must say
 # the twin was not run.
 source "$(dirname "$0")/lib/common.bash"
@@ -52,7 +53,11 @@ if [[ -x $build/bin/gemm_ceiling ]]; then
     grep -qE "^cosmoflow-small pool1, last( +[0-9.]+x?){6}$" cnn.txt &&
     grep -qE "^cnn2d pool1, first( +[0-9.]+x?){6}$" cnn.txt && pass "cnn.sh --quick prints both tables" ||
     { cat cnn.txt >&2; fail "cnn.sh tables"; }
+  "$bench/attention.sh" --build-dir "$build" --quick >attention.txt 2>&1 || { cat attention.txt >&2; fail "attention.sh --quick"; }
+  grep -qE "^ +64 fp32 +forward +[0-9.]+ " attention.txt && grep -qE "^ +64 bf16 +forward\+backward +[0-9.]+ " attention.txt &&
+    pass "attention.sh --quick prints its table" || { cat attention.txt >&2; fail "attention.sh table"; }
 else
-  echo "not run: bench/run.sh, bench/cnn.sh (this build has HPCTRAIN_BENCHMARKS=OFF: no gemm_ceiling, spatial_kernels)"
+  echo "not run: bench/run.sh, bench/cnn.sh, bench/attention.sh (this build has HPCTRAIN_BENCHMARKS=OFF: no gemm_ceiling,"\
+    "spatial_kernels, attention_kernels)"
 fi
 finish

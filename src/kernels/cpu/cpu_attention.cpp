@@ -1,13 +1,13 @@
 // Fused multi-head attention on the CPU, flash-attention style: no T x T matrix per head, only tiles of a query block
 // by a key block in each thread's scratch.
 //
-// Forward: one task per (sequence, head, query block). The task keeps its queries transposed and pre-scaled in an
-// fp32 tile (fp64 for f64 storage), streams the key blocks (converted to the compute type tile by tile), and keeps a
-// running maximum m and sum l per query row (the online softmax): scores S = K Q^T of a block, P = 2^(S - m_new),
-// l = l 2^(m - m_new) + sum P, O = O 2^(m - m_new) + V^T P. The scores are in base 2 (the scale times log2(e) is folded
-// into the queries), so each probability is one exp2. Causal attention stops at the query block's last row, so fully
-// masked blocks are never computed; only the diagonal block is masked element by element. The row log-sum-exp
-// lse = ln(2) (m + log2 l) is stored for the backward.
+// Forward: one task per (sequence, head, query block), head by head, so that a thread loads a head's keys and values
+// (converted to fp32, or fp64 for f64 storage) once for several tasks. The task keeps its queries transposed and
+// pre-scaled in a tile, streams the key blocks, and keeps a running maximum m and sum l per query row (the online
+// softmax): scores S = K Q^T of a block, P = 2^(S - m_new), l = l 2^(m - m_new) + sum P, O = O 2^(m - m_new) + P V. The
+// scores are in base 2 (the scale times log2(e) is folded into the queries), so each probability is one exp2. Causal
+// attention stops at the query block's last row, so fully masked blocks are never computed; only the diagonal block is
+// masked element by element. The row log-sum-exp lse = ln(2) (m + log2 l) is stored for the backward.
 //
 // Backward: one task per (sequence, head), which owns that head's dq, dk and dv, so no two threads add into the same
 // gradient and the order of every sum is fixed (results are bit-identical for any thread count). Per key block it
@@ -26,12 +26,16 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <numbers>
-#include <type_traits>
 
 #include "cpu_sequence.hpp"
 #include "hpctrain/core/error.hpp"
+
+// The 64-byte vector types are passed between this file's internal functions only: the warning that their ABI differs
+// without AVX-512 (builds for any x86-64, where each vector is several registers) concerns no caller.
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace hpctrain::cpu {
 namespace {
@@ -63,7 +67,7 @@ inline typename Simd<C>::Vector load_vector(const C* source) {
   return vector;
 }
 template <class C>
-inline void store_vector(C* destination, typename Simd<C>::Vector vector) {
+inline void store_vector(C* destination, const typename Simd<C>::Vector& vector) {
   std::memcpy(destination, &vector, sizeof vector);
 }
 
@@ -81,9 +85,11 @@ inline void block_product(std::int64_t k, const C* __restrict a, std::int64_t ld
     Vector row[vectors];
     for (int v = 0; v < vectors; ++v) {
       row[v] = load_vector(b + p * ldb + v * lanes);
+#if defined(__AVX512F__)
       // Each row vector is used block_rows times: keep it in a register (left to itself, GCC reloads it from memory
       // for every multiply-add, and the loads, not the multiply-adds, then limit the loop).
       __asm__("" : "+v"(row[v]));
+#endif
     }
     for (std::int64_t r = 0; r < block_rows; ++r) {
       const C factor = transposed_a ? a[p * lda + r] : a[r * lda + p];
@@ -141,7 +147,7 @@ void tile_product(std::int64_t m, std::int64_t n, std::int64_t k, const C* a, st
 
 // 2^x of 16 floats: a degree-7 polynomial on [-1/2, 1/2] times 2^round(x), vectorised (std::exp2 would be a library
 // call per element). Relative error below 3e-7; x <= -127 (and -inf, a masked score) gives exactly 0.
-inline Simd<float>::Vector exp2_vector(Simd<float>::Vector x) {
+inline void exp2_vector(Simd<float>::Vector& x) {
   using Vector = Simd<float>::Vector;
   using Integers = Simd<float>::Integers;
   const Vector floor_value = Vector{} - 127.0f;
@@ -159,25 +165,54 @@ inline Simd<float>::Vector exp2_vector(Simd<float>::Vector x) {
   p = p * f + 6.9314718055994531e-1f;
   p = p * f + 1.0f;
   const Integers exponent = (__builtin_convertvector(rounded, Integers) + 127) << 23;
-  return p * std::bit_cast<Vector>(exponent);
+  x = p * std::bit_cast<Vector>(exponent);
 }
 
 // x[i] = 2^x[i] over count (a multiple of the lanes) values.
 inline void exp2_in_place(float* x, std::int64_t count) {
-  for (std::int64_t i = 0; i < count; i += Simd<float>::lanes) store_vector(x + i, exp2_vector(load_vector(x + i)));
+  for (std::int64_t i = 0; i < count; i += Simd<float>::lanes) {
+    Simd<float>::Vector value = load_vector(x + i);
+    exp2_vector(value);
+    store_vector(x + i, value);
+  }
 }
 inline void exp2_in_place(double* x, std::int64_t count) {
   for (std::int64_t i = 0; i < count; ++i) x[i] = std::exp2(x[i]);
 }
 
+// Scores s (rows x block, one query per column) become s = 2^(s - shift[query]), and sums[query] (when not null) adds
+// them, row by row: one pass over the tile.
+inline void exp2_shifted(float* s, std::int64_t rows, const float* shift, float* sums) {
+  using Vector = Simd<float>::Vector;
+  for (std::int64_t i = 0; i < block; i += Simd<float>::lanes) {
+    const Vector subtrahend = load_vector(shift + i);
+    Vector total = sums != nullptr ? load_vector(sums + i) : Vector{};
+    for (std::int64_t j = 0; j < rows; ++j) {
+      Vector value = load_vector(s + j * block + i) - subtrahend;
+      exp2_vector(value);
+      store_vector(s + j * block + i, value);
+      total += value;
+    }
+    if (sums != nullptr) store_vector(sums + i, total);
+  }
+}
+inline void exp2_shifted(double* s, std::int64_t rows, const double* shift, double* sums) {
+  for (std::int64_t j = 0; j < rows; ++j)
+    for (std::int64_t i = 0; i < block; ++i) {
+      s[j * block + i] = std::exp2(s[j * block + i] - shift[i]);
+      if (sums != nullptr) sums[i] += s[j * block + i];
+    }
+}
+
 template <class C>
 constexpr C minus_infinity = -std::numeric_limits<C>::infinity();
 
-// Where one head of one sequence lives in the packed rows: qkv (batch * sequence, 3 * width) = [q | k | v], out and
-// dout (batch * sequence, width).
 std::int64_t round_up(std::int64_t value, std::int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }
+
+// Where one head of one sequence lives in the packed rows: qkv (batch * sequence, 3 * width) = [q | k | v], out and
+// dout (batch * sequence, width); and the padded sizes of its tiles.
 
 template <class C>
 struct HeadLayout {
@@ -210,6 +245,8 @@ template <class C, class T>
 void load_rows(const T* source, std::int64_t stride, std::int64_t count, std::int64_t padded_rows,
                const HeadLayout<C>& layout, C* tile) {
   const std::int64_t dim = layout.padded_dim;
+  for (std::int64_t r = 0; r < std::min(count, prefetch_rows); ++r)
+    prefetch_row<0>(source + r * stride, layout.head_dim);
   for (std::int64_t r = 0; r < count; ++r) {
     if (r + prefetch_rows < count) prefetch_row<0>(source + (r + prefetch_rows) * stride, layout.head_dim);
     const T* __restrict in = source + r * stride;
@@ -233,6 +270,8 @@ void transpose_rows(const C* __restrict rows, std::int64_t count, std::int64_t p
 template <class T, class C, class Factor>
 void store_rows(const C* tile, std::int64_t count, const HeadLayout<C>& layout, Factor factor, T* destination,
                 std::int64_t stride) {
+  for (std::int64_t r = 0; r < std::min(count, prefetch_rows); ++r)
+    prefetch_row<1>(destination + r * stride, layout.head_dim);
   for (std::int64_t r = 0; r < count; ++r) {
     if (r + prefetch_rows < count) prefetch_row<1>(destination + (r + prefetch_rows) * stride, layout.head_dim);
     const C* __restrict row = tile + r * layout.padded_dim;
@@ -263,7 +302,7 @@ void mask_scores(C* s, std::int64_t rows, std::int64_t key_first, std::int64_t q
   }
 }
 
-// Rows of the result carved from one thread's scratch, each 64-byte aligned.
+// Buffers carved from one thread's scratch, each 64-byte aligned.
 class Carver {
  public:
   explicit Carver(ScratchBuffer& scratch, std::size_t bytes) : base_(static_cast<char*>(scratch.reserve(bytes))) {}
@@ -362,12 +401,8 @@ void attention_forward_typed(const AttentionGeometry& g, const T* qkv, T* out, c
           running_max[i] = new_max;
         }
         exp2_in_place(rescale, block);
-        for (std::int64_t j = 0; j < key_rows; ++j)
-          for (std::int64_t i = 0; i < block; ++i) scores[j * block + i] -= running_max[i];
-        exp2_in_place(scores, key_rows * block);
         for (std::int64_t i = 0; i < block; ++i) running_sum[i] *= rescale[i];
-        for (std::int64_t j = 0; j < key_rows; ++j)
-          for (std::int64_t i = 0; i < block; ++i) running_sum[i] += scores[j * block + i];
+        exp2_shifted(scores, key_rows, running_max, running_sum);
         for (std::int64_t i = 0; i < block; ++i)
           for (std::int64_t d = 0; d < dim; ++d) output[i * dim + d] *= rescale[i];
         // O (queries, dim) += P V, P read from P^T.
@@ -461,9 +496,7 @@ void attention_backward_typed(const AttentionGeometry& g, const T* qkv, const T*
           tile_product<C, false>(key_rows, block, dim, keys, dim, queries_scaled + query_first, padded_sequence,
                                  probabilities, block, false, columns);
           mask_scores(probabilities, key_rows, key_first, query_first, g.sequence, g.causal, true);
-          for (std::int64_t j = 0; j < key_rows; ++j)
-            for (std::int64_t i = 0; i < block; ++i) probabilities[j * block + i] -= lse2[query_first + i];
-          exp2_in_place(probabilities, key_rows * block);
+          exp2_shifted(probabilities, key_rows, lse2 + query_first, static_cast<C*>(nullptr));
           tile_product<C, false>(key_rows, block, dim, values, dim, dout_columns + query_first, padded_sequence,
                                  dscores, block, false, columns);
           for (std::int64_t j = 0; j < key_rows; ++j)

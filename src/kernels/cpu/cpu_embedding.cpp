@@ -12,10 +12,15 @@
 namespace hpctrain::cpu {
 namespace {
 
+// The ids are this rank's batch: only it sees a bad one, so only it reports (as the softmax cross-entropy's labels).
 void check_ids(const std::int32_t* ids, std::int64_t rows, std::int64_t vocabulary) {
   for (std::int64_t r = 0; r < rows; ++r)
-    HPCTRAIN_ASSERT(ids[r] >= 0 && ids[r] < vocabulary,
-                    "embedding: id " << ids[r] << " of row " << r << " is outside [0, " << vocabulary << ")");
+    HPCTRAIN_VERIFY(
+        ids[r] >= 0 && ids[r] < vocabulary, InputError,
+        "token id " << ids[r] << " of batch row " << r << " is outside the vocabulary [0, " << vocabulary << ")",
+        "token ids are checked when the data is opened, so the data file changed while hpctrain ran: "
+        "restore it and run again (training: --resume auto)",
+        ErrorScope::this_rank);
 }
 
 }  // namespace
