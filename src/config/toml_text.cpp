@@ -9,12 +9,6 @@
 #include <system_error>
 
 namespace hpctrain::deck {
-std::string shortest_number_text(double value) {
-  char buffer[64];
-  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
-  return std::string(buffer, result.ptr);
-}
-
 std::string toml_float(double value) {
   std::string text = shortest_number_text(value);
   if (text.find_first_of(".eEn") == std::string::npos) text += ".0";  // 'n' covers inf and nan

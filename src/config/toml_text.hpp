@@ -12,11 +12,12 @@
 #include <vector>
 
 #include "deck_schema.hpp"
+#include "hpctrain/core/numbers.hpp"
 
 namespace hpctrain::deck {
 
-// Shortest text that reads back as the same double ("0.1", "1e-08", "65536").
-std::string shortest_number_text(double value);
+// Shortest text that reads back as the same double ("0.1", "1e-08", "65536"): core's.
+using hpctrain::shortest_number_text;
 
 // A TOML float literal: like shortest_number_text but always recognisably a float ("3.0", not "3").
 std::string toml_float(double value);

@@ -77,7 +77,8 @@ void MetricsWriter::create_table(const std::string& group,
     for (const auto& [name, kind] : columns)
       table.columns.push_back(Column{name, kind, open_dataset(file_.get(), column_path(group, name))});
     H5Handle space(HPCTRAIN_H5_CHECK(H5Dget_space(table.columns.front().dataset.get())));
-    std::vector<std::int64_t> steps(static_cast<std::size_t>(H5Sget_simple_extent_npoints(space.get())));
+    std::vector<std::int64_t> steps(
+        static_cast<std::size_t>(HPCTRAIN_H5_CHECK(H5Sget_simple_extent_npoints(space.get()))));
     if (!steps.empty())
       HPCTRAIN_H5_CHECK(
           H5Dread(table.columns.front().dataset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, steps.data()));

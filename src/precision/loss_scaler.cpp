@@ -2,24 +2,14 @@
 #include "hpctrain/precision/loss_scaler.hpp"
 
 #include <cstddef>
-#include <cstdio>
 #include <string>
 #include <type_traits>
 #include <variant>
 
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/core/numbers.hpp"
 
 namespace hpctrain {
-
-namespace {
-
-std::string number_text(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.6g", value);
-  return text;
-}
-
-}  // namespace
 
 LossScaler::LossScaler(const PrecisionSection& precision, Backend& backend)
     : backend_(backend),

@@ -24,7 +24,7 @@ void read_metrics_identity(const fs::path& file, RunDirectory& directory) {
     if (link_exists(metrics.get(), "/train/step")) {
       H5Handle steps = open_dataset(metrics.get(), "/train/step");
       H5Handle space(HPCTRAIN_H5_CHECK(H5Dget_space(steps.get())));
-      directory.metrics_rows = H5Sget_simple_extent_npoints(space.get());
+      directory.metrics_rows = HPCTRAIN_H5_CHECK(H5Sget_simple_extent_npoints(space.get()));
     }
   } catch (const Error&) {
     // A damaged metrics.h5 still marks a run; its identity is then taken from the checkpoints.

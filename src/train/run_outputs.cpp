@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/core/files.hpp"
 
 namespace hpctrain {
 
@@ -36,10 +37,8 @@ void RunOutputs::open(std::int64_t resumed_at, const std::string& run_id,
     if (access(directory_.c_str(), W_OK) != 0)
       throw InputError(where + ": output directory '" + directory_.string() + "' is not writable",
                        "choose a writable location with --output DIR");
-    std::ofstream deck(directory_ / "config.toml");
-    deck << to_toml(config_);
-    HPCTRAIN_VERIFY(deck.good(), InputError,
-                    where << ": cannot write '" << (directory_ / "config.toml").string() << "'");
+    // Replaced whole (a resume compares its deck with this file): never left half-written by a crash or a full disk.
+    write_text_file_atomically(directory_ / "config.toml", to_toml(config_));
     const bool resumed = resumed_at >= 0;
     log_file_.open(directory_ / "train.log", resumed ? std::ios::app : std::ios::trunc);
     for (const std::string& line : early_log_) log_file_ << line << '\n';

@@ -73,6 +73,9 @@ run_ranks 2 train deck.toml --output damaged --set train.steps=60 --resume auto 
   { cat damaged.log >&2; fail "damaged: resume"; }
 grep -q "warning: .*step-00000060.h5" damaged.log && grep -q "resumed from .*step-00000040.h5" damaged.log &&
   pass "damaged checkpoint detected, resumed from the previous one" || { cat damaged.log >&2; fail "no fallback"; }
+# Those lines come before train.log is opened (the start is decided first); they reach it all the same.
+grep -q "warning: .*step-00000060.h5" damaged/train.log && grep -q "resumed from .*step-00000040.h5" damaged/train.log &&
+  pass "train.log has the fallback's warning and the resume" || { cat damaged/train.log >&2; fail "train.log lacks them"; }
 # Truncation: the same.
 truncate -s $(( $(stat -c %s "$newest") / 3 )) "$newest"
 run_ranks 2 train deck.toml --output damaged --set train.steps=60 --resume auto >truncated.log 2>&1 ||

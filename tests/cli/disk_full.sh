@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Writes that fail for lack of room. metrics.h5 stopped from growing by a file-size limit (checkpoints off): one error
-# that names the file and the limit, in train.log too. Then a real full file system (a small tmpfs in a private mount
+# that names the file and the limit, in train.log too; OUTPUT/config.toml that cannot be replaced stays whole. Then a real full file system (a small tmpfs in a private mount
 # namespace, where unshare and mount are allowed; skipped elsewhere): a checkpoint that does not fit is reported once
 # with the free space and what it needs, its partial file removed and the previous checkpoint kept; and metrics.h5
 # on a file system filled up.
@@ -22,6 +22,20 @@ check_write_failure "metrics.h5 at the file-size limit" limited.log limited \
   "writing the metrics file 'limited/metrics.h5' failed: the file would pass the file-size limit \(ulimit -f\) of 40.0 KiB"
 [[ $(cat limited/status) == "failed 1 step 0" ]] && pass "status: $(cat limited/status)" ||
   fail "status after the metrics failure: $(cat limited/status)"
+
+# OUTPUT/config.toml (a resume compares its deck with it) under a 1 KiB limit, smaller than the deck: the resume stops
+# naming it, and the file written by the first run is still whole.
+run_ranks 2 train deck.toml --output deck-kept --set train.steps=5 >kept.log 2>&1 ||
+  { cat kept.log >&2; fail "deck-kept: first run"; }
+cp deck-kept/config.toml deck-before.toml
+status=0
+# shellcheck disable=SC2086
+timeout 120 $MPIEXEC -n 2 bash -c "ulimit -f 1; trap '' XFSZ; exec \"\$0\" \"\$@\"" "$HPCTRAIN" train deck.toml \
+  --output deck-kept --resume auto --set train.steps=10 >deck-limited.log 2>&1 || status=$?
+grep -q "hpctrain: error: writing 'deck-kept/config.toml.partial' failed: the file would pass the file-size limit" \
+  deck-limited.log && ((status != 0 && status != 124)) && cmp -s deck-kept/config.toml deck-before.toml &&
+  pass "config.toml under ulimit -f: the run stops (exit $status), the previous config.toml is whole" ||
+  { cat deck-limited.log >&2; fail "config.toml under ulimit -f: exit $status or the file changed"; }
 
 # A real full file system: a tmpfs mounted in a private mount namespace (as root, or as a user where unprivileged user
 # namespaces are allowed).

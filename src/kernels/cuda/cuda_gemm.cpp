@@ -153,10 +153,10 @@ CudaGemm::Plan& CudaGemm::plan_for(const Key& key, const void* bias) {
     else
       HPCTRAIN_CUBLAS_CHECK(status);
   } catch (...) {
-    cublasLtMatmulPreferenceDestroy(preference);
+    cublasLtMatmulPreferenceDestroy(preference);  // the first error is the one to report
     throw;
   }
-  cublasLtMatmulPreferenceDestroy(preference);
+  HPCTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(preference));
   const bool all_aligned = key.align_a >= 16 && key.align_b >= 16 && key.align_c >= 16;
   // A plain product of aligned operands must have an algorithm; a fused epilogue may not (the caller composes).
   const bool fused =
