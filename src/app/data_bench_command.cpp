@@ -10,6 +10,7 @@
 #include "hpctrain/data/batch_loader.hpp"
 #include "hpctrain/data/training_data.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
+#include "hpctrain/train/run_shape.hpp"
 
 namespace hpctrain {
 
@@ -40,7 +41,7 @@ int data_bench_command(const Arguments& args, const MpiEnvironment& mpi) {
   const RunConfig config = load_run_config(parsed.positionals()[0], overrides);
   TrainingData data(config, "data.train", config.data.train, task_of(config.model.loss));
   data.set_up_augmentation(config);
-  const std::int64_t local_batch = local_batch_of(config, mpi.size());
+  const std::int64_t local_batch = batch_shape(config, mpi.size()).local_batch;  // the trainer's checks
 
   const double staging_start = MPI_Wtime();
   BatchLoader loader(data, config.data, mpi, local_batch, config.run.seed);

@@ -9,6 +9,7 @@
 #include "hpctrain/data/sampler.hpp"
 #include "hpctrain/data/training_data.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
+#include "hpctrain/train/run_shape.hpp"
 
 namespace hpctrain {
 
@@ -51,7 +52,7 @@ int data_plan_command(const Arguments& args, const MpiEnvironment& mpi) {
   if (mpi.is_root()) {
     const TrainingData data(config, "data.train", config.data.train, task_of(config.model.loss));
     const int rank_count = static_cast<int>(ranks);
-    const std::int64_t local_batch = local_batch_of(config, rank_count);
+    const std::int64_t local_batch = batch_shape(config, rank_count).local_batch;
     const ShuffleMode mode = config.data.shuffle;
     std::vector<std::unique_ptr<Sampler>> samplers;
     std::vector<std::vector<std::int64_t>> orders;

@@ -41,13 +41,4 @@ std::string naming_outputs(std::string summary, const std::vector<std::string>& 
   return summary;
 }
 
-std::int64_t local_batch_of(const RunConfig& config, int ranks) {
-  const std::int64_t batch = config.data.batch_size;
-  HPCTRAIN_VERIFY(batch % ranks == 0, InputError,
-                  config.where("data.batch_size")
-                      << ": data.batch_size = " << batch << " is not divisible by the " << ranks << " ranks",
-                  "data.batch_size is the global batch; pick a multiple of the rank count");
-  return batch / ranks;
-}
-
 }  // namespace hpctrain

@@ -34,9 +34,6 @@ void write_output_file(const CommandLine& line, const std::string& option, const
 // A summary written about temporary files, naming the outputs instead ("a.h5.partial" -> "a.h5").
 std::string naming_outputs(std::string summary, const std::vector<std::string>& outputs);
 
-// data.batch_size split among `ranks`, with the trainer's message when it does not divide.
-std::int64_t local_batch_of(const RunConfig& config, int ranks);
-
 // Every error of a data tool names the command: "hpctrain data convert: 'x.npy' is ...".
 template <class Action>
 auto with_command_context(const std::string& command, Action&& action) {
