@@ -156,7 +156,7 @@ void write_file_collectively(const CollectiveWrite& request, const MpiEnvironmen
   }
   run_on_root(mpi, [&] {
     const CheckpointPhaseScope phase(CheckpointPhase::commit);
-    commit_file(partial, request.destination);
+    commit_file(partial, request.destination, request.companions);
   });
 }
 

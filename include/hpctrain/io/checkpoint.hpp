@@ -103,7 +103,8 @@ class CheckpointDirectory {
                       std::string run_id = {});
 
   // Writes and commits the checkpoint of `step` (collective): fill(writer) writes its contents, then rank 0 commits it
-  // (fsync, rename, fsync the directory), points `latest` at it (and `best` too when `best`), and removes the
+  // with `latest` pointing at it (and `best` too when `best`): both flushed, renamed after it, then one flush of the
+  // directory (commit_file), and removes the
   // checkpoints beyond `keep`, except the one `best` names. When the write fails on any rank (a full disk), the
   // partial file is removed and every rank throws one Error that says why; the previous checkpoint stays committed.
   // expected_bytes: about how large the file becomes. Returns its path.
