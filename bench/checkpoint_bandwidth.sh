@@ -6,9 +6,10 @@
 #
 # HPCTRAIN_BASE=another hpctrain binary (an older build) adds its rows, measured in the same rounds, the order of the two
 # alternating from round to round. HPCTRAIN_CHECKPOINT_PHASES=1 makes hpctrain print the time of each phase of each
-# write and read (their lines land in the run logs under the work directory).
+# write and read (this script repeats those lines on stderr).
 #
-#   bench/checkpoint_bandwidth.sh [SIZES_MB...]      (default: 10 100 1000; REPEATS=3; BENCH_DIR=a directory on the disk)
+#   bench/checkpoint_bandwidth.sh [SIZES_MB...]      (default: 10 100 1000; REPEATS=3; RANKS="1 2";
+#                                                     BENCH_DIR=a directory on the disk)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sizes=("${@:-10 100 1000}")
@@ -49,7 +50,7 @@ log_every = 1
 TOML
   # The resume trains one more step (a run already complete at its last step would not read its checkpoint).
   sed 's/^steps = 1$/steps = 2/' "$work/deck.toml" >"$work/resume.toml"
-  for ranks in 1 2; do
+  for ranks in ${RANKS:-1 2}; do
     dd_writes=() dd_reads=()
     for b in "${!binaries[@]}"; do writes[b]="" reads[b]=""; done
     for repeat in $(seq "$repeats"); do
@@ -63,6 +64,8 @@ TOML
         OMP_NUM_THREADS=1 "${mpiexec[@]}" -n "$ranks" "${binaries[b]}" train "$work/resume.toml" --output "$out" \
           --resume "$out/checkpoints/step-00000001.h5" >"$out.resume.log" 2>&1
         reads[b]+=" $(sed -n 's/.*read in \([0-9.]*\) s/\1/p' "$out/train.log")"
+        [[ -n ${HPCTRAIN_CHECKPOINT_PHASES:-} ]] &&
+          sed -n "s|^checkpoint |${size} MB, ${ranks} ranks, ${labels[b]}: |p" "$out.log" "$out.resume.log" | grep phases >&2 || true
         rm -rf "$out"
       done
       start=$(now)
