@@ -203,7 +203,9 @@ void CheckpointFileWriter::write_vector(const std::vector<FlatTensor>& tensors, 
       const SliceSelection slice = select_slice(dataset.get(), tensor, begin, end);
       {
         const CheckpointPhaseScope data(CheckpointPhase::data);
-        HPCTRAIN_H5_CHECK(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, slice.memory.get(), slice.file.get(), transfer_,
+        // Independent I/O: a rank's part is one contiguous range of the file, which collective buffering would only
+        // shuffle between the ranks first.
+        HPCTRAIN_H5_CHECK(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, slice.memory.get(), slice.file.get(), H5P_DEFAULT,
                                    flat + tensor.offset + static_cast<std::int64_t>(slice.first)));
       }
       write_crc(dataset.get(), checksums[t]);  // the same value on every rank, as a collective attribute needs
@@ -265,7 +267,7 @@ void CheckpointFileReader::read_vector(const std::vector<FlatTensor>& tensors, f
                     "resume with the deck the checkpoint was written with (stored in its 'deck' attribute)");
     const SliceSelection slice = select_slice(dataset.get(), tensor, slice_begin, slice_end);
     const CheckpointPhaseScope data(CheckpointPhase::data);
-    HPCTRAIN_H5_CHECK(H5Dread(dataset.get(), H5T_NATIVE_FLOAT, slice.memory.get(), slice.file.get(), transfer_,
+    HPCTRAIN_H5_CHECK(H5Dread(dataset.get(), H5T_NATIVE_FLOAT, slice.memory.get(), slice.file.get(), H5P_DEFAULT,
                               flat + tensor.offset + static_cast<std::int64_t>(slice.first)));
   }
   // Checksums of the whole tensors from the slices just read, before they are assembled.
