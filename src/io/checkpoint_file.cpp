@@ -1,5 +1,5 @@
-// Checkpoint files: flat vectors written as per-rank slices with collective I/O, read back on any rank count, each
-// dataset checked by its CRC-32.
+// Checkpoint files: flat vectors written as per-rank slices (independent I/O into collectively created datasets), read
+// back on any rank count, each dataset checked by its CRC-32.
 #include <zlib.h>
 
 #include <algorithm>

@@ -6,8 +6,9 @@
 // the vector with a shape; scalar datasets; attributes. Every dataset has an attribute crc32 (zlib's CRC-32 of its
 // little-endian bytes). Root attributes written here: format, hpctrain_version, world_size, run_id (the run that wrote
 // it). Writing: a vector is cut into R contiguous slices and rank r writes slice r (the parts of each tensor it
-// overlaps) with collective I/O. Reading: each rank reads its slice, then an all-gather assembles the whole vector, so
-// a checkpoint loads on any rank count.
+// overlaps, each one contiguous range of the file: independent I/O; datasets are created collectively). Reading: each
+// rank reads its slice in pieces, checksumming each as it comes, then an all-gather assembles the whole vector, so a
+// checkpoint loads on any rank count.
 #pragma once
 
 #include <hdf5.h>
