@@ -363,8 +363,7 @@ void read_checkpoint_file(const std::string& path, const MpiEnvironment& mpi,
     HPCTRAIN_VERIFY(
         attribute_exists(file.get(), "format") && read_string_attribute(file.get(), "format") == checkpoint_format,
         CheckpointDamaged, "'" << path << "' is not an hpctrain checkpoint (" << checkpoint_format << ")");
-    H5Handle transfer = collective_transfer(mpi.world());
-    CheckpointFileReader reader(file.get(), transfer.get(), path, mpi);
+    CheckpointFileReader reader(file.get(), path, mpi);
     read(reader);
     const CheckpointPhaseScope phase(CheckpointPhase::close);
     file.close();

@@ -71,8 +71,8 @@ class CheckpointFileWriter {
 // throws CheckpointDamaged, a tensor missing or of another shape CheckpointMismatch (naming it).
 class CheckpointFileReader {
  public:
-  CheckpointFileReader(hid_t file, hid_t transfer, std::string path, const MpiEnvironment& mpi)
-      : file_(file), transfer_(transfer), path_(std::move(path)), mpi_(mpi) {}
+  CheckpointFileReader(hid_t file, std::string path, const MpiEnvironment& mpi)
+      : file_(file), path_(std::move(path)), mpi_(mpi) {}
   // Every rank gets the whole vector.
   void read_vector(const std::vector<FlatTensor>& tensors, float* flat, std::int64_t count);
   [[nodiscard]] std::int64_t read_int64(const std::string& path);
@@ -85,7 +85,7 @@ class CheckpointFileReader {
   [[nodiscard]] const std::string& path() const { return path_; }
 
  private:
-  hid_t file_, transfer_;
+  hid_t file_;  // every read is independent: each rank reads its own slice, or a whole small item
   std::string path_;
   const MpiEnvironment& mpi_;
 };
