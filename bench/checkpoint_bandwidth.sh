@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Checkpoint write and read bandwidth of hpctrain for models of several sizes, on 1 and 2 ranks, against a raw `dd` of
 # the same number of bytes to the same disk (write: dd conv=fsync, like the checkpoint's fsync; read: dd to /dev/null).
-# Medians of REPEATS runs. Both reads find the file in the page cache (it was just written): the read rows compare
+# Medians of REPEATS runs; a dd pair runs right before each hpctrain pair, and the percentages are medians of those
+# pairs' ratios (the disk's speed here drifts by 2-5x within minutes). Both reads find the file in the page cache (it was just written): the read rows compare
 # hpctrain's parallel-HDF5 read + all-gather with a cached sequential read.
 #
 # HPCTRAIN_BASE=another hpctrain binary (an older build) adds its rows, measured in the same rounds, the order of the two
 # alternating from round to round. HPCTRAIN_CHECKPOINT_PHASES=1 makes hpctrain print the time of each phase of each
-# write and read (their lines land in the run logs under the work directory).
+# write and read (this script repeats those lines on stderr).
 #
-#   bench/checkpoint_bandwidth.sh [SIZES_MB...]      (default: 10 100 1000; REPEATS=3; BENCH_DIR=a directory on the disk)
+#   bench/checkpoint_bandwidth.sh [SIZES_MB...]      (default: 10 100 1000; REPEATS=3; RANKS="1 2";
+#                                                     BENCH_DIR=a directory on the disk)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sizes=("${@:-10 100 1000}")
@@ -22,7 +24,7 @@ work=$(mktemp -d "${BENCH_DIR:-${TMPDIR:-/tmp}}/hpctrain-ckpt-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 binaries=("$hpctrain") labels=(new)
 [[ -n ${HPCTRAIN_BASE:-} ]] && binaries+=("$HPCTRAIN_BASE") labels+=(base)
-writes=() reads=()
+writes=() reads=() write_shares=() read_shares=()
 "$hpctrain" data generate blobs --samples 64 --features 16 --classes 2 --output "$work/data.h5" >/dev/null
 
 calc() { awk "BEGIN { printf \"%.6f\", $* }"; }
@@ -49,29 +51,37 @@ log_every = 1
 TOML
   # The resume trains one more step (a run already complete at its last step would not read its checkpoint).
   sed 's/^steps = 1$/steps = 2/' "$work/deck.toml" >"$work/resume.toml"
-  for ranks in 1 2; do
+  for ranks in ${RANKS:-1 2}; do
     dd_writes=() dd_reads=()
-    for b in "${!binaries[@]}"; do writes[b]="" reads[b]=""; done
+    for b in "${!binaries[@]}"; do writes[b]="" reads[b]="" write_shares[b]="" read_shares[b]=""; done
     for repeat in $(seq "$repeats"); do
       order=("${!binaries[@]}")
       (( repeat % 2 == 0 )) && order=($(printf '%s\n' "${order[@]}" | tac))  # alternate which binary goes first
       for b in "${order[@]}"; do
+        # dd right before each binary's runs, so that each pair meets the disk in the same state.
+        start=$(now)
+        dd if=/dev/zero of="$work/dd.bin" bs=4M count=$(( (bytes + 4194303) / 4194304 )) conv=fsync status=none
+        dd_write=$(calc "$(now) - $start")
+        start=$(now)
+        dd if="$work/dd.bin" of=/dev/null bs=4M status=none
+        dd_read=$(calc "$(now) - $start")
+        rm -f "$work/dd.bin"
+        dd_writes+=("$dd_write") dd_reads+=("$dd_read")
         out="$work/run-$size-$ranks-$repeat-$b"
         OMP_NUM_THREADS=1 "${mpiexec[@]}" -n "$ranks" "${binaries[b]}" train "$work/deck.toml" --output "$out" \
           >"$out.log" 2>&1
-        writes[b]+=" $(sed -n 's/.*written in \([0-9.]*\) s/\1/p' "$out.log")"
+        write=$(sed -n 's/.*written in \([0-9.]*\) s/\1/p' "$out.log")
         OMP_NUM_THREADS=1 "${mpiexec[@]}" -n "$ranks" "${binaries[b]}" train "$work/resume.toml" --output "$out" \
           --resume "$out/checkpoints/step-00000001.h5" >"$out.resume.log" 2>&1
-        reads[b]+=" $(sed -n 's/.*read in \([0-9.]*\) s/\1/p' "$out/train.log")"
+        read=$(sed -n 's/.*read in \([0-9.]*\) s/\1/p' "$out/train.log")
+        writes[b]+=" $write" reads[b]+=" $read"
+        write_shares[b]+=" $(calc "100 * $dd_write / $write")" read_shares[b]+=" $(calc "100 * $dd_read / $read")"
+        if [[ -n ${HPCTRAIN_CHECKPOINT_PHASES:-} ]]; then
+          sed -n "s|^checkpoint |${size} MB, ${ranks} ranks, ${labels[b]}: |p" "$out.log" "$out.resume.log" |
+            grep phases >&2 || true
+        fi
         rm -rf "$out"
       done
-      start=$(now)
-      dd if=/dev/zero of="$work/dd.bin" bs=4M count=$(( (bytes + 4194303) / 4194304 )) conv=fsync status=none
-      dd_writes+=("$(calc "$(now) - $start")")
-      start=$(now)
-      dd if="$work/dd.bin" of=/dev/null bs=4M status=none
-      dd_reads+=("$(calc "$(now) - $start")")
-      rm -f "$work/dd.bin"
     done
     mb=$(calc "$bytes / 1000000")
     dw=$(printf '%s\n' "${dd_writes[@]}" | median); dr=$(printf '%s\n' "${dd_reads[@]}" | median)
@@ -79,7 +89,7 @@ TOML
       w=$(printf '%s\n' ${writes[b]} | median); r=$(printf '%s\n' ${reads[b]} | median)
       printf '%-10s %-6s %-6s %12.0f %12.0f %12.0f %12.0f %7.0f%% %7.0f%%\n' "${size} MB" "$ranks" "${labels[b]}" \
         "$(calc "$mb / $w")" "$(calc "$mb / $dw")" "$(calc "$mb / $r")" "$(calc "$mb / $dr")" \
-        "$(calc "100 * $dw / $w")" "$(calc "100 * $dr / $r")"
+        "$(printf '%s\n' ${write_shares[b]} | median)" "$(printf '%s\n' ${read_shares[b]} | median)"
     done
   done
 done

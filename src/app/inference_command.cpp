@@ -201,7 +201,7 @@ int predict_command(const Arguments& args, const MpiEnvironment& mpi) {
   const std::uintmax_t expected_bytes =
       static_cast<std::uintmax_t>(samples) * (sizeof(std::int64_t) + (2 * width + 1) * sizeof(float)) + (64 << 10);
   const CollectiveWrite request{output, "predictions file", expected_bytes, "",
-                                "free space there or choose another --output"};
+                                "free space there or choose another --output", {}};
   write_file_collectively(request, mpi, [&](hid_t file, hid_t transfer) {
     auto write = [&](const char* name, hid_t file_type, hid_t memory_type, std::int64_t columns, const void* data) {
       write_step_collectively(mpi, [&] {

@@ -65,14 +65,32 @@ void fsync_path(const fs::path& path, bool directory) {
   if (status != 0) throw_file_error("flushing to disk (fsync)", path, error_number);
 }
 
-void commit_file(const fs::path& temporary, const fs::path& destination) {
+namespace {
+
+void write_text_file(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) throw_file_error("writing", path, errno != 0 ? errno : EIO);
+}
+
+}  // namespace
+
+void commit_file(const fs::path& temporary, const fs::path& destination,
+                 const std::vector<std::pair<fs::path, std::string>>& companions) {
+  std::vector<std::pair<fs::path, fs::path>> renames = {{temporary, destination}};
   try {
-    fsync_path(temporary, false);
-    if (std::rename(temporary.c_str(), destination.c_str()) != 0) throw_file_error("renaming", temporary, errno);
-    fsync_path(directory_of(destination), true);
+    for (const auto& [companion, text] : companions) {
+      renames.emplace_back(partial_path(companion), companion);
+      write_text_file(renames.back().first, text);
+    }
+    for (const auto& rename : renames) fsync_path(rename.first, false);
+    for (const auto& [from, to] : renames)
+      if (std::rename(from.c_str(), to.c_str()) != 0) throw_file_error("renaming", from, errno);
+    fsync_path(directory_of(destination), true);  // one flush makes every rename durable
   } catch (...) {
     std::error_code ignored;
-    fs::remove(temporary, ignored);
+    for (const auto& rename : renames) fs::remove(rename.first, ignored);  // those not renamed yet
     throw;
   }
 }
@@ -92,14 +110,7 @@ void write_file_atomically(const fs::path& destination, const std::function<void
 
 void write_text_file_atomically(const fs::path& destination, const std::string& text, const fs::path& temporary) {
   write_file_atomically(
-      destination,
-      [&](const std::string& path) {
-        std::ofstream out(path, std::ios::trunc);
-        out << text;
-        out.close();
-        if (!out) throw_file_error("writing", path, errno != 0 ? errno : EIO);
-      },
-      temporary);
+      destination, [&](const std::string& path) { write_text_file(path, text); }, temporary);
 }
 
 std::string write_failure_reason(int error_number, const std::string& detail, const fs::path& file,

@@ -105,11 +105,18 @@ std::string CheckpointDirectory::write(std::int64_t step, std::uintmax_t expecte
       if (item.path().extension() == ".partial") fs::remove(item.path(), error);
   });
 
-  const CollectiveWrite request{final_path, "checkpoint", expected_bytes, "the previous checkpoint is intact",
-                                "make room in " + directory_.string() +
-                                    " (free space, quota, file-size limit), then continue with --resume auto"};
-  // Rank 0 commits it (a reader never sees a partial file under a final name); `latest` follows, so it always names
-  // a complete checkpoint.
+  CollectiveWrite request{
+      final_path,
+      "checkpoint",
+      expected_bytes,
+      "the previous checkpoint is intact",
+      "make room in " + directory_.string() + " (free space, quota, file-size limit), then continue with --resume auto",
+      {}};
+  // Rank 0 commits it (a reader never sees a partial file under a final name) with `latest` (and `best`), renamed
+  // after it: one flush of the directory for all.
+  const std::string pointer_text = final_path.filename().string() + "\n";
+  request.companions.emplace_back(directory_ / "latest", pointer_text);
+  if (best) request.companions.emplace_back(directory_ / "best", pointer_text);
   write_file_collectively(request, mpi_, [&](hid_t file, hid_t transfer) {
     CheckpointFileWriter writer(file, transfer, mpi_);
     fill(writer);
@@ -120,9 +127,7 @@ std::string CheckpointDirectory::write(std::int64_t step, std::uintmax_t expecte
     if (!run_id_.empty()) writer.write_string_attribute("/", "run_id", run_id_);
   });
   run_on_root(mpi_, [&] {
-    const CheckpointPhaseScope phase(CheckpointPhase::pointer);
-    write_text_file_atomically(directory_ / "latest", final_path.filename().string() + "\n");
-    if (best) write_text_file_atomically(directory_ / "best", final_path.filename().string() + "\n");
+    const CheckpointPhaseScope phase(CheckpointPhase::rotate);
     // Only now remove old checkpoints beyond `keep`; the one `best` names stays.
     if (keep_ > 0) {
       const auto files = candidates();
@@ -171,6 +176,11 @@ fs::path resolve_checkpoint(const std::string& argument) {
     return given;
   const std::string pointer = given.filename() == "best" ? "best" : "latest";
   const std::string name = pointed_name(directory, pointer);
+  if (pointer == "latest" && !name.empty() && !fs::exists(directory / name, error)) {
+    // A crash during a commit may keep the new `latest` without the checkpoint it names: the newest one there is.
+    const auto files = checkpoint_files(directory);
+    if (!files.empty()) return files.front();
+  }
   if (pointer == "best")
     HPCTRAIN_VERIFY(!name.empty(), InputError,
                     "'" << argument << "': the run has no best checkpoint (no " << (directory / "best").string() << ")",

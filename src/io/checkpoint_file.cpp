@@ -1,5 +1,5 @@
-// Checkpoint files: flat vectors written as per-rank slices with collective I/O, read back on any rank count, each
-// dataset checked by its CRC-32.
+// Checkpoint files: flat vectors written as per-rank slices (independent I/O into collectively created datasets), read
+// back on any rank count, each dataset checked by its CRC-32.
 #include <zlib.h>
 
 #include <algorithm>
@@ -132,24 +132,16 @@ std::uint32_t read_crc(hid_t dataset, const std::string& path, const std::string
   return crc;
 }
 
-// The CRC-32 of every whole tensor, computed in parallel: each rank checksums the part of each tensor inside its own
-// slice, the parts are gathered, and zlib's crc32_combine joins them in order. All ranks get the same values.
-std::vector<std::uint32_t> tensor_checksums(const std::vector<FlatTensor>& tensors, const float* flat,
-                                            std::int64_t count, const MpiEnvironment& mpi) {
+// The CRC-32 of every whole tensor from each rank's parts: `mine` holds, per tensor, the CRC and the byte count of the
+// part inside this rank's slice; the parts are gathered and zlib's crc32_combine joins them in order. All ranks get
+// the same values.
+std::vector<std::uint32_t> combine_checksums(const std::vector<std::uint64_t>& mine, const MpiEnvironment& mpi) {
   const CheckpointPhaseScope phase(CheckpointPhase::checksum);
-  const auto [slice_begin, slice_end] = rank_slice(count, mpi.rank(), mpi.size());
-  std::vector<std::uint64_t> mine(2 * tensors.size());  // per tensor: crc, bytes
-  for (std::size_t t = 0; t < tensors.size(); ++t) {
-    const auto [first, last] = overlap(tensors[t], slice_begin, slice_end);
-    const std::size_t bytes = static_cast<std::size_t>(last - first) * sizeof(float);
-    mine[2 * t] = crc32(flat + tensors[t].offset + static_cast<std::int64_t>(first), bytes);
-    mine[2 * t + 1] = bytes;
-  }
   std::vector<std::uint64_t> all(mine.size() * static_cast<std::size_t>(mpi.size()));
   HPCTRAIN_MPI_CHECK(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_UINT64_T, all.data(),
                                    static_cast<int>(mine.size()), MPI_UINT64_T, mpi.world()));
-  std::vector<std::uint32_t> checksums(tensors.size(), 0);
-  for (std::size_t t = 0; t < tensors.size(); ++t)
+  std::vector<std::uint32_t> checksums(mine.size() / 2, 0);
+  for (std::size_t t = 0; t < checksums.size(); ++t)
     for (int r = 0; r < mpi.size(); ++r) {
       const std::size_t base = static_cast<std::size_t>(r) * mine.size() + 2 * t;
       if (all[base + 1] > 0)
@@ -158,6 +150,26 @@ std::vector<std::uint32_t> tensor_checksums(const std::vector<FlatTensor>& tenso
     }
   return checksums;
 }
+
+// The CRC-32 of every whole tensor of a vector every rank holds, computed in parallel (each rank checksums its slice).
+std::vector<std::uint32_t> tensor_checksums(const std::vector<FlatTensor>& tensors, const float* flat,
+                                            std::int64_t count, const MpiEnvironment& mpi) {
+  const auto [slice_begin, slice_end] = rank_slice(count, mpi.rank(), mpi.size());
+  std::vector<std::uint64_t> mine(2 * tensors.size());  // per tensor: crc, bytes
+  {
+    const CheckpointPhaseScope phase(CheckpointPhase::checksum);
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      const auto [first, last] = overlap(tensors[t], slice_begin, slice_end);
+      const std::size_t bytes = static_cast<std::size_t>(last - first) * sizeof(float);
+      mine[2 * t] = crc32(flat + tensors[t].offset + static_cast<std::int64_t>(first), bytes);
+      mine[2 * t + 1] = bytes;
+    }
+  }
+  return combine_checksums(mine, mpi);
+}
+
+// Elements a read takes at a time, to checksum them while they are still in the cache (4 MiB).
+constexpr std::int64_t read_piece_elements = std::int64_t{1} << 20;
 
 // Small items: scalar datasets written by rank 0 inside a collective call.
 template <class T>
@@ -203,7 +215,9 @@ void CheckpointFileWriter::write_vector(const std::vector<FlatTensor>& tensors, 
       const SliceSelection slice = select_slice(dataset.get(), tensor, begin, end);
       {
         const CheckpointPhaseScope data(CheckpointPhase::data);
-        HPCTRAIN_H5_CHECK(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, slice.memory.get(), slice.file.get(), transfer_,
+        // Independent I/O: a rank's part is one contiguous range of the file, which collective buffering would only
+        // shuffle between the ranks first.
+        HPCTRAIN_H5_CHECK(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, slice.memory.get(), slice.file.get(), H5P_DEFAULT,
                                    flat + tensor.offset + static_cast<std::int64_t>(slice.first)));
       }
       write_crc(dataset.get(), checksums[t]);  // the same value on every rank, as a collective attribute needs
@@ -250,7 +264,9 @@ void CheckpointFileWriter::write_integer_attribute(const std::string& object, co
 // whole vector. Checksums are checked on the assembled tensors.
 void CheckpointFileReader::read_vector(const std::vector<FlatTensor>& tensors, float* flat, std::int64_t count) {
   const auto [slice_begin, slice_end] = rank_slice(count, mpi_.rank(), mpi_.size());
-  for (const FlatTensor& tensor : tensors) {
+  std::vector<std::uint64_t> mine(2 * tensors.size());  // per tensor: the CRC and byte count of this rank's part
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const FlatTensor& tensor = tensors[t];
     const CheckpointPhaseScope phase(CheckpointPhase::metadata);
     HPCTRAIN_VERIFY(
         link_exists(file_, tensor.path), CheckpointMismatch,
@@ -263,13 +279,26 @@ void CheckpointFileReader::read_vector(const std::vector<FlatTensor>& tensors, f
                     "checkpoint '" << path_ << "': tensor " << tensor.path << " has shape " << shape_text(shape)
                                    << " but the deck's model needs " << shape_text(tensor.shape),
                     "resume with the deck the checkpoint was written with (stored in its 'deck' attribute)");
-    const SliceSelection slice = select_slice(dataset.get(), tensor, slice_begin, slice_end);
-    const CheckpointPhaseScope data(CheckpointPhase::data);
-    HPCTRAIN_H5_CHECK(H5Dread(dataset.get(), H5T_NATIVE_FLOAT, slice.memory.get(), slice.file.get(), transfer_,
-                              flat + tensor.offset + static_cast<std::int64_t>(slice.first)));
+    // This rank's part of the tensor, in pieces, each checksummed right after it is read.
+    const std::int64_t begin = std::max(tensor.offset, slice_begin);
+    const std::int64_t end = std::min(tensor.offset + tensor.count, slice_end);
+    std::uint32_t crc = 0;
+    for (std::int64_t piece = begin; piece < end; piece += read_piece_elements) {
+      const std::int64_t piece_end = std::min(piece + read_piece_elements, end);
+      const SliceSelection slice = select_slice(dataset.get(), tensor, piece, piece_end);
+      {
+        const CheckpointPhaseScope data(CheckpointPhase::data);
+        HPCTRAIN_H5_CHECK(
+            H5Dread(dataset.get(), H5T_NATIVE_FLOAT, slice.memory.get(), slice.file.get(), H5P_DEFAULT, flat + piece));
+      }
+      const CheckpointPhaseScope checksum(CheckpointPhase::checksum);
+      crc = crc32(flat + piece, static_cast<std::size_t>(piece_end - piece) * sizeof(float), crc);
+    }
+    mine[2 * t] = crc;
+    mine[2 * t + 1] = static_cast<std::uint64_t>(std::max<std::int64_t>(end - begin, 0)) * sizeof(float);
   }
   // Checksums of the whole tensors from the slices just read, before they are assembled.
-  const std::vector<std::uint32_t> checksums = tensor_checksums(tensors, flat, count, mpi_);
+  const std::vector<std::uint32_t> checksums = combine_checksums(mine, mpi_);
   // Assemble: rank r contributed [slice_begin_r, slice_end_r).
   std::vector<int> counts(static_cast<std::size_t>(mpi_.size())), displacements(counts.size());
   for (int r = 0; r < mpi_.size(); ++r) {
@@ -334,8 +363,7 @@ void read_checkpoint_file(const std::string& path, const MpiEnvironment& mpi,
     HPCTRAIN_VERIFY(
         attribute_exists(file.get(), "format") && read_string_attribute(file.get(), "format") == checkpoint_format,
         CheckpointDamaged, "'" << path << "' is not an hpctrain checkpoint (" << checkpoint_format << ")");
-    H5Handle transfer = collective_transfer();
-    CheckpointFileReader reader(file.get(), transfer.get(), path, mpi);
+    CheckpointFileReader reader(file.get(), path, mpi);
     read(reader);
     const CheckpointPhaseScope phase(CheckpointPhase::close);
     file.close();

@@ -12,7 +12,7 @@ namespace hpctrain {
 namespace {
 
 constexpr std::array<const char*, static_cast<std::size_t>(CheckpointPhase::count)> phase_names = {
-    "other", "copy", "create/open", "metadata", "data", "checksum", "gather", "agree", "close", "commit", "pointer"};
+    "other", "copy", "create/open", "metadata", "data", "checksum", "gather", "agree", "close", "commit", "rotate"};
 
 // One write or read at a time, on the main thread (checkpoints are collective calls of the training loop).
 struct PhaseTimes {

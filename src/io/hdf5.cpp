@@ -175,11 +175,22 @@ H5Handle create_file(const std::string& path) {
 }
 
 namespace {
+int communicator_size(MPI_Comm comm) {
+  int ranks = 0;
+  HPCTRAIN_MPI_CHECK(MPI_Comm_size(comm, &ranks));
+  return ranks;
+}
+
+// One process alone uses HDF5's POSIX driver: MPI-IO's set-up (its file open, aggregators, collective metadata) costs a
+// small checkpoint a good part of its time and gives a single writer nothing. collective_transfer() then gives the
+// default (independent) transfer list, the only one that driver takes.
 H5Handle collective_access(MPI_Comm comm) {
   H5Handle access(HPCTRAIN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
-  HPCTRAIN_H5_CHECK(H5Pset_fapl_mpio(access.get(), comm, MPI_INFO_NULL));
-  HPCTRAIN_H5_CHECK(H5Pset_all_coll_metadata_ops(access.get(), true));
-  HPCTRAIN_H5_CHECK(H5Pset_coll_metadata_write(access.get(), true));
+  if (communicator_size(comm) > 1) {
+    HPCTRAIN_H5_CHECK(H5Pset_fapl_mpio(access.get(), comm, MPI_INFO_NULL));
+    HPCTRAIN_H5_CHECK(H5Pset_all_coll_metadata_ops(access.get(), true));
+    HPCTRAIN_H5_CHECK(H5Pset_coll_metadata_write(access.get(), true));
+  }
   HPCTRAIN_H5_CHECK(H5Pset_file_locking(access.get(), false, true));
   return access;
 }
@@ -199,10 +210,10 @@ H5Handle open_file_collectively(const std::string& path, MPI_Comm comm) {
   return H5Handle(HPCTRAIN_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.get())));
 }
 
-H5Handle collective_transfer() {
+H5Handle collective_transfer(MPI_Comm comm) {
   const auto lock = lock_hdf5();
   H5Handle transfer(HPCTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)));
-  HPCTRAIN_H5_CHECK(H5Pset_dxpl_mpio(transfer.get(), H5FD_MPIO_COLLECTIVE));
+  if (communicator_size(comm) > 1) HPCTRAIN_H5_CHECK(H5Pset_dxpl_mpio(transfer.get(), H5FD_MPIO_COLLECTIVE));
   return transfer;
 }
 

@@ -119,7 +119,7 @@ void write_file_collectively(const CollectiveWrite& request, const MpiEnvironmen
       const CheckpointPhaseScope phase(CheckpointPhase::create_open);
       file = create_file_collectively(partial.string(), mpi.world());
     });
-    H5Handle transfer = collective_transfer();
+    H5Handle transfer = collective_transfer(mpi.world());
     failure = run_capturing_failure([&] { write(file.get(), transfer.get()); });
     // The close is collective and writes the last metadata, so a full disk may show only here.
     if (failure.code == 0)
@@ -156,7 +156,7 @@ void write_file_collectively(const CollectiveWrite& request, const MpiEnvironmen
   }
   run_on_root(mpi, [&] {
     const CheckpointPhaseScope phase(CheckpointPhase::commit);
-    commit_file(partial, request.destination);
+    commit_file(partial, request.destination, request.companions);
   });
 }
 

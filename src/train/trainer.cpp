@@ -279,7 +279,7 @@ void Trainer::Impl::start() {
             " (the run continues from the older one)");
     }
     char seconds[32];
-    std::snprintf(seconds, sizeof seconds, "%.3f", resumed.read_seconds);
+    std::snprintf(seconds, sizeof seconds, "%.4f", resumed.read_seconds);
     log("resumed from " + resumed.from.string() + " at step " + std::to_string(state.step) + " (epoch " +
         std::to_string(state.epoch) + "), read in " + seconds + " s");
   }
@@ -375,7 +375,7 @@ void Trainer::Impl::save_checkpoint(std::int64_t step, bool best) {
   const double start = MPI_Wtime();
   const std::string path = checkpoints_->save(*model_, *optimizer_, *backend_, state, to_toml(config_), best);
   char line[512];
-  std::snprintf(line, sizeof line, "checkpoint %s written in %.3f s%s", path.c_str(), MPI_Wtime() - start,
+  std::snprintf(line, sizeof line, "checkpoint %s written in %.4f s%s", path.c_str(), MPI_Wtime() - start,
                 best ? " (best: checkpoints/best)" : "");
   log(line);
 }

@@ -55,4 +55,42 @@ reported = h5py.File("run/metrics.h5", "r")["/eval/loss"][-1]
 print(f"NumPy loss {loss:.7f}, hpctrain's final validation loss {reported:.7f}")
 assert abs(loss - reported) < 1e-5 * abs(reported), (loss, reported)
 PY
+
+# A tensor of more than 2^20 elements is read in several pieces, each checksummed as it comes (the CRC continued from
+# piece to piece): a sound one loads, one damaged in its second piece is refused.
+cat >wide.toml <<'TOML'
+[data]
+train = "train.h5"
+batch_size = 50
+[model]
+layers = [ { type = "linear", out = 600000 }, { type = "relu" }, { type = "linear", out = 3 } ]
+[train]
+steps = 1
+TOML
+run_ranks 1 train wide.toml --output wide >wide.log 2>&1 || { cat wide.log >&2; fail "wide run"; }
+cp -r wide wide-damaged
+run_ranks 1 train wide.toml --output wide --set train.steps=2 --resume wide/checkpoints/step-00000001.h5 \
+  >wide-resume.log 2>&1 && grep -q "resumed from" wide/train.log && pass "a tensor read in pieces loads" ||
+  { cat wide-resume.log >&2; fail "wide resume"; }
+$PYTHON - <<'PY' || fail "damaging the wide checkpoint"
+import zlib, h5py
+path = "wide-damaged/checkpoints/step-00000001.h5"
+with h5py.File(path, "r") as ckpt:
+    dataset = ckpt["/model/linear0/weight"]
+    assert dataset.size > (1 << 20) + 1000, dataset.size
+    assert zlib.crc32(dataset[()].tobytes()) == dataset.attrs["crc32"]
+    offset = dataset.id.get_offset() + ((1 << 20) + 1000) * 4
+with open(path, "r+b") as file:
+    file.seek(offset)
+    byte = file.read(1)
+    file.seek(offset)
+    file.write(bytes([byte[0] ^ 0x10]))
+PY
+if run_ranks 1 train wide.toml --output wide-damaged --set train.steps=2 \
+  --resume wide-damaged/checkpoints/step-00000001.h5 >damaged.log 2>&1; then
+  fail "a checkpoint damaged in a later piece was loaded"
+else
+  grep -q "linear0/weight fails its checksum" damaged.log && pass "damage in a later piece is found" ||
+    { cat damaged.log >&2; fail "damaged wide checkpoint: message"; }
+fi
 finish

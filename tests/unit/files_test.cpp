@@ -41,13 +41,35 @@ TEST_F(FilesTest, AFileIsReplacedOnlyWhenItsWriteSucceeds) {
   EXPECT_FALSE(std::filesystem::exists(partial_path(file)));
 }
 
+TEST_F(FilesTest, PointerFilesAreCommittedWithTheFileTheyName) {
+  const std::string file = path("step-00000002.h5"), latest = path("latest"), best = path("best");
+  write_text_file_atomically(latest, "step-00000001.h5\n");
+  std::ofstream(partial_path(file)) << "checkpoint";
+  commit_file(partial_path(file), file, {{latest, "step-00000002.h5\n"}, {best, "step-00000002.h5\n"}});
+  EXPECT_EQ(contents(file), "checkpoint");
+  EXPECT_EQ(contents(latest), "step-00000002.h5\n");
+  EXPECT_EQ(contents(best), "step-00000002.h5\n");
+  for (const std::string& name : {file, latest, best}) EXPECT_FALSE(std::filesystem::exists(partial_path(name)));
+  // A companion that cannot be written (its partial name is a directory): nothing is renamed, no temporary is left.
+  const std::string next = path("step-00000003.h5");
+  std::ofstream(partial_path(next)) << "next";
+  std::filesystem::create_directory(partial_path(best));
+  EXPECT_THROW(commit_file(partial_path(next), next, {{latest, "step-00000003.h5\n"}, {best, "step-00000003.h5\n"}}),
+               Error);
+  EXPECT_FALSE(std::filesystem::exists(next));
+  EXPECT_FALSE(std::filesystem::exists(partial_path(next)));
+  EXPECT_FALSE(std::filesystem::exists(partial_path(latest)));
+  EXPECT_EQ(contents(latest), "step-00000002.h5\n");
+}
+
 TEST_F(FilesTest, WriteFailuresSayWhy) {
   const std::string file = path("step-00000001.h5");
   const std::string full = write_failure_reason(ENOSPC, "", file, 3 << 20, "the checkpoint");
   EXPECT_EQ(full.rfind("the file system is full (", 0), 0u) << full;
   EXPECT_NE(full.find(" free in " + directory_.string() + "; the checkpoint needs about 3.0 MiB)"), std::string::npos)
       << full;
-  EXPECT_EQ(write_failure_reason(EDQUOT, "", file, 0, "x"), "the disk quota for " + directory_.string() + " is exceeded");
+  EXPECT_EQ(write_failure_reason(EDQUOT, "", file, 0, "x"),
+            "the disk quota for " + directory_.string() + " is exceeded");
   EXPECT_EQ(write_failure_reason(0, "can't write data", file, 0, "x"), "can't write data");
   EXPECT_EQ(write_failure_reason(EIO, "", file, 0, "x"), "Input/output error");
   // Nothing reported: more than the free space is needed, so the disk is full.

@@ -8,6 +8,8 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace hpctrain {
 
@@ -23,8 +25,13 @@ void fsync_path(const std::filesystem::path& path, bool directory);
 
 // The commit of a file written under a temporary name in the same directory: flush it to disk, rename it to
 // `destination` (replacing any file there), flush the directory. After a crash `destination` is either what it was or
-// the complete new file, never a part. On failure the temporary file is removed and Error thrown.
-void commit_file(const std::filesystem::path& temporary, const std::filesystem::path& destination);
+// the complete new file, never a part. On failure the temporary files are removed and Error thrown.
+// companions: small text files {path, text} of the same directory (pointer files that name `destination`) committed
+// with it by the same directory flush: each written and flushed under its partial_path, renamed after the file.
+// A crash before that flush may keep any subset of the renames; a pointer may then name a file that is not there
+// (readers of pointers check that the file exists).
+void commit_file(const std::filesystem::path& temporary, const std::filesystem::path& destination,
+                 const std::vector<std::pair<std::filesystem::path, std::string>>& companions = {});
 
 // Writes `destination` through write(temporary), temporary = partial_path(destination) unless given, then commits it
 // (commit_file). On any failure the temporary file is removed and the error rethrown.

@@ -6,8 +6,9 @@
 // the vector with a shape; scalar datasets; attributes. Every dataset has an attribute crc32 (zlib's CRC-32 of its
 // little-endian bytes). Root attributes written here: format, hpctrain_version, world_size, run_id (the run that wrote
 // it). Writing: a vector is cut into R contiguous slices and rank r writes slice r (the parts of each tensor it
-// overlaps) with collective I/O. Reading: each rank reads its slice, then an all-gather assembles the whole vector, so
-// a checkpoint loads on any rank count.
+// overlaps, each one contiguous range of the file: independent I/O; datasets are created collectively). Reading: each
+// rank reads its slice in pieces, checksumming each as it comes, then an all-gather assembles the whole vector, so a
+// checkpoint loads on any rank count.
 #pragma once
 
 #include <hdf5.h>
@@ -70,8 +71,8 @@ class CheckpointFileWriter {
 // throws CheckpointDamaged, a tensor missing or of another shape CheckpointMismatch (naming it).
 class CheckpointFileReader {
  public:
-  CheckpointFileReader(hid_t file, hid_t transfer, std::string path, const MpiEnvironment& mpi)
-      : file_(file), transfer_(transfer), path_(std::move(path)), mpi_(mpi) {}
+  CheckpointFileReader(hid_t file, std::string path, const MpiEnvironment& mpi)
+      : file_(file), path_(std::move(path)), mpi_(mpi) {}
   // Every rank gets the whole vector.
   void read_vector(const std::vector<FlatTensor>& tensors, float* flat, std::int64_t count);
   [[nodiscard]] std::int64_t read_int64(const std::string& path);
@@ -84,7 +85,7 @@ class CheckpointFileReader {
   [[nodiscard]] const std::string& path() const { return path_; }
 
  private:
-  hid_t file_, transfer_;
+  hid_t file_;  // every read is independent: each rank reads its own slice, or a whole small item
   std::string path_;
   const MpiEnvironment& mpi_;
 };
@@ -103,7 +104,8 @@ class CheckpointDirectory {
                       std::string run_id = {});
 
   // Writes and commits the checkpoint of `step` (collective): fill(writer) writes its contents, then rank 0 commits it
-  // (fsync, rename, fsync the directory), points `latest` at it (and `best` too when `best`), and removes the
+  // with `latest` pointing at it (and `best` too when `best`): both flushed, renamed after it, then one flush of the
+  // directory (commit_file), and removes the
   // checkpoints beyond `keep`, except the one `best` names. When the write fails on any rank (a full disk), the
   // partial file is removed and every rank throws one Error that says why; the previous checkpoint stays committed.
   // expected_bytes: about how large the file becomes. Returns its path.

@@ -7,8 +7,8 @@
 
 namespace hpctrain {
 
-// copy: between the backend's buffers and host vectors; commit: fsync, rename, fsync of the directory; pointer: the
-// `latest` (and `best`) files and rotation.
+// copy: between the backend's buffers and host vectors (none on the CPU backend); commit: the flushes and renames of
+// the file and its `latest` (and `best`) pointer; rotate: removing checkpoints beyond checkpoint.keep.
 enum class CheckpointPhase {
   other,
   copy,
@@ -20,7 +20,7 @@ enum class CheckpointPhase {
   agree,
   close,
   commit,
-  pointer,
+  rotate,
   count
 };
 

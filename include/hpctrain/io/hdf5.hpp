@@ -65,12 +65,14 @@ H5Handle create_file(const std::string& path);
 
 // Files all ranks open together through the MPI-IO driver, for collective reads and writes (parallel HDF5). Collective:
 // every rank passes the same path. Metadata is read and written collectively; file locking is off (not every parallel
-// file system has it). Both throw LibraryError.
+// file system has it). A communicator of one process gets the POSIX driver instead. Both throw LibraryError.
 H5Handle create_file_collectively(const std::string& path, MPI_Comm comm);  // truncates an existing file
 H5Handle open_file_collectively(const std::string& path, MPI_Comm comm);    // read-only
 
-// A dataset transfer property list for collective I/O: every rank takes part in each H5Dread / H5Dwrite.
-H5Handle collective_transfer();
+// A dataset transfer property list for collective I/O on a file of create/open_file_collectively(comm): every rank
+// takes part in each H5Dread / H5Dwrite (the default list for a communicator of one process, whose file uses the
+// POSIX driver).
+H5Handle collective_transfer(MPI_Comm comm);
 
 // Opens a dataset; throws LibraryError when it does not exist (check with link_exists first for a friendly message).
 H5Handle open_dataset(hid_t location, const std::string& path);

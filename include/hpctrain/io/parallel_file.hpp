@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "hpctrain/dist/mpi_environment.hpp"
 
@@ -20,13 +22,16 @@ struct CollectiveWrite {
   std::uintmax_t expected_bytes = 0;  // about how large the file becomes, for "... needs about 1.6 MiB"
   std::string consequence;            // said after a failure: "the previous checkpoint is intact"
   std::string hint;                   // what to do after a failure
+  // Small text files {path, text} committed with the file by the same directory flush (commit_file's companions):
+  // the pointer files that name it.
+  std::vector<std::pair<std::filesystem::path, std::string>> companions;
 };
 
 // Writes request.destination: the file is created collectively under partial_path(destination) and every rank calls
 // write(file, transfer) (its HDF5 calls collective, in the same order on every rank; `transfer` does collective I/O),
 // in steps of write_step_collectively. When any rank failed, rank 0 removes the partial file and every rank throws
 // the same Error, printed once, naming the file and the cause (write_failure_reason). Otherwise rank 0 commits the
-// file (commit_file: fsync, rename, fsync the directory). Collective.
+// file (commit_file: fsync, rename, fsync the directory) with request.companions. Collective.
 void write_file_collectively(const CollectiveWrite& request, const MpiEnvironment& mpi,
                              const std::function<void(hid_t file, hid_t transfer)>& write);
 
