@@ -88,6 +88,9 @@ steps = 1
 TOML
 expect_error lm-refused "holds token data \(562 windows of 32 tokens, vocabulary 256\).*language models are not supported yet" \
   2 train deck.toml --output run
+# the data tools read token windows like training would
+run_ranks 2 data bench deck.toml --steps 3 --set 'data.validation=[]' 2>&1 | grep -q "562 samples of 256 bytes (int32 token windows), 2 ranks" &&
+  pass "data bench on token windows" || fail "data bench on token data"
 expect_error no-length "without a sequence_length attribute, and data.sequence_length is not set" 1 train deck.toml \
   --set 'data.train=["small.h5"]' --set 'data.validation=[]' --output run2
 finish
