@@ -30,6 +30,7 @@ const std::vector<SectionSpec>& schema() {
            {"features", Kind::string, bind_field<&Config::data, &DataSection::features>},
            {"labels", Kind::string, bind_field<&Config::data, &DataSection::labels>},
            {"targets", Kind::string, bind_field<&Config::data, &DataSection::targets>},
+           {"sequence_length", Kind::integer, bind_field<&Config::data, &DataSection::sequence_length>},
            {"batch_size", Kind::integer, bind_field<&Config::data, &DataSection::batch_size>},
            {"eval_batch_size", Kind::integer, bind_field<&Config::data, &DataSection::eval_batch_size>},
            {"shuffle", Kind::shuffle, bind_field<&Config::data, &DataSection::shuffle>},

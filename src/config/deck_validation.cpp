@@ -118,6 +118,7 @@ void DeckReader::validate() {
   check_integer("data.eval_batch_size", config.data.eval_batch_size, 0);
   check_integer("data.prefetch", config.data.prefetch, 0);
   check_integer("data.augment_crop_padding", config.data.augment_crop_padding, 0);
+  check_integer("data.sequence_length", config.data.sequence_length, 0);
   check_number("data.scale", config.data.scale, config.data.scale != 0, "a non-zero number");
   if (config.data.mean.size() != config.data.std.size())
     fail(location(config.data.mean.empty() ? "data.std" : "data.mean"),

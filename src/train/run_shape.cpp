@@ -30,7 +30,18 @@ BatchShape batch_shape(const RunConfig& config, int ranks) {
   return shape;
 }
 
+void refuse_token_data(const TrainingData& data, const std::string& where) {
+  HPCTRAIN_VERIFY(!data.holds_tokens(), InputError,
+                  where << ": '" << data.file() << "' holds token data (" << data.samples() << " windows of "
+                        << data.sequence_length() << " tokens, vocabulary " << data.vocabulary()
+                        << "), and no layer takes token ids: language models are not supported yet",
+                  "the embedding layer lands with issue 16; until then train on /features data ('hpctrain data "
+                  "inspect' describes the file)");
+}
+
 void check_data_fits(const RunConfig& config, const TrainingData& train, const TrainingData* validation) {
+  refuse_token_data(train, config.where("data.train"));
+  if (validation) refuse_token_data(*validation, config.where("data.validation"));
   const std::int64_t batch = config.data.batch_size;
   HPCTRAIN_VERIFY(train.samples() >= batch, InputError,
                   config.where("data.batch_size") << ": data.batch_size = " << batch << " but '" << train.file()
