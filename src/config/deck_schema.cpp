@@ -125,6 +125,8 @@ const std::vector<LayerFieldSpec>& layer_fields() {
       {"padding", Kind::extents, bind_layer_field<&LayerSpec::padding>},
       {"dilation", Kind::extents, bind_layer_field<&LayerSpec::dilation>},
       {"groups", Kind::integer, bind_layer_field<&LayerSpec::groups>},
+      {"vocabulary", Kind::integer, bind_layer_field<&LayerSpec::vocabulary>},
+      {"positions", Kind::boolean, bind_layer_field<&LayerSpec::positions>},
   };
   return fields;
 }
@@ -148,6 +150,7 @@ const std::vector<LayerTypeSpec>& layer_types() {
       {global_avgpool, {}},
       {flatten, {}},
       {groupnorm, {"groups", "eps"}},
+      {embedding, {"vocabulary", "out", "positions"}},
   };
   return types;
 }

@@ -309,6 +309,16 @@ void DeckReader::validate_layers() {
       check_integer(layer_key(index, "out"), layer.out, 1);
       check_integer(layer_key(index, "in"), layer.in, 0);
     }
+    if (layer.type == LayerType::embedding) {
+      for (const auto& [key, what] : {std::pair{"vocabulary", "the number of token ids (256 for bytes)"},
+                                      std::pair{"out", "the width of each token's vector"}})
+        if (std::find(given.begin(), given.end(), key) == given.end())
+          fail(location(table_key), table_key + " (embedding) needs " + key + ", " + what,
+               std::string("add ") + key + " = <number>, e.g. " + key + " = " +
+                   (std::string_view(key) == "out" ? "64" : "256"));
+      check_integer(layer_key(index, "vocabulary"), layer.vocabulary, 1);
+      check_integer(layer_key(index, "out"), layer.out, 1);
+    }
     if (layer.type == LayerType::dropout)
       check_number(layer_key(index, "p"), layer.p, layer.p >= 0 && layer.p < 1, "in [0, 1)");
     if (layer.type == LayerType::layernorm || layer.type == LayerType::groupnorm)

@@ -1,6 +1,8 @@
 // Cross-entropy and MSE through the backend's fused loss kernels.
 #include "hpctrain/nn/loss.hpp"
 
+#include "hpctrain/kernels/math.hpp"
+
 namespace hpctrain {
 
 Loss::Loss(LossKind kind, Backend& backend, std::int64_t max_rows, std::int64_t outputs,
@@ -27,6 +29,14 @@ double Loss::label_weight_sum(const std::int32_t* labels, std::int64_t rows) con
   double sum = 0.0;
   for (std::int64_t i = 0; i < rows; ++i) sum += class_weights_[static_cast<std::size_t>(labels[i])];
   return sum;
+}
+
+static_assert(Loss::ignore_index == kernel_math::ignored_label);
+
+double Loss::counted_targets(const std::int32_t* targets, std::int64_t count) {
+  std::int64_t counted = 0;
+  for (std::int64_t i = 0; i < count; ++i) counted += targets[i] != ignore_index;
+  return static_cast<double>(counted);
 }
 
 void Loss::apply(const TensorView& output, const float* gradient_scale, LossSums* sums) const {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Token data (issue 16): `data convert --text` (byte-level, with a validation file) and `--tokens X.npy --vocabulary V`
 # (the stored type follows the vocabulary; a bad id is named by its position), `data inspect` on a token file (counts,
-# windows, unigram entropy against a NumPy reference), and the trainer's refusal of token data while no layer takes
-# tokens.
+# windows, unigram entropy against a NumPy reference), and the trainer's refusal of token data for a model that does
+# not start with an embedding (cli/language_model.sh trains one).
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 licence=/usr/share/common-licenses/GPL-3
@@ -75,7 +75,7 @@ expect_error bad-id "id 1000 at position 107 .* outside \[0, 1000\)" 1 data conv
 expect_error float-ids "holds float32 values; token ids are integers" 1 data convert --tokens float.npy \
   --vocabulary 10 --output f.h5
 
-# training on token data is refused at set-up, on every rank, before any model is built
+# training a model without an embedding on token data is refused at set-up, on every rank
 cat >deck.toml <<'TOML'
 [data]
 train = "train.h5"
@@ -86,7 +86,7 @@ layers = [ { type = "linear", out = 8 } ]
 [train]
 steps = 1
 TOML
-expect_error lm-refused "holds token data \(562 windows of 32 tokens, vocabulary 256\).*language models are not supported yet" \
+expect_error lm-refused "holds token data \(562 windows of 32 tokens, vocabulary 256\), but the model's first layer .* does not take token ids" \
   2 train deck.toml --output run
 # the data tools read token windows like training would
 run_ranks 2 data bench deck.toml --steps 3 --set 'data.validation=[]' 2>&1 | grep -q "562 samples of 256 bytes (int32 token windows), 2 ranks" &&

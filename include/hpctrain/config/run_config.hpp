@@ -35,6 +35,8 @@ struct LayerSpec {
   std::vector<std::int64_t> padding = {0};   // zeros added on both sides of each axis
   std::vector<std::int64_t> dilation = {1};  // conv: spacing of the kernel taps
   std::int64_t groups = 1;                   // conv: channel groups; groupnorm: number of groups (required)
+  std::int64_t vocabulary = 0;               // embedding: number of token ids (required)
+  bool positions = false;                    // embedding: a learned position embedding added (up to T positions)
   SourcePosition position;                   // of the layer's table in the deck
 };
 
