@@ -169,24 +169,35 @@ class LayerNorm final : public Layer {
   std::int64_t width_;  // values normalised together
 };
 
-// y[r, t] = table[ids[r, t]] (+ position[t]): the batch's token ids (rows, T) -> (rows, T, C). The first layer of a
-// language model; PyTorch's nn.Embedding initialisation, normal(0, 1).
+// y[r, t] = weight[ids[r, t]] (+ position[t]): the batch's token ids (rows, T) -> (rows, T, C). The first layer of a
+// language model; PyTorch's nn.Embedding initialisation, normal(0, 1), for both tables.
 class Embedding final : public Layer {
  public:
-  Embedding(std::string name, std::int64_t positions, std::int64_t vocabulary, std::int64_t width)
-      : Layer(std::move(name), SampleShape{positions}, SampleShape{positions, width}),
+  Embedding(std::string name, std::int64_t sequence, std::int64_t vocabulary, std::int64_t width, bool positions)
+      : Layer(std::move(name), SampleShape{sequence}, SampleShape{sequence, width}),
         vocabulary_(vocabulary),
-        width_(width) {}
+        width_(width),
+        positions_(positions) {}
   [[nodiscard]] std::string type() const override { return "embedding"; }
-  [[nodiscard]] std::vector<ParameterSpec> parameters() const override { return {{"weight", {vocabulary_, width_}}}; }
+  [[nodiscard]] std::vector<ParameterSpec> parameters() const override {
+    std::vector<ParameterSpec> specs{{"weight", {vocabulary_, width_}}};
+    if (positions_) specs.push_back({"position", {sequence(), width_}});
+    return specs;
+  }
   void initialize(float* host_master, std::uint64_t seed, std::uint32_t layer_index) const override {
-    // Box-Muller on pairs of the layer's counter-based uniforms: the same values on every rank count.
-    const std::uint32_t stream = layer_index * 8;
-    for (std::int64_t i = 0; i < vocabulary_ * width_; ++i) {
-      const auto index = static_cast<std::uint64_t>(i);
-      const double u1 = 1.0 - random_uniform(seed, RngPurpose::init, stream, 2 * index);  // (0, 1]
-      const double u2 = random_uniform(seed, RngPurpose::init, stream, 2 * index + 1);
-      host_master[i] = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+    // Box-Muller on pairs of each tensor's counter-based uniforms: the same values on every rank count.
+    std::int64_t position = 0;
+    const auto specs = parameters();
+    for (std::size_t p = 0; p < specs.size(); ++p) {
+      const std::uint32_t stream = layer_index * 8 + static_cast<std::uint32_t>(p);
+      const std::int64_t count = shape_size(specs[p].shape);
+      for (std::int64_t i = 0; i < count; ++i) {
+        const auto index = static_cast<std::uint64_t>(i);
+        const double u1 = 1.0 - random_uniform(seed, RngPurpose::init, stream, 2 * index);  // (0, 1]
+        const double u2 = random_uniform(seed, RngPurpose::init, stream, 2 * index + 1);
+        host_master[position + i] = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+      }
+      position += count;
     }
   }
   [[nodiscard]] bool skips_input_gradient() const override { return true; }
@@ -194,15 +205,20 @@ class Embedding final : public Layer {
   void bind_token_ids(const std::int32_t* ids) override { ids_ = ids; }
 
   void forward(const StepContext& context, std::uint32_t, const TensorView&, const TensorView& y) override {
-    context.backend->embedding_forward(ids_, master(0), vocabulary_, last_axis(y, width_));
+    context.backend->embedding_forward(ids_, master(0), vocabulary_, last_axis(y, width_),
+                                       positions_ ? master(1) : nullptr, sequence());
   }
   void backward(const StepContext& context, std::uint32_t, const TensorView&, const TensorView&, const TensorView& dy,
                 const TensorView&, bool accumulate) override {
     context.backend->embedding_backward(ids_, last_axis(dy, width_), vocabulary_, gradient(0), accumulate);
+    // d position (T * C) = the column sums of dy seen as (rows, T * C)
+    if (positions_) context.backend->bias_gradient(dy, gradient(1), master_dtype(), accumulate);
   }
 
  private:
+  [[nodiscard]] std::int64_t sequence() const { return input_width(); }
   std::int64_t vocabulary_, width_;
+  bool positions_;                     // a learned position embedding, (T, C)
   const std::int32_t* ids_ = nullptr;  // (rows, T) backend memory, the model's token input
 };
 
@@ -268,11 +284,7 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const SampleShape& inpu
                       deck_location << ": layer '" << spec.name << "' (embedding) receives samples of shape "
                                     << batch_shape_text(input_shape) << ", not token ids",
                       "an embedding must be the first layer of a model trained on token data");
-      if (spec.positions)
-        throw NotSupported(deck_location + ": layer '" + spec.name +
-                           "' (embedding): a learned position embedding (positions = true); remove the key or set "
-                           "positions = false");
-      return std::make_unique<Embedding>(spec.name, input_shape.front(), spec.vocabulary, spec.out);
+      return std::make_unique<Embedding>(spec.name, input_shape.front(), spec.vocabulary, spec.out, spec.positions);
     default:  // the spatial layers
       return nn_detail::make_spatial_layer(spec, input_shape, deck_location, layout);
   }

@@ -30,6 +30,19 @@ TOML
 for ranks in 1 2; do
   run_ranks $ranks train lm.toml --output run-$ranks >train-$ranks.log 2>&1 || { cat train-$ranks.log >&2; fail "train on $ranks ranks"; }
 done
+# with a learned position embedding: the same losses on 1 and 2 ranks too
+for ranks in 1 2; do
+  run_ranks $ranks train lm.toml --set 'model.layers[0].positions=true' --set train.steps=60 --output pos-$ranks \
+    >pos-$ranks.log 2>&1 || { cat pos-$ranks.log >&2; fail "train with positions on $ranks ranks"; }
+done
+grep -q "embedding0      embedding       (N, 64, 64)             20480" pos-1.log &&
+  pass "summary: the position table (64 x 64) counted" || { cat pos-1.log >&2; fail "summary with positions"; }
+$PYTHON - <<'PY' && pass "positions: 1 and 2 ranks give the same losses" || fail "positions losses"
+import h5py, numpy as np
+a, b = (h5py.File(f"pos-{r}/metrics.h5", "r")["/train/loss"][:] for r in (1, 2))
+assert len(a) == 60 and np.all(np.isfinite(a)) and len(b) == 60
+assert np.abs(a - b).max() / np.abs(a).max() <= 1e-5, np.abs(a - b).max()
+PY
 grep -q "embedding0      embedding       (N, 64, 64)             16384" train-1.log &&
   pass "summary: the embedding's (N, T, C) output and its table" || { cat train-1.log >&2; fail "summary"; }
 $PYTHON - <<'PY' && pass "1 and 2 ranks: the same losses; validation loss below the unigram entropy" || fail "language model losses"
@@ -62,6 +75,4 @@ expect_error small-vocabulary "vocabulary = 100 but the token ids of '.*train.h5
   --set 'model.layers=[{type="embedding", vocabulary=100, out=8}, {type="linear", out=256}]' --output bad5
 expect_error flattened-output "its output must be \(64, 256\) scored by cross_entropy" 1 train lm.toml \
   --set 'model.layers=[{type="embedding", vocabulary=256, out=8}, {type="flatten"}, {type="linear", out=256}]' --output bad6
-expect_error positions "a learned position embedding \(positions = true\).*not supported yet" 1 train lm.toml \
-  --set 'model.layers=[{type="embedding", vocabulary=256, out=8, positions=true}, {type="linear", out=256}]' --output bad7
 finish

@@ -1,4 +1,5 @@
-// The first sequence model (issue 16) in double precision through the real layer code: an embedding reads token ids,
+// The first sequence model (issue 16) in double precision through the real layer code: an embedding (with a learned
+// position embedding) reads token ids,
 // linear and layernorm act on the last axis of (T, C) samples, and the loss scores every position against the next
 // tokens with ignored targets (-100). The forward pass is compared with a host f64 reference, and the gradient of
 // every parameter (the embedding's table included) with central differences of the loss.
@@ -24,6 +25,7 @@ LayerSpec layer(LayerType type, std::int64_t out = 0) {
   spec.out = out;
   spec.vocabulary = vocabulary;
   spec.p = 0.3;
+  spec.positions = true;
   return spec;
 }
 
@@ -87,11 +89,13 @@ TEST(SequenceModel, ForwardAndLossMatchReference) {
   std::fill_n(static_cast<double*>(output.data), rows * positions * vocabulary, NAN);  // poisoned
   const double loss = test.loss(false);
 
-  const double *table = test.parameter(0), *gamma = test.parameter(1), *beta = test.parameter(2),
-               *weight = test.parameter(3), *bias = test.parameter(4);
+  const double *table = test.parameter(0), *position = test.parameter(1), *gamma = test.parameter(2),
+               *beta = test.parameter(3), *weight = test.parameter(4), *bias = test.parameter(5);
   double reference_loss = 0.0, worst = 0.0, norm = 0.0;
   for (std::int64_t r = 0; r < rows * positions; ++r) {
-    const double* x = table + test.batch.ids[r] * width;
+    std::vector<double> x(width);
+    for (std::int64_t c = 0; c < width; ++c)
+      x[c] = table[test.batch.ids[r] * width + c] + position[r % positions * width + c];
     double mean = 0.0, variance = 0.0;
     for (std::int64_t c = 0; c < width; ++c) mean += x[c] / width;
     for (std::int64_t c = 0; c < width; ++c) variance += (x[c] - mean) * (x[c] - mean) / width;

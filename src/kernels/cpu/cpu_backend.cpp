@@ -422,9 +422,9 @@ class CpuBackend final : public Backend {
                           const TensorView& dout, const void* lse, const TensorView& dqkv) override {
     attention_.backward(geometry, qkv, out, dout, lse, dqkv);
   }
-  void embedding_forward(const std::int32_t* ids, const void* table, std::int64_t vocabulary,
-                         const TensorView& y) override {
-    embedding_.forward(ids, table, vocabulary, y);
+  void embedding_forward(const std::int32_t* ids, const void* table, std::int64_t vocabulary, const TensorView& y,
+                         const void* positions, std::int64_t sequence) override {
+    embedding_.forward(ids, table, vocabulary, y, positions, sequence);
   }
   void embedding_backward(const std::int32_t* ids, const TensorView& dy, std::int64_t vocabulary, void* dtable,
                           bool accumulate) override {
