@@ -135,6 +135,8 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
   memory_.activations =
       static_cast<std::size_t>(buffers_.max_rows) * (static_cast<std::size_t>(activation_elements) * activation_size +
                                                      static_cast<std::size_t>(saved_rows_blocks) * master_size);
+  if (token_ids_.data != nullptr)  // an embedding model's int32 token input
+    memory_.activations += static_cast<std::size_t>(buffers_.max_rows * input_width_) * sizeof(std::int32_t);
 
   // Hand each layer its views.
   std::size_t entry = 0;

@@ -45,8 +45,8 @@ struct ModelMemory {
   std::size_t parameters = 0;    // master parameters (padding included)
   std::size_t gradients = 0;     // their gradients (training only)
   std::size_t working_copy = 0;  // the 16-bit copy the products read (bf16/fp16)
-  std::size_t activations = 0;   // every layer's input and the output, backward scratch, saved statistics; all
-                                 // proportional to ModelBuffers::max_rows
+  std::size_t activations = 0;   // every layer's input and the output, backward scratch, saved statistics, an
+                                 // embedding model's token ids; all proportional to ModelBuffers::max_rows
 };
 
 class Model {
