@@ -22,7 +22,8 @@ const char* const bench_usage =
     "Read the deck's training batches exactly as 'hpctrain train' would on this many ranks (same sampler, files,\n"
     "transforms, augmentation, data.prefetch, data.in_memory, data.shuffle), without training, and report per rank\n"
     "the staging time (data.in_memory, local shuffle) and the read throughput: bytes of batch data delivered (float32\n"
-    "features, labels/targets) per second of waiting for batches, and the median rate in samples per second.\n"
+    "features, labels/targets; int32 input and target ids of token data) per second of waiting for batches, and the\n"
+    "median rate in samples per second.\n"
     "\n"
     "options:\n"
     "  --steps K     batches to read per rank (default: one epoch)\n"
@@ -48,8 +49,11 @@ int data_bench_command(const Arguments& args, const MpiEnvironment& mpi) {
   const double staging = MPI_Wtime() - staging_start;
   const std::int64_t steps = parsed.has("--steps") ? parsed.integer<std::int64_t>("--steps") : loader.steps_per_epoch();
   HPCTRAIN_VERIFY(steps >= 1, InputError, command << ": --steps must be at least 1", help_hint);
-  const std::int64_t row_bytes = data.feature_width() * static_cast<std::int64_t>(sizeof(float)) +
-                                 data.target_width() * static_cast<std::int64_t>(sizeof(float));
+  // Token data: T input ids and T target ids per window, int32 each (4 bytes, as float32 features and labels).
+  const std::int64_t row_bytes = data.holds_tokens()
+                                     ? 2 * data.sequence_length() * static_cast<std::int64_t>(sizeof(std::int32_t))
+                                     : data.feature_width() * static_cast<std::int64_t>(sizeof(float)) +
+                                           data.target_width() * static_cast<std::int64_t>(sizeof(float));
   std::int64_t rows = 0;
   const double start = MPI_Wtime();
   for (std::int64_t step = 0; step < steps; ++step) rows += loader.next().rows;
@@ -64,12 +68,13 @@ int data_bench_command(const Arguments& args, const MpiEnvironment& mpi) {
       MPI_Gather(mine, figures_per_rank, MPI_DOUBLE, all.data(), figures_per_rank, MPI_DOUBLE, 0, mpi.world()));
   if (mpi.is_root()) {
     std::printf(
-        "# hpctrain data bench: %s: %s, %lld samples of %lld bytes (float32), %d ranks x %lld steps of %lld; "
+        "# hpctrain data bench: %s: %s, %lld samples of %lld bytes (%s), %d ranks x %lld steps of %lld; "
         "data.shuffle = %s, data.prefetch = %lld, data.in_memory = %s\n",
         parsed.positionals()[0].c_str(), data.file().c_str(), static_cast<long long>(data.samples()),
-        static_cast<long long>(row_bytes), mpi.size(), static_cast<long long>(steps),
-        static_cast<long long>(local_batch), std::string(word_of(config.data.shuffle)).c_str(),
-        static_cast<long long>(config.data.prefetch), config.data.in_memory ? "true" : "false");
+        static_cast<long long>(row_bytes), data.holds_tokens() ? "int32 token windows" : "float32", mpi.size(),
+        static_cast<long long>(steps), static_cast<long long>(local_batch),
+        std::string(word_of(config.data.shuffle)).c_str(), static_cast<long long>(config.data.prefetch),
+        config.data.in_memory ? "true" : "false");
     if (const SampleAugmentation* augmentation = data.augmentation())
       std::printf("# training augmentation: %s\n", augmentation->description().c_str());
     std::vector<double> rates, staging_rates;

@@ -13,6 +13,7 @@
 #include "hpctrain/data/channel_statistics.hpp"
 #include "hpctrain/data/hdf5_dataset.hpp"
 #include "hpctrain/data/normalization.hpp"
+#include "hpctrain/data/tokens.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
 #include "hpctrain/io/hdf5.hpp"
 
@@ -22,6 +23,7 @@ namespace {
 
 const char* const inspect_usage =
     "usage: hpctrain data inspect FILE.h5 [--features PATH] [--all-channels] [--stats-out STATS.h5 [--force]]\n"
+    "                             [--sequence-length T]\n"
     "\n"
     "Describe an HDF5 data file: every dataset (shape, stored type, chunking and compression), the number of\n"
     "samples, the range and number of distinct labels in /labels, min/max/mean/std of every feature channel,\n"
@@ -34,9 +36,13 @@ const char* const inspect_usage =
     "  --stats-out FILE  write the per-channel mean and std of the features (float64) to FILE for the deck's\n"
     "                    data.normalize = \"FILE\" (x -> (x - mean) / std); a constant channel gets std 1\n"
     "  --force           overwrite an existing --stats-out file\n"
+    "  --sequence-length T  token files: count the windows of T + 1 tokens (default: the file's attribute)\n"
     "\n"
     "A channel is the second dimension: (N, F) has F channels, (N, C, H, W) has C channels of H x W values.\n"
-    "std is the population standard deviation (numpy.std). NaN and Inf are counted apart and left out.\n";
+    "std is the population standard deviation (numpy.std). NaN and Inf are counted apart and left out.\n"
+    "A token file (/tokens, for language models) gets the token count, the windows (samples) for T, the vocabulary,\n"
+    "the ids used, the most frequent ids (bytes, for byte-level text) and the unigram entropy in bits per token: the\n"
+    "loss of a model that knows only the token frequencies, the baseline a language model must beat.\n";
 
 // Range, distinct values and counts of a label dataset, read block by block.
 struct LabelSummary {
@@ -155,6 +161,80 @@ std::vector<ChannelStatistics> print_channel_statistics(const std::string& file,
   return channels;
 }
 
+// A byte-level token for display: 'e', ' ', '\n', or \xNN.
+std::string byte_text(std::int64_t id) {
+  if (id == '\n') return "'\\n'";
+  if (id == '\t') return "'\\t'";
+  char text[8];
+  if (id >= 32 && id < 127) {
+    std::snprintf(text, sizeof text, "'%c'", static_cast<char>(id));
+  } else {
+    std::snprintf(text, sizeof text, "\\x%02llx", static_cast<unsigned long long>(id));
+  }
+  return text;
+}
+
+void print_token_summary(const std::string& file, const CommandLine& parsed) {
+  const TokenFileInfo info = read_token_file_info(file);
+  std::string tokenizer;
+  {
+    const auto lock = lock_hdf5();
+    const H5Handle handle = open_file_read_only(file, "data file");
+    if (attribute_exists(handle.get(), "tokenizer")) tokenizer = read_string_attribute(handle.get(), "tokenizer");
+  }
+  const bool bytes = tokenizer == "bytes";
+  std::printf("tokens (%s, %s): %lld, vocabulary %lld%s\n", tokens_dataset, info.type_name.c_str(),
+              static_cast<long long>(info.tokens), static_cast<long long>(info.vocabulary),
+              bytes ? " (byte-level text)" : "");
+  const std::int64_t length =
+      parsed.has("--sequence-length") ? parsed.integer<std::int64_t>("--sequence-length") : info.sequence_length;
+  HPCTRAIN_VERIFY(length >= 0, InputError, parsed.command() << ": --sequence-length must be >= 1", parsed.help_hint());
+  if (length > 0) {
+    std::printf("windows: %lld of %lld tokens at T = %lld (%s)\n",
+                static_cast<long long>(token_windows(info.tokens, length)), static_cast<long long>(length + 1),
+                static_cast<long long>(length),
+                parsed.has("--sequence-length") ? "--sequence-length" : "the file's sequence_length");
+  } else {
+    std::printf("windows: --sequence-length T counts them (the file has no sequence_length attribute)\n");
+  }
+  constexpr std::int64_t counted_vocabulary_at_most = std::int64_t{1} << 27;
+  if (info.vocabulary > counted_vocabulary_at_most) {
+    std::printf("id frequencies: not counted (vocabulary above %lld)\n",
+                static_cast<long long>(counted_vocabulary_at_most));
+    return;
+  }
+  const TokenCounts counts = count_tokens(file, info);
+  std::printf("ids used: %lld of %lld\n", static_cast<long long>(counts.ids_used()),
+              static_cast<long long>(info.vocabulary));
+  std::vector<std::int64_t> order(counts.counts.size());
+  for (std::size_t id = 0; id < order.size(); ++id) order[id] = static_cast<std::int64_t>(id);
+  constexpr std::size_t shown = 10;
+  const std::size_t top = std::min(shown, order.size());
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(top), order.end(),
+                    [&](std::int64_t a, std::int64_t b) {
+                      const std::int64_t ca = counts.counts[static_cast<std::size_t>(a)],
+                                         cb = counts.counts[static_cast<std::size_t>(b)];
+                      return ca != cb ? ca > cb : a < b;
+                    });
+  std::printf("most frequent %s:", bytes ? "bytes" : "ids");
+  for (std::size_t i = 0; i < top && counts.counts[static_cast<std::size_t>(order[i])] > 0; ++i) {
+    const std::int64_t id = order[i];
+    std::printf(
+        "%s %s %.2f%%", i > 0 ? "," : "", bytes ? byte_text(id).c_str() : std::to_string(id).c_str(),
+        100.0 * static_cast<double>(counts.counts[static_cast<std::size_t>(id)]) / static_cast<double>(counts.tokens));
+  }
+  std::printf("\n");
+  const double entropy = counts.entropy_bits();
+  std::printf(
+      "unigram entropy: %.4f bits per token (%.4f nats: the loss of a model that knows only the token "
+      "frequencies)\n",
+      entropy, entropy * std::log(2.0));
+  if (counts.out_of_range > 0)
+    std::printf("warning: %lld ids outside [0, %lld) (the first at position %lld); training refuses them\n",
+                static_cast<long long>(counts.out_of_range), static_cast<long long>(info.vocabulary),
+                static_cast<long long>(counts.first_out_of_range));
+}
+
 struct DatasetRow {
   std::string path, shape, type, storage;
   std::vector<std::int64_t> dims;
@@ -164,8 +244,12 @@ struct DatasetRow {
 
 int data_inspect_command(const Arguments& args, const MpiEnvironment& mpi) {
   const std::string command = "hpctrain data inspect";
-  const CommandLine parsed(
-      args, command, {{"--features", true}, {"--all-channels", false}, {"--stats-out", true}, {"--force", false}});
+  const CommandLine parsed(args, command,
+                           {{"--features", true},
+                            {"--all-channels", false},
+                            {"--stats-out", true},
+                            {"--force", false},
+                            {"--sequence-length", true}});
   if (print_help_if_asked(parsed, inspect_usage, mpi)) return 0;
   const std::string help_hint = parsed.help_hint();
   HPCTRAIN_VERIFY(!parsed.positionals().empty(), InputError, command << ": no file given", help_hint);
@@ -207,6 +291,12 @@ int data_inspect_command(const Arguments& args, const MpiEnvironment& mpi) {
                   row.storage.c_str());
     }
 
+    if (std::any_of(rows.begin(), rows.end(), [](const DatasetRow& r) { return r.path == tokens_dataset; })) {
+      with_command_context(command, [&] { print_token_summary(file, parsed); });
+    } else if (parsed.has("--sequence-length")) {
+      throw InputError(command + ": --sequence-length is for token files, and '" + file + "' has no " + tokens_dataset,
+                       "the datasets are listed above");
+    }
     // Samples: the first dimension of /features, or of every dataset when there is no /features but they agree.
     const auto features =
         std::find_if(rows.begin(), rows.end(), [](const DatasetRow& r) { return r.path == "/features"; });
@@ -218,7 +308,9 @@ int data_inspect_command(const Arguments& args, const MpiEnvironment& mpi) {
                })) {
       samples = rows[0].dims[0];
     }
-    if (samples) {
+    if (samples && features == rows.end() && rows.size() == 1 && rows[0].path == tokens_dataset) {
+      // a token file: its samples are the windows above
+    } else if (samples) {
       std::printf("samples: %lld\n", static_cast<long long>(*samples));
       for (const DatasetRow& row : rows) {
         if ((row.path == "/labels" || row.path == "/targets") && !row.dims.empty() && row.dims[0] != *samples)

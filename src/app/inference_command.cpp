@@ -27,6 +27,7 @@
 #include "hpctrain/train/device_batch.hpp"
 #include "hpctrain/train/evaluation.hpp"
 #include "hpctrain/train/rank_resources.hpp"
+#include "hpctrain/train/run_shape.hpp"
 
 namespace hpctrain {
 
@@ -176,6 +177,7 @@ int predict_command(const Arguments& args, const MpiEnvironment& mpi) {
   // labels.
   const RunConfig deck = checkpoint_config(arguments);
   const TrainingData data(deck, "--data", arguments.data, task_of(deck.model.loss), DataContents::features_only);
+  refuse_token_data(data, "--data");
   InferenceSetup setup = set_up(arguments, deck, data.model_input_shape(), mpi);
   data.validate(mpi, 0);
   Model& model = *setup.model;
@@ -248,6 +250,7 @@ int evaluate_command(const Arguments& args, const MpiEnvironment& mpi) {
   const RunConfig deck = checkpoint_config(arguments);
   const TaskKind task = task_of(deck.model.loss);
   const TrainingData data(deck, "--data", arguments.data, task);
+  refuse_token_data(data, "--data");
   InferenceSetup setup = set_up(arguments, deck, data.model_input_shape(), mpi);
   data.validate(mpi, task == TaskKind::classification ? setup.model->output_width() : 0);
   DeviceBatch device(*setup.backend, *setup.model, setup.local_batch);

@@ -30,6 +30,7 @@ const std::vector<SectionSpec>& schema() {
            {"features", Kind::string, bind_field<&Config::data, &DataSection::features>},
            {"labels", Kind::string, bind_field<&Config::data, &DataSection::labels>},
            {"targets", Kind::string, bind_field<&Config::data, &DataSection::targets>},
+           {"sequence_length", Kind::integer, bind_field<&Config::data, &DataSection::sequence_length>},
            {"batch_size", Kind::integer, bind_field<&Config::data, &DataSection::batch_size>},
            {"eval_batch_size", Kind::integer, bind_field<&Config::data, &DataSection::eval_batch_size>},
            {"shuffle", Kind::shuffle, bind_field<&Config::data, &DataSection::shuffle>},
@@ -124,6 +125,8 @@ const std::vector<LayerFieldSpec>& layer_fields() {
       {"padding", Kind::extents, bind_layer_field<&LayerSpec::padding>},
       {"dilation", Kind::extents, bind_layer_field<&LayerSpec::dilation>},
       {"groups", Kind::integer, bind_layer_field<&LayerSpec::groups>},
+      {"vocabulary", Kind::integer, bind_layer_field<&LayerSpec::vocabulary>},
+      {"positions", Kind::boolean, bind_layer_field<&LayerSpec::positions>},
   };
   return fields;
 }
@@ -147,6 +150,7 @@ const std::vector<LayerTypeSpec>& layer_types() {
       {global_avgpool, {}},
       {flatten, {}},
       {groupnorm, {"groups", "eps"}},
+      {embedding, {"vocabulary", "out", "positions"}},
   };
   return types;
 }

@@ -118,6 +118,7 @@ void DeckReader::validate() {
   check_integer("data.eval_batch_size", config.data.eval_batch_size, 0);
   check_integer("data.prefetch", config.data.prefetch, 0);
   check_integer("data.augment_crop_padding", config.data.augment_crop_padding, 0);
+  check_integer("data.sequence_length", config.data.sequence_length, 0);
   check_number("data.scale", config.data.scale, config.data.scale != 0, "a non-zero number");
   if (config.data.mean.size() != config.data.std.size())
     fail(location(config.data.mean.empty() ? "data.std" : "data.mean"),
@@ -307,6 +308,16 @@ void DeckReader::validate_layers() {
              "add out = <number of output features>, e.g. out = 64");
       check_integer(layer_key(index, "out"), layer.out, 1);
       check_integer(layer_key(index, "in"), layer.in, 0);
+    }
+    if (layer.type == LayerType::embedding) {
+      for (const auto& [key, what] : {std::pair{"vocabulary", "the number of token ids (256 for bytes)"},
+                                      std::pair{"out", "the width of each token's vector"}})
+        if (std::find(given.begin(), given.end(), key) == given.end())
+          fail(location(table_key), table_key + " (embedding) needs " + key + ", " + what,
+               std::string("add ") + key + " = <number>, e.g. " + key + " = " +
+                   (std::string_view(key) == "out" ? "64" : "256"));
+      check_integer(layer_key(index, "vocabulary"), layer.vocabulary, 1);
+      check_integer(layer_key(index, "out"), layer.out, 1);
     }
     if (layer.type == LayerType::dropout)
       check_number(layer_key(index, "p"), layer.p, layer.p >= 0 && layer.p < 1, "in [0, 1)");

@@ -5,7 +5,9 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -13,9 +15,11 @@
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/core/files.hpp"
 #include "hpctrain/core/half.hpp"
+#include "hpctrain/core/numbers.hpp"
 #include "hpctrain/data/distributed_sampler.hpp"
 #include "hpctrain/data/hdf5_dataset.hpp"
 #include "hpctrain/data/npy.hpp"
+#include "hpctrain/data/tokens.hpp"
 
 namespace hpctrain {
 
@@ -451,6 +455,129 @@ std::string convert_csv(const CsvConversion& conversion, const std::string& outp
 }
 
 // --- split ---
+
+// --- token streams ---
+
+std::string convert_tokens(const TokenConversion& conversion, const std::string& output,
+                           const std::string& validation_output) {
+  const bool from_ids = !conversion.ids.empty();
+  std::int64_t total = 0;
+  const std::int64_t vocabulary = from_ids ? conversion.vocabulary : 256;
+  HPCTRAIN_VERIFY(vocabulary >= 1 && vocabulary <= max_vocabulary, InputError,
+                  "--vocabulary " << vocabulary << " is outside [1, " << max_vocabulary << "]",
+                  "give the tokenizer's vocabulary size (every id must be below it)");
+  // The source, read block after block into int32 ids: the text files' bytes in order, or the .npy's values.
+  std::function<void(std::int32_t*, std::int64_t, std::int64_t)> read_block;  // (out, first token, count)
+  NpyHeader ids;
+  std::unique_ptr<NpyReader> npy;
+  std::vector<unsigned char> raw;  // (block) bytes as stored
+  std::size_t text_index = 0;
+  std::ifstream text;
+  if (from_ids) {
+    ids = read_npy_header(conversion.ids);
+    HPCTRAIN_VERIFY(!ids.is_float, InputError,
+                    "--tokens '" << conversion.ids << "' holds " << ids.type_name << " values; token ids are integers",
+                    "save the ids as an integer array: numpy.save(path, ids.astype(numpy.int32))");
+    total = ids.elements();
+    npy = std::make_unique<NpyReader>(conversion.ids, ids);
+    read_block = [&](std::int32_t* out, std::int64_t first, std::int64_t count) {
+      raw.resize(static_cast<std::size_t>(count) * ids.value_bytes);
+      npy->read(raw.data(), raw.size());
+      for (std::int64_t i = 0; i < count; ++i) {
+        const double id = element_value(raw.data() + static_cast<std::size_t>(i) * ids.value_bytes, ids);
+        HPCTRAIN_VERIFY(id >= 0 && id < static_cast<double>(vocabulary), InputError,
+                        "--tokens '" << conversion.ids << "': id " << number_text(id) << " at position " << first + i
+                                     << " (counted from 0, C order) is outside [0, " << vocabulary
+                                     << "), the --vocabulary",
+                        "pass the tokenizer's vocabulary size as --vocabulary (every id must be below it), or fix "
+                        "the ids");
+        out[i] = static_cast<std::int32_t>(id);
+      }
+    };
+  } else {
+    HPCTRAIN_VERIFY(!conversion.texts.empty(), InputError, "no --text file given", "name one or more text files");
+    for (const std::string& file : conversion.texts) {
+      std::error_code error;
+      const std::uintmax_t bytes = std::filesystem::file_size(file, error);
+      HPCTRAIN_VERIFY(!error && std::filesystem::is_regular_file(file), InputError,
+                      "--text '" << file << "' is not a readable file", "check the path");
+      total += static_cast<std::int64_t>(bytes);
+    }
+    read_block = [&](std::int32_t* out, std::int64_t, std::int64_t count) {
+      raw.resize(static_cast<std::size_t>(count));
+      std::int64_t done = 0;
+      while (done < count) {
+        if (!text.is_open()) {
+          text.open(conversion.texts[text_index], std::ios::binary);
+          HPCTRAIN_VERIFY(text, InputError, "cannot read '" << conversion.texts[text_index] << "'",
+                          "check the file's permissions");
+        }
+        text.read(reinterpret_cast<char*>(raw.data() + done), static_cast<std::streamsize>(count - done));
+        done += text.gcount();
+        if (done < count) {  // this file is done: the next one
+          HPCTRAIN_VERIFY(text.eof() && text_index + 1 < conversion.texts.size(), InputError,
+                          "reading '" << conversion.texts[text_index] << "' failed part way (the file changed)",
+                          "run the conversion again");
+          text.close();
+          text.clear();
+          ++text_index;
+        }
+      }
+      for (std::int64_t i = 0; i < count; ++i) out[i] = raw[static_cast<std::size_t>(i)];
+    };
+  }
+  const double fraction = conversion.validation_fraction;
+  HPCTRAIN_VERIFY(fraction >= 0 && fraction < 1, InputError,
+                  "--validation-fraction " << number_text(fraction) << " is outside [0, 1)",
+                  "give the share of the tokens for validation, e.g. 0.1");
+  const std::int64_t validation_tokens = std::llround(fraction * static_cast<double>(total));
+  const std::int64_t train_tokens = total - validation_tokens;
+  HPCTRAIN_VERIFY(train_tokens >= 2 && (fraction == 0 || validation_tokens >= 2), InputError,
+                  "the input holds " << total << " tokens: too few for " << train_tokens << " training and "
+                                     << validation_tokens << " validation tokens (each part needs at least 2)",
+                  "give more text or ids, or a different --validation-fraction");
+
+  const std::string type = token_type_for(vocabulary);
+  const hid_t file_type = type == "uint8" ? H5T_STD_U8LE : type == "uint16" ? H5T_STD_U16LE : H5T_STD_I32LE;
+  const auto lock = lock_hdf5();
+  struct Output {
+    H5Handle file;
+    std::unique_ptr<DatasetWriter> writer;
+  };
+  std::vector<Output> outputs;
+  for (const auto& [path, count] : {std::pair{output, train_tokens}, std::pair{validation_output, validation_tokens}}) {
+    if (count == 0) continue;
+    Output out{create_file(path), nullptr};
+    out.writer = std::make_unique<DatasetWriter>(out.file.get(), tokens_dataset, file_type, std::vector<std::int64_t>{},
+                                                 count, conversion.compress);
+    outputs.push_back(std::move(out));
+  }
+  const std::int64_t block = block_bytes / static_cast<std::int64_t>(sizeof(std::int32_t));
+  std::vector<std::int32_t> values(static_cast<std::size_t>(std::min(block, total)));  // (block) ids
+  for (std::int64_t first = 0; first < total; first += block) {
+    const std::int64_t count = std::min(block, total - first);
+    read_block(values.data(), first, count);
+    const std::int64_t to_train = std::clamp<std::int64_t>(train_tokens - first, 0, count);
+    outputs[0].writer->append(values.data(), H5T_NATIVE_INT32, to_train);
+    if (to_train < count) outputs[1].writer->append(values.data() + to_train, H5T_NATIVE_INT32, count - to_train);
+  }
+  std::string source = from_ids ? conversion.ids : "";
+  for (std::size_t i = 0; i < conversion.texts.size(); ++i) source += (i > 0 ? ", " : "") + conversion.texts[i];
+  for (Output& out : outputs) {
+    out.writer->close();
+    write_integer_attribute(out.file.get(), vocabulary_attribute, vocabulary);
+    if (conversion.sequence_length > 0)
+      write_integer_attribute(out.file.get(), sequence_length_attribute, conversion.sequence_length);
+    write_string_attribute(out.file.get(), "tokenizer", from_ids ? "ids" : "bytes");
+    write_string_attribute(out.file.get(), "source", source);
+    write_string_attribute(out.file.get(), "created_by", std::string("hpctrain ") + HPCTRAIN_VERSION + " data convert");
+    out.file.close();
+  }
+  std::ostringstream summary;
+  summary << "wrote " << output << ": " << train_tokens << " tokens (" << type << ", vocabulary " << vocabulary << ")";
+  if (validation_tokens > 0) summary << "; " << validation_output << ": " << validation_tokens << " tokens";
+  return summary.str();
+}
 
 std::string split_dataset(const SplitRequest& request, const std::string& train_output,
                           const std::string& validation_output) {

@@ -19,6 +19,7 @@
 #include "hpctrain/data/hdf5_dataset.hpp"
 #include "hpctrain/data/normalization.hpp"
 #include "hpctrain/data/sampler.hpp"
+#include "hpctrain/data/tokens.hpp"
 #include "hpctrain/io/hdf5.hpp"
 
 namespace hpctrain {
@@ -130,10 +131,20 @@ TrainingData::TrainingData(const RunConfig& config, const std::string& split_key
       transform_(FeatureTransform::from(config.data)) {
   files_ = expand_data_files(patterns, where_, split_key);
   description_ = describe_files(files_);
+  const std::string context = where_ + ": " + split_key;
+  bool token_data = false;
+  try {
+    token_data = !files_.empty() && file_holds_tokens(files_.front());
+  } catch (const InputError& error) {
+    throw InputError(context + ": " + error.what(), error.hint(), error.scope());
+  }
+  if (token_data) {
+    set_up_tokens(config);
+    return;
+  }
   const bool classification = task == TaskKind::classification;
   const std::string answers_path = classification ? config.data.labels : config.data.targets;
   const std::string answers_key = classification ? "data.labels" : "data.targets";
-  const std::string context = where_ + ": " + split_key;
 
   for (const std::string& file : files_) {
     auto part = std::make_unique<Part>();
@@ -186,6 +197,99 @@ TrainingData::TrainingData(const RunConfig& config, const std::string& split_key
   part_begins_.push_back(samples_);
   HPCTRAIN_VERIFY(samples_ > 0, InputError, context << ": " << description_ << " holds no samples");
   set_up_standardisation(config);
+}
+
+void TrainingData::set_up_tokens(const RunConfig& config) {
+  const std::string context = where_ + ": " + split_key_;
+  tokens_ = true;
+  HPCTRAIN_VERIFY(transform_.is_identity() && config.data.normalize.empty(), InputError,
+                  context << ": " << description_ << " holds token data (" << tokens_dataset
+                          << "), and the feature transforms ("
+                          << (config.data.normalize.empty() ? transform_.description() : "data.normalize")
+                          << ") do not apply to token ids",
+                  "remove data.log1p, data.scale, data.shift, data.normalize, data.mean and data.std from the deck");
+  std::int64_t length = config.data.sequence_length;
+  for (const std::string& file : files_) {
+    auto part = std::make_unique<Part>();
+    part->file = file;
+    TokenFileInfo info;
+    try {
+      info = read_token_file_info(file);
+      part->features = std::make_unique<Hdf5Dataset>(file, tokens_dataset);
+    } catch (const InputError& error) {
+      throw InputError(context + ": " + error.what(), error.hint(), error.scope());
+    }
+    if (parts_.empty()) {
+      vocabulary_ = info.vocabulary;
+      if (length == 0) length = info.sequence_length;
+      HPCTRAIN_VERIFY(length > 0, InputError,
+                      context << ": '" << file << "' holds token data without a " << sequence_length_attribute
+                              << " attribute, and data.sequence_length is not set",
+                      "set data.sequence_length = T (the tokens of one sample) under [data]");
+    } else {
+      HPCTRAIN_VERIFY(info.vocabulary == vocabulary_, InputError,
+                      context << ": '" << file << "' has a vocabulary of " << info.vocabulary << " tokens, but '"
+                              << files_.front() << "' has " << vocabulary_,
+                      "every file of one split must come from the same tokenizer");
+    }
+    part_begins_.push_back(samples_);
+    samples_ += token_windows(info.tokens, length);
+    parts_.push_back(std::move(part));
+  }
+  part_begins_.push_back(samples_);
+  feature_width_ = length;
+  sample_shape_ = {length};
+  HPCTRAIN_VERIFY(samples_ > 0, InputError,
+                  context << ": " << description_ << " holds no window of " << length + 1
+                          << " tokens (a sample is T + 1 tokens, T = " << length << ")",
+                  "use a smaller data.sequence_length, or more tokens");
+}
+
+void TrainingData::read_window(std::int64_t sample, std::int32_t* out) const {
+  const std::size_t part = part_of(sample);
+  const Part& piece = *parts_[part];
+  const std::int64_t first_token = (sample - part_begins_[part]) * feature_width_;
+  piece.guarded(where_ + ": " + split_key_, tokens_dataset,
+                [&] { piece.features->read_range(first_token, feature_width_ + 1, out); });
+}
+
+void TrainingData::validate_tokens(MPI_Comm comm) const {
+  int ranks = 1, rank = 0;
+  HPCTRAIN_MPI_CHECK(MPI_Comm_size(comm, &ranks));
+  HPCTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  const auto [begin, end] = rank_slice(samples_, ranks, rank);
+  const std::int64_t length = feature_width_;
+  std::int64_t first_bad = no_sample;  // window
+  std::vector<std::int32_t> tokens;    // (block) read in bounded blocks of whole windows
+  const std::int64_t windows_per_block = std::max<std::int64_t>(1, validation_block_values / length);
+  const auto bad = [&](std::int32_t id) { return id < 0 || id >= vocabulary_; };
+  for_each_piece(
+      begin, end - begin, [&](const Part& part, std::int64_t local_first, std::int64_t rows, std::int64_t offset) {
+        for (std::int64_t window = local_first; window < local_first + rows && first_bad == no_sample;
+             window += windows_per_block) {
+          const std::int64_t windows = std::min(windows_per_block, local_first + rows - window);
+          tokens.resize(static_cast<std::size_t>(windows * length + 1));
+          part.guarded(where_ + ": " + split_key_, tokens_dataset,
+                       [&] { part.features->read_range(window * length, windows * length + 1, tokens.data()); });
+          const auto found = std::find_if(tokens.begin(), tokens.end(), bad);
+          if (found != tokens.end())
+            first_bad = begin + offset + (window - local_first) +
+                        std::min<std::int64_t>((found - tokens.begin()) / length, windows - 1);
+        }
+      });
+  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT64_T, MPI_MIN, comm));
+  if (first_bad == no_sample) return;
+  tokens.resize(static_cast<std::size_t>(length + 1));
+  read_window(first_bad, tokens.data());
+  const auto found = std::find_if(tokens.begin(), tokens.end(), bad);
+  const std::size_t part = part_of(first_bad);
+  const std::int64_t position = (first_bad - part_begins_[part]) * length + (found - tokens.begin());
+  throw InputError(where_ + ": " + split_key_ + ": token id " + std::to_string(*found) + " at position " +
+                       std::to_string(position) + " of " + tokens_dataset + " in '" + parts_[part]->file +
+                       "' (window " + std::to_string(first_bad) + ") is outside [0, " + std::to_string(vocabulary_) +
+                       "), the file's " + vocabulary_attribute,
+                   "every id must be below the vocabulary size: fix the ids or the attribute (hpctrain data convert "
+                   "--tokens checks them)");
 }
 
 void TrainingData::set_up_standardisation(const RunConfig& config) {
@@ -260,6 +364,7 @@ void TrainingData::read_range(std::int64_t first, std::int64_t count, float* fea
 }
 
 void TrainingData::validate(const MpiEnvironment& mpi, std::int64_t classes) const {
+  if (tokens_) return validate_tokens(mpi.world());
   const auto [begin, end] = rank_slice(samples_, mpi.size(), mpi.rank());
   std::int64_t first_bad[2] = {no_sample, no_sample};  // features, answers
   const std::int64_t rows_per_block =
@@ -378,6 +483,11 @@ void TrainingData::reserve(HostBatch& batch, std::int64_t rows) const {
     if (values.size() < static_cast<std::size_t>(size)) values.resize(static_cast<std::size_t>(size));
   };
   batch.sample_ids.reserve(static_cast<std::size_t>(rows));
+  if (tokens_) {
+    at_least(batch.tokens, rows * feature_width_);
+    at_least(batch.token_targets, rows * feature_width_);
+    return;
+  }
   at_least(batch.features, rows * feature_width_);
   if (!answers_) return;
   if (task_ == TaskKind::classification) {
@@ -436,6 +546,22 @@ void TrainingData::read(const std::int64_t* indices, std::int64_t count, HostBat
   bool from_memory = memory_count_ > 0;
   for (std::int64_t i = 0; i < count && from_memory; ++i)
     from_memory = indices[i] >= memory_first_ && indices[i] - memory_first_ < memory_count_;
+  if (tokens_) {
+    const std::int64_t length = feature_width_;
+    window_.resize(static_cast<std::size_t>(length + 1));
+    for (std::int64_t i = 0; i < count; ++i) {
+      const std::int32_t* window = window_.data();
+      if (from_memory) {
+        window = memory_windows_.get() + (indices[i] - memory_first_) * (length + 1);
+      } else {
+        read_window(indices[i], window_.data());
+      }
+      std::memcpy(batch.tokens.data() + i * length, window, static_cast<std::size_t>(length) * sizeof(std::int32_t));
+      std::memcpy(batch.token_targets.data() + i * length, window + 1,
+                  static_cast<std::size_t>(length) * sizeof(std::int32_t));
+    }
+    return;
+  }
   if (from_memory) {
     for (std::int64_t i = 0; i < count; ++i) {
       const std::int64_t row = indices[i] - memory_first_;
@@ -469,6 +595,15 @@ void TrainingData::load_into_memory(std::int64_t first, std::int64_t count) {
   memory_features_.reset();  // free the old copy before making the new one
   memory_labels_.reset();
   memory_targets_.reset();
+  memory_windows_.reset();
+  if (tokens_) {
+    const std::int64_t width = feature_width_ + 1;
+    memory_windows_ = std::make_unique_for_overwrite<std::int32_t[]>(static_cast<std::size_t>(count * width));
+    for (std::int64_t i = 0; i < count; ++i) read_window(first + i, memory_windows_.get() + i * width);
+    memory_first_ = first;
+    memory_count_ = count;
+    return;
+  }
   // Not zero-filled: the read fills it, so staging touches the memory once (first touch, a page fault per 4 KiB, is
   // most of staging's cost already; huge pages would cut it but stall on compaction on a busy node).
   memory_features_ = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(count * feature_width_));

@@ -24,7 +24,8 @@ void Backend::attention_backward(const AttentionGeometry&, const TensorView&, co
                                  const void*, const TensorView&) {
   not_supported(*this, "attention");
 }
-void Backend::embedding_forward(const std::int32_t*, const void*, std::int64_t, const TensorView&) {
+void Backend::embedding_forward(const std::int32_t*, const void*, std::int64_t, const TensorView&, const void*,
+                                std::int64_t) {
   not_supported(*this, "embedding");
 }
 void Backend::embedding_backward(const std::int32_t*, const TensorView&, std::int64_t, void*, bool) {

@@ -1,8 +1,9 @@
-// The layers of a sequential model: linear, element-wise activations, layernorm, dropout (conv_layers.cpp has the
-// convolutional ones), and make_layer, which builds any of them from its deck entry.
+// The layers of a sequential model: linear, element-wise activations, layernorm, dropout, embedding (conv_layers.cpp
+// has the convolutional ones), and make_layer, which builds any of them from its deck entry.
 #include <cmath>
 
 #include "hpctrain/config/run_config.hpp"
+#include "hpctrain/core/error.hpp"
 #include "hpctrain/core/rng.hpp"
 #include "hpctrain/nn/layer.hpp"
 #include "layer_internal.hpp"
@@ -13,36 +14,51 @@ namespace {
 
 TensorView matrix(void* data, DType dtype, std::int64_t rows, std::int64_t cols) { return {data, dtype, rows, cols}; }
 
+// A batch of (rows, positions * width) activations seen as (rows * positions, width): the view a layer acting on the
+// last axis of a sequence works on (the same view when positions is 1).
+TensorView last_axis(const TensorView& view, std::int64_t width) {
+  return {view.data, view.dtype, view.rows * (view.cols / width), width};
+}
+
+// The output shape of a layer that maps the last axis to `out` features: (T, out) on a sequence, (out) otherwise.
+SampleShape last_axis_output(const SampleShape& in, std::int64_t out, bool sequence) {
+  return sequence ? SampleShape{in.front(), out} : SampleShape{out};
+}
+
 // y = x W^T + b, W: (out, in) as in PyTorch. Matrix products read the working copy of W (16-bit in bf16/fp16 runs);
 // gradients are written in the master dtype (fp32).
 class Linear final : public Layer {
  public:
-  // A sample of any shape is read flattened: (C, H, W) images arrive as C*H*W features.
-  Linear(std::string name, const SampleShape& in, std::int64_t out, bool bias)
-      : Layer(std::move(name), in, SampleShape{out}), bias_(bias) {}
+  // A sample of any shape is read flattened: (C, H, W) images arrive as C*H*W features. A sequence (T, C) is read
+  // per position: (rows * T, C) x W^T.
+  Linear(std::string name, const SampleShape& in, std::int64_t out, bool bias, bool sequence)
+      : Layer(std::move(name), in, last_axis_output(in, out, sequence)),
+        bias_(bias),
+        in_(sequence ? in.back() : shape_size(in)),
+        out_(out) {}
   [[nodiscard]] std::string type() const override { return "linear"; }
 
   [[nodiscard]] std::vector<ParameterSpec> parameters() const override {
-    std::vector<ParameterSpec> specs{{"weight", {output_width(), input_width()}}};
-    if (bias_) specs.push_back({"bias", {output_width()}});
+    std::vector<ParameterSpec> specs{{"weight", {out_, in_}}};
+    if (bias_) specs.push_back({"bias", {out_}});
     return specs;
   }
 
   void initialize(float* host_master, std::uint64_t seed, std::uint32_t layer_index) const override {
-    nn_detail::fill_uniform(host_master, parameters(), seed, layer_index, input_width());
+    nn_detail::fill_uniform(host_master, parameters(), seed, layer_index, in_);
   }
   [[nodiscard]] bool skips_input_gradient() const override { return true; }
   [[nodiscard]] bool takes_activation() const override { return true; }
 
   void forward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView& y) override {
     // (rows, out) = (rows, in) x (out, in)^T + bias
-    const TensorView weight = matrix(working(0), working_dtype(), output_width(), input_width());
-    context.backend->gemm(x, false, weight, true, y, bias_ ? master(1) : nullptr, false);
+    context.backend->gemm(last_axis(x, in_), false, weight(), true, last_axis(y, out_), bias_ ? master(1) : nullptr,
+                          false);
   }
   bool forward_activated(const StepContext& context, const TensorView& x, const TensorView& pre, const TensorView& y,
                          Activation kind, float alpha) override {
-    const TensorView weight = matrix(working(0), working_dtype(), output_width(), input_width());
-    context.backend->linear_activation_forward(x, weight, bias_ ? master(1) : nullptr, kind, alpha, pre, y);
+    context.backend->linear_activation_forward(last_axis(x, in_), weight(), bias_ ? master(1) : nullptr, kind, alpha,
+                                               last_axis(pre, out_), last_axis(y, out_));
     return true;
   }
 
@@ -50,17 +66,18 @@ class Linear final : public Layer {
                 const TensorView& dx, bool accumulate) override {
     Backend& backend = *context.backend;
     // dW (out, in) (+)= dy^T (out, rows) x (rows, in), db (+)= column sums of dy (one product on CUDA)
-    const TensorView weight_gradient = matrix(gradient(0), master_dtype(), output_width(), input_width());
-    backend.linear_weight_gradient(dy, x, weight_gradient, bias_ ? gradient(1) : nullptr, accumulate);
+    const TensorView weight_gradient = matrix(gradient(0), master_dtype(), out_, in_);
+    backend.linear_weight_gradient(last_axis(dy, out_), last_axis(x, in_), weight_gradient,
+                                   bias_ ? gradient(1) : nullptr, accumulate);
     // dx (rows, in) = dy (rows, out) x W (out, in); the first layer's input needs no gradient
-    if (dx.data != nullptr) {
-      const TensorView weight = matrix(working(0), working_dtype(), output_width(), input_width());
-      backend.gemm(dy, false, weight, false, dx, nullptr, false);
-    }
+    if (dx.data != nullptr)
+      backend.gemm(last_axis(dy, out_), false, weight(), false, last_axis(dx, in_), nullptr, false);
   }
 
  private:
+  [[nodiscard]] TensorView weight() const { return matrix(working(0), working_dtype(), out_, in_); }
   bool bias_;
+  std::int64_t in_, out_;  // features of a row (of a position, on a sequence)
 };
 
 class ActivationLayer final : public Layer {
@@ -116,33 +133,93 @@ class Dropout final : public Layer {
   float p_;
 };
 
-// Normalises each row (the whole sample, whatever its shape) in fp32; gamma and beta are read from the fp32 master
-// parameters (no 16-bit copy).
+// Normalises each row (the whole sample, whatever its shape; each position of a sequence) in fp32; gamma and beta
+// are read from the fp32 master parameters (no 16-bit copy).
 class LayerNorm final : public Layer {
  public:
-  LayerNorm(std::string name, const SampleShape& shape, float eps) : Layer(std::move(name), shape, shape), eps_(eps) {}
+  LayerNorm(std::string name, const SampleShape& shape, float eps, bool sequence)
+      : Layer(std::move(name), shape, shape), eps_(eps), width_(sequence ? shape.back() : shape_size(shape)) {}
   [[nodiscard]] std::string type() const override { return "layernorm"; }
   [[nodiscard]] std::vector<ParameterSpec> parameters() const override {
-    return {{"weight", {input_width()}}, {"bias", {input_width()}}};
+    return {{"weight", {width_}}, {"bias", {width_}}};
   }
   void initialize(float* host_master, std::uint64_t, std::uint32_t) const override {
-    for (std::int64_t i = 0; i < input_width(); ++i) {
-      host_master[i] = 1.0f;                  // gamma
-      host_master[input_width() + i] = 0.0f;  // beta
+    for (std::int64_t i = 0; i < width_; ++i) {
+      host_master[i] = 1.0f;           // gamma
+      host_master[width_ + i] = 0.0f;  // beta
     }
   }
-  [[nodiscard]] std::int64_t saved_per_row() const override { return 2; }  // mean, rstd
+  // mean and rstd of each normalised row: positions() blocks of each
+  [[nodiscard]] std::int64_t saved_per_row() const override { return 2 * positions(); }
 
   void forward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView& y) override {
-    context.backend->layernorm_forward(x, master(0), master(1), eps_, y, saved(0), saved(1));
+    context.backend->layernorm_forward(last_axis(x, width_), master(0), master(1), eps_, last_axis(y, width_), saved(0),
+                                       saved(positions()));
   }
   void backward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView&, const TensorView& dy,
                 const TensorView& dx, bool accumulate) override {
-    context.backend->layernorm_backward(x, dy, master(0), saved(0), saved(1), dx, gradient(0), gradient(1), accumulate);
+    context.backend->layernorm_backward(last_axis(x, width_), last_axis(dy, width_), master(0), saved(0),
+                                        saved(positions()), last_axis(dx, width_), gradient(0), gradient(1),
+                                        accumulate);
   }
 
  private:
-  float eps_;  // saved(0): row means, saved(1): reciprocal standard deviations
+  [[nodiscard]] std::int64_t positions() const { return input_width() / width_; }
+  float eps_;           // saved(0): row means, saved(positions()): reciprocal standard deviations
+  std::int64_t width_;  // values normalised together
+};
+
+// y[r, t] = weight[ids[r, t]] (+ position[t]): the batch's token ids (rows, T) -> (rows, T, C). The first layer of a
+// language model; PyTorch's nn.Embedding initialisation, normal(0, 1), for both tables.
+class Embedding final : public Layer {
+ public:
+  Embedding(std::string name, std::int64_t sequence, std::int64_t vocabulary, std::int64_t width, bool positions)
+      : Layer(std::move(name), SampleShape{sequence}, SampleShape{sequence, width}),
+        vocabulary_(vocabulary),
+        width_(width),
+        positions_(positions) {}
+  [[nodiscard]] std::string type() const override { return "embedding"; }
+  [[nodiscard]] std::vector<ParameterSpec> parameters() const override {
+    std::vector<ParameterSpec> specs{{"weight", {vocabulary_, width_}}};
+    if (positions_) specs.push_back({"position", {sequence(), width_}});
+    return specs;
+  }
+  void initialize(float* host_master, std::uint64_t seed, std::uint32_t layer_index) const override {
+    // Box-Muller on pairs of each tensor's counter-based uniforms: the same values on every rank count.
+    std::int64_t position = 0;
+    const auto specs = parameters();
+    for (std::size_t p = 0; p < specs.size(); ++p) {
+      const std::uint32_t stream = layer_index * 8 + static_cast<std::uint32_t>(p);
+      const std::int64_t count = shape_size(specs[p].shape);
+      for (std::int64_t i = 0; i < count; ++i) {
+        const auto index = static_cast<std::uint64_t>(i);
+        const double u1 = 1.0 - random_uniform(seed, RngPurpose::init, stream, 2 * index);  // (0, 1]
+        const double u2 = random_uniform(seed, RngPurpose::init, stream, 2 * index + 1);
+        host_master[position + i] = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+      }
+      position += count;
+    }
+  }
+  [[nodiscard]] bool skips_input_gradient() const override { return true; }
+  [[nodiscard]] bool reads_token_ids() const override { return true; }
+  void bind_token_ids(const std::int32_t* ids) override { ids_ = ids; }
+
+  void forward(const StepContext& context, std::uint32_t, const TensorView&, const TensorView& y) override {
+    context.backend->embedding_forward(ids_, master(0), vocabulary_, last_axis(y, width_),
+                                       positions_ ? master(1) : nullptr, sequence());
+  }
+  void backward(const StepContext& context, std::uint32_t, const TensorView&, const TensorView&, const TensorView& dy,
+                const TensorView&, bool accumulate) override {
+    context.backend->embedding_backward(ids_, last_axis(dy, width_), vocabulary_, gradient(0), accumulate);
+    // d position (T * C) = the column sums of dy seen as (rows, T * C)
+    if (positions_) context.backend->bias_gradient(dy, gradient(1), master_dtype(), accumulate);
+  }
+
+ private:
+  [[nodiscard]] std::int64_t sequence() const { return input_width(); }
+  std::int64_t vocabulary_, width_;
+  bool positions_;                     // a learned position embedding, (T, C)
+  const std::int32_t* ids_ = nullptr;  // (rows, T) backend memory, the model's token input
 };
 
 }  // namespace
@@ -177,8 +254,8 @@ void fill_uniform(float* host_master, const std::vector<ParameterSpec>& paramete
 }  // namespace nn_detail
 
 std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const SampleShape& input_shape,
-                                  const std::string& deck_location, SpatialLayout layout) {
-  const std::int64_t input_width = shape_size(input_shape);
+                                  const std::string& deck_location, SpatialLayout layout, bool sequence) {
+  const std::int64_t input_width = sequence ? input_shape.back() : shape_size(input_shape);
   switch (spec.type) {
     case LayerType::linear:
       HPCTRAIN_VERIFY(spec.in == 0 || spec.in == input_width, InputError,
@@ -186,7 +263,7 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const SampleShape& inpu
                                     << input_width << " arrive"
                                     << (spec.in != 0 ? " (from the data or the previous layer)" : ""),
                       "set 'in' to " + std::to_string(input_width) + " or remove it (it is inferred)");
-      return std::make_unique<Linear>(spec.name, input_shape, spec.out, spec.bias);
+      return std::make_unique<Linear>(spec.name, input_shape, spec.out, spec.bias, sequence);
     case LayerType::relu:
       return std::make_unique<ActivationLayer>(spec.name, input_shape, Activation::relu, 0.0f, "relu");
     case LayerType::gelu:
@@ -201,7 +278,13 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const SampleShape& inpu
     case LayerType::dropout:
       return std::make_unique<Dropout>(spec.name, input_shape, static_cast<float>(spec.p));
     case LayerType::layernorm:
-      return std::make_unique<LayerNorm>(spec.name, input_shape, static_cast<float>(spec.eps));
+      return std::make_unique<LayerNorm>(spec.name, input_shape, static_cast<float>(spec.eps), sequence);
+    case LayerType::embedding:
+      HPCTRAIN_VERIFY(!sequence && input_shape.size() == 1, InputError,
+                      deck_location << ": layer '" << spec.name << "' (embedding) receives samples of shape "
+                                    << batch_shape_text(input_shape) << ", not token ids",
+                      "an embedding must be the first layer of a model trained on token data");
+      return std::make_unique<Embedding>(spec.name, input_shape.front(), spec.vocabulary, spec.out, spec.positions);
     default:  // the spatial layers
       return nn_detail::make_spatial_layer(spec, input_shape, deck_location, layout);
   }

@@ -2,6 +2,7 @@
 #include "hpctrain/nn/loss.hpp"
 
 #include <sstream>
+#include "hpctrain/kernels/math.hpp"
 
 namespace hpctrain {
 
@@ -42,6 +43,14 @@ std::string Loss::options_text() const {
   }
   if (label_smoothing_ != 0.0f) text << (weighted() ? " and" : " with") << " label smoothing " << label_smoothing_;
   return text.str();
+}
+
+static_assert(Loss::ignore_index == kernel_math::ignored_label);
+
+double Loss::counted_targets(const std::int32_t* targets, std::int64_t count) {
+  std::int64_t counted = 0;
+  for (std::int64_t i = 0; i < count; ++i) counted += targets[i] != ignore_index;
+  return static_cast<double>(counted);
 }
 
 void Loss::apply(const TensorView& output, const float* gradient_scale, LossSums* sums) const {

@@ -109,8 +109,20 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
                   deck_path << ": model.class_weights has " << weights << " values but the model has " << output_width()
                             << " outputs (classes)",
                   "give one weight per class, in class order (or widen the last layer to the number of classes)");
-  loss_ = std::make_unique<Loss>(spec.loss, backend_, buffers_.max_rows, output_width(), spec.class_weights,
-                                 spec.label_smoothing);
+  // A sequence output (T, classes) is scored at every position: the loss sees rows * T rows.
+  if (layers_.front()->reads_token_ids() && layers_.back()->output_shape().size() == 2)
+    positions_ = layers_.back()->output_shape().front();
+  if (positions_ > 1 && (!spec.class_weights.empty() || spec.label_smoothing != 0.0))
+    throw NotSupported(deck_path +
+                       ": model.class_weights and model.label_smoothing on a sequence model (the loss over positions) "
+                       "are not supported yet; remove them");
+  loss_ = std::make_unique<Loss>(spec.loss, backend_, buffers_.max_rows * positions_, output_width() / positions_,
+                                 spec.class_weights, spec.label_smoothing);
+  if (layers_.front()->reads_token_ids()) {
+    token_ids_ =
+        BackendBuffer(backend_, static_cast<std::size_t>(buffers_.max_rows * input_width_) * sizeof(std::int32_t));
+    layers_.front()->bind_token_ids(token_ids_.as<std::int32_t>());
+  }
   memory_.parameters = parameter_bytes;
   memory_.gradients = buffers_.training ? parameter_bytes : 0;
   memory_.working_copy =
@@ -123,6 +135,8 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
   memory_.activations =
       static_cast<std::size_t>(buffers_.max_rows) * (static_cast<std::size_t>(activation_elements) * activation_size +
                                                      static_cast<std::size_t>(saved_rows_blocks) * master_size);
+  if (token_ids_.data != nullptr)  // an embedding model's int32 token input
+    memory_.activations += static_cast<std::size_t>(buffers_.max_rows * input_width_) * sizeof(std::int32_t);
 
   // Hand each layer its views.
   std::size_t entry = 0;
@@ -147,6 +161,7 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
 void Model::build_layers(const ModelSection& spec, const std::string& deck_path, SpatialLayout layout) {
   layers_.clear();
   SampleShape shape = input_shape_;
+  bool sequence = false;  // after an embedding: samples are (T, C)
   for (std::size_t i = 0; i < spec.layers.size(); ++i) {
     const LayerSpec& layer_spec = spec.layers[i];
     // A layer list given by --set has no position in the deck file.
@@ -154,8 +169,14 @@ void Model::build_layers(const ModelSection& spec, const std::string& deck_path,
                                      ? deck_path + ":" + std::to_string(layer_spec.position.line) + ":" +
                                            std::to_string(layer_spec.position.column)
                                      : deck_path + ": model.layers[" + std::to_string(i) + "]";
-    layers_.push_back(make_layer(layer_spec, shape, location, layout));
+    HPCTRAIN_VERIFY(layer_spec.type != LayerType::embedding || i == 0, InputError,
+                    location << ": layer '" << layer_spec.name << "' (embedding) is layer " << i
+                             << " of the model; it reads the token ids of the data, so it must come first",
+                    "move the embedding to the top of model.layers");
+    layers_.push_back(make_layer(layer_spec, shape, location, layout, sequence));
     const Layer& layer = *layers_.back();
+    sequence = sequence || layer.reads_token_ids();
+    if (sequence && layer.output_shape().size() != 2) sequence = false;  // flatten ends the sequence
     if (layer.uses_spatial_operations() && !backend_.has_spatial_operations())
       throw NotSupported(location + ": layer '" + layer.name() + "' (" + layer.type() + ") on the " + backend_.name() +
                          " backend, which has no convolution, pooling and groupnorm operations (a CUDA build without "
@@ -257,7 +278,8 @@ TensorView Model::output(std::int64_t rows) const {
 }
 
 void Model::apply_loss(std::int64_t rows, const float* gradient_scale, LossSums* sums) {
-  loss_->apply(output(rows), gradient_scale, sums);
+  const TensorView logits = output(rows);
+  loss_->apply({logits.data, logits.dtype, rows * positions_, logits.cols / positions_}, gradient_scale, sums);
 }
 
 void Model::backward(const StepContext& context, bool accumulate,

@@ -20,6 +20,16 @@ DeviceBatch::~DeviceBatch() {
 void DeviceBatch::upload(const HostBatch& batch, std::int64_t first, std::int64_t rows, Model& model,
                          BatchSource source_kind) {
   const std::int64_t features = model.input_width();
+  if (model.token_ids() != nullptr) {  // token windows: ids in, the next token at every position as the answers
+    const auto count = static_cast<std::size_t>(rows * features);
+    backend_.copy_to_backend(model.token_ids(), batch.tokens.data() + first * features, count * sizeof(std::int32_t));
+    if (!batch.token_targets.empty())
+      backend_.copy_to_backend(model.loss().answers(), batch.token_targets.data() + first * features,
+                               count * sizeof(std::int32_t));
+    backend_.copy_to_backend(sample_ids_.data, batch.sample_ids.data() + first,
+                             static_cast<std::size_t>(rows) * sizeof(std::int64_t));
+    return;
+  }
   const TensorView input = model.input(rows);
   const void* buffer = batch.features.data();
   if (source_kind == BatchSource::loader_ring && buffer != nullptr &&

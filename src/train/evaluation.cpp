@@ -62,22 +62,28 @@ void forward_split(const TrainingData& data, Model& model, Backend& backend, Dev
 
 EvalMetrics evaluate_split(const TrainingData& data, Model& model, Backend& backend, DeviceBatch& device, TaskKind task,
                            std::int64_t local_batch, const StepContext& context, const MpiEnvironment& mpi) {
-  const std::int64_t width = model.output_width();
+  // A sequence model scores every position: rows * T rows of `width` classes against the token targets.
+  const std::int64_t positions = model.positions(), width = model.classes();
   BackendBuffer sums_buffer(backend, sizeof(LossSums));
   backend.zero(sums_buffer.data, sizeof(LossSums));
   // reduced: loss sum, correct, top-5 hits, |error| sum, then per output: sum t, sum t^2, sum (p - t)^2, and last the
-  // loss's denominator (samples, or with class weights the sum of the labels' weights: the training loss's mean)
+  // loss's denominator (samples, or with class weights the sum of the labels' weights, or the scored positions: the
+  // training loss's mean)
   std::vector<double> totals(5 + 3 * static_cast<std::size_t>(width), 0.0);
   forward_split(data, model, backend, device, local_batch, context, mpi,
                 [&](const HostBatch& batch, const TensorView& output, const float* host) {
                   model.apply_loss(batch.rows, nullptr, sums_buffer.as<LossSums>());
-                  totals.back() += task == TaskKind::classification
-                                       ? model.loss().label_weight_sum(batch.labels.data(), batch.rows)
+                  const std::int64_t scored_rows = batch.rows * positions;
+                  const std::int32_t* labels = positions > 1 ? batch.token_targets.data() : batch.labels.data();
+                  totals.back() += positions > 1 ? Loss::counted_targets(labels, scored_rows)
+                                   : task == TaskKind::classification
+                                       ? model.loss().label_weight_sum(labels, batch.rows)
                                        : static_cast<double>(batch.rows);
-                  for (std::int64_t row = 0; row < batch.rows; ++row) {
+                  for (std::int64_t row = 0; row < scored_rows; ++row) {
                     const float* prediction = host + row * width;
                     if (task == TaskKind::classification) {
-                      const float target_logit = prediction[batch.labels[static_cast<std::size_t>(row)]];
+                      if (labels[row] == Loss::ignore_index) continue;
+                      const float target_logit = prediction[labels[row]];
                       std::int64_t above = 0;
                       for (std::int64_t k = 0; k < width; ++k) above += prediction[k] > target_logit;
                       totals[2] += above < 5;
@@ -104,8 +110,9 @@ EvalMetrics evaluate_split(const TrainingData& data, Model& model, Backend& back
   const auto n = static_cast<double>(data.samples());
   metrics.loss = totals[0] / totals.back();
   if (task == TaskKind::classification) {
-    metrics.accuracy = totals[1] / n;
-    if (width > 5) metrics.top5_accuracy = totals[2] / n;
+    const double scored = positions > 1 ? totals.back() : n;  // accuracies per scored position of a sequence model
+    metrics.accuracy = totals[1] / scored;
+    if (width > 5) metrics.top5_accuracy = totals[2] / scored;
   } else {
     metrics.mae = totals[3] / (n * static_cast<double>(width));
     double residual = 0.0, r2 = 0.0;

@@ -30,6 +30,15 @@ BatchShape batch_shape(const RunConfig& config, int ranks) {
   return shape;
 }
 
+void refuse_token_data(const TrainingData& data, const std::string& where) {
+  HPCTRAIN_VERIFY(!data.holds_tokens(), InputError,
+                  where << ": '" << data.file() << "' holds token data (" << data.samples() << " windows of "
+                        << data.sequence_length() << " tokens, vocabulary " << data.vocabulary()
+                        << "): predictions and evaluations of language models are not supported yet",
+                  "train reports the validation loss of a language model (data.validation); use this command on "
+                  "/features data ('hpctrain data inspect' describes the file)");
+}
+
 void check_data_fits(const RunConfig& config, const TrainingData& train, const TrainingData* validation) {
   const std::int64_t batch = config.data.batch_size;
   HPCTRAIN_VERIFY(train.samples() >= batch, InputError,
@@ -48,9 +57,47 @@ void check_data_fits(const RunConfig& config, const TrainingData& train, const T
                     "training file)");
 }
 
+namespace {
+// Token data goes with a model whose first layer is an embedding and whose output is a sequence of class scores.
+void check_model_reads_data(const RunConfig& config, const Model& model, const TrainingData& train) {
+  const std::string where = config.where("model.layers");
+  if (!train.holds_tokens()) {
+    HPCTRAIN_VERIFY(model.token_ids() == nullptr, InputError,
+                    where << ": the model's first layer '" << model.layer(0).name() << "' is an embedding, but '"
+                          << train.file() << "' holds features, not token ids",
+                    "train an embedding model on token data ('hpctrain data convert --text FILE' makes some), or "
+                    "start the model with a layer that reads features");
+    return;
+  }
+  HPCTRAIN_VERIFY(model.token_ids() != nullptr, InputError,
+                  where << ": '" << train.file() << "' holds token data (" << train.samples() << " windows of "
+                        << train.sequence_length() << " tokens, vocabulary " << train.vocabulary()
+                        << "), but the model's first layer '" << model.layer(0).name() << "' (" << model.layer(0).type()
+                        << ") does not take token ids",
+                  "start model.layers with {type = \"embedding\", vocabulary = " + std::to_string(train.vocabulary()) +
+                      ", out = 64}");
+  const std::int64_t vocabulary = model.parameter_entries().front().shape.front();
+  HPCTRAIN_VERIFY(vocabulary >= train.vocabulary(), InputError,
+                  where << ": the embedding '" << model.layer(0).name() << "' has vocabulary = " << vocabulary
+                        << " but the token ids of '" << train.file() << "' go up to " << train.vocabulary() - 1,
+                  "set vocabulary = " + std::to_string(train.vocabulary()));
+  HPCTRAIN_VERIFY(config.model.loss == LossKind::cross_entropy && model.positions() == train.sequence_length() &&
+                      model.classes() >= train.vocabulary(),
+                  InputError,
+                  where << ": a language model predicts the next token at every position: its output must be ("
+                        << train.sequence_length() << ", " << train.vocabulary()
+                        << ") scored by cross_entropy, but it is "
+                        << batch_shape_text(model.layer(model.layer_count() - 1).output_shape())
+                        << " with model.loss = \"" << word_of(config.model.loss) << "\"",
+                  "end the model with a linear layer of out = " + std::to_string(train.vocabulary()) +
+                      " (no flatten after the embedding) and use model.loss = \"cross_entropy\"");
+}
+}  // namespace
+
 void check_model_fits_data(const RunConfig& config, const Model& model, const TrainingData& train,
                            const TrainingData* validation, const MpiEnvironment& mpi) {
   const TaskKind task = task_of(config.model.loss);
+  check_model_reads_data(config, model, train);
   if (task == TaskKind::regression) {
     HPCTRAIN_VERIFY(model.output_width() == train.target_width(), InputError,
                     config.where("model.layers")

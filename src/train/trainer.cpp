@@ -176,7 +176,7 @@ void Trainer::Impl::set_up_model() {
   model_ =
       std::make_unique<Model>(config.model, train_data_->model_input_shape(), *backend_, buffers, config.deck_path);
   check_model_fits_data(config, *model_, *train_data_, validation_data_.get(), mpi_);
-  if (watch_best_) check_best_metric_computed(config, task_, model_->output_width());
+  if (watch_best_) check_best_metric_computed(config, task_, model_->classes());
   device_batch_ = std::make_unique<DeviceBatch>(*backend_, *model_, buffers.max_rows);
   model_->initialize(config.run.seed);
 }
@@ -285,7 +285,7 @@ void Trainer::Impl::start() {
   }
   start_weights(resumed.resumed);
   graph_ = std::make_unique<StepGraph>(*backend_, graphs_, first_step_ + graph_warmup_steps);
-  outputs_.open(resumed.resumed ? first_step_ : -1, plan.run_id, eval_columns(task_, model_->output_width()));
+  outputs_.open(resumed.resumed ? first_step_ : -1, plan.run_id, eval_columns(task_, model_->classes()));
   install_checkpoint_signals(config_.checkpoint.on_signal);
   status_.set_step(first_step_);
 }
@@ -478,7 +478,7 @@ TrainSummary Trainer::Impl::run() {
       last_eval_accuracy = std::isnan(metrics.accuracy) ? -1.0 : metrics.accuracy;
       ++evaluations;
       if (MetricsWriter* writer = outputs_.metrics())
-        writer->append("eval", eval_row(step, metrics, task_, model_->output_width()));
+        writer->append("eval", eval_row(step, metrics, task_, model_->classes()));
       std::string note;
       if (watch_best_) best_seen = watch_best(step, metrics, note);
       log("eval at step " + std::to_string(step) + ": " + describe(metrics) + note);

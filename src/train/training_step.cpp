@@ -34,7 +34,7 @@ TrainingStep::TrainingStep(Backend& backend, Model& model, Optimizer& optimizer,
       sums_(backend, sizeof(LossSums)),
       gradient_scale_(backend, sizeof(float)) {
   HPCTRAIN_MPI_CHECK(MPI_Comm_size(world, &ranks_));
-  if (model.loss().weighted()) label_weights_ = BackendBuffer(backend, sizeof(float));
+  if (model.loss().weighted() || model.positions() > 1) label_weights_ = BackendBuffer(backend, sizeof(float));
 }
 
 void TrainingStep::micro_batch(std::int64_t step, std::int64_t rows, float global_rows, bool first, bool last) {
@@ -64,8 +64,10 @@ void TrainingStep::update() {
 
 double TrainingStep::loss_denominator(const HostBatch& batch, std::int64_t global_rows) {
   const Loss& loss = model_.loss();
-  if (!loss.weighted()) return static_cast<double>(global_rows);
-  double sum = loss.label_weight_sum(batch.labels.data(), batch.rows);
+  const bool sequence = model_.positions() > 1;
+  if (!loss.weighted() && !sequence) return static_cast<double>(global_rows);
+  double sum = sequence ? Loss::counted_targets(batch.token_targets.data(), batch.rows * model_.positions())
+                        : loss.label_weight_sum(batch.labels.data(), batch.rows);
   HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, world_));
   const auto value = static_cast<float>(sum);
   backend_.copy_to_backend(label_weights_.data, &value, sizeof value);  // outside the graph, as the learning rate

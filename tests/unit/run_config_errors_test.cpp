@@ -255,7 +255,8 @@ TEST(RunConfigErrors, Layers) {
       {"[[model.layers]]\nout = 3\n", "decks/test.toml:5:1: model.layers[0] has no type"},
       {"[[model.layers]]\ntype = \"conv\"\n",
        "decks/test.toml:6:1: model.layers[0].type must be one of linear, relu, gelu, tanh, leaky_relu, layernorm, "
-       "dropout, conv2d, conv3d, maxpool2d, maxpool3d, avgpool2d, avgpool3d, global_avgpool, flatten, groupnorm (got "
+       "dropout, conv2d, conv3d, maxpool2d, maxpool3d, avgpool2d, avgpool3d, global_avgpool, flatten, groupnorm, "
+       "embedding (got "
        "\"conv\")"},
       {"[[model.layers]]\ntype = \"gelu\"\napproximate = \"fast\"\n",
        "decks/test.toml:7:1: model.layers[0].approximate must be one of none, tanh (got \"fast\")"},

@@ -41,6 +41,7 @@ enum class LayerType {
   global_avgpool,
   flatten,
   groupnorm,
+  embedding,
 };
 
 // The deck's words of an enumeration, indexed by the enum's value.
@@ -62,9 +63,9 @@ HPCTRAIN_CHOICE_WORDS(PrecisionMode, {"fp32", "bf16", "fp16"});
 HPCTRAIN_CHOICE_WORDS(CheckpointSignal, {"USR1", "USR2", "TERM", "INT", "HUP"});
 HPCTRAIN_CHOICE_WORDS(BestMetric, {"none", "loss", "accuracy", "top5_accuracy", "mae", "mse", "r2"});
 HPCTRAIN_CHOICE_WORDS(GeluApproximation, {"none", "tanh"});
-HPCTRAIN_CHOICE_WORDS(LayerType,
-                      {"linear", "relu", "gelu", "tanh", "leaky_relu", "layernorm", "dropout", "conv2d", "conv3d",
-                       "maxpool2d", "maxpool3d", "avgpool2d", "avgpool3d", "global_avgpool", "flatten", "groupnorm"});
+HPCTRAIN_CHOICE_WORDS(LayerType, {"linear", "relu", "gelu", "tanh", "leaky_relu", "layernorm", "dropout", "conv2d",
+                                  "conv3d", "maxpool2d", "maxpool3d", "avgpool2d", "avgpool3d", "global_avgpool",
+                                  "flatten", "groupnorm", "embedding"});
 #undef HPCTRAIN_CHOICE_WORDS
 
 template <class Choice>

@@ -35,6 +35,8 @@ struct LayerSpec {
   std::vector<std::int64_t> padding = {0};   // zeros added on both sides of each axis
   std::vector<std::int64_t> dilation = {1};  // conv: spacing of the kernel taps
   std::int64_t groups = 1;                   // conv: channel groups; groupnorm: number of groups (required)
+  std::int64_t vocabulary = 0;               // embedding: number of token ids (required)
+  bool positions = false;                    // embedding: a learned position embedding added (up to T positions)
   SourcePosition position;                   // of the layer's table in the deck
 };
 
@@ -57,11 +59,14 @@ struct ModelSection {
 };
 
 struct DataSection {
-  std::vector<std::string> train;             // HDF5 files or glob patterns, read as one dataset (required)
-  std::vector<std::string> validation;        // the same for the validation set (optional; empty = none)
-  std::string features = "/features";         // (N, F), (N, C, H, W), (N, C, D, H, W): the sample shape the model reads
-  std::string labels = "/labels";             // cross_entropy: integer class labels (N)
-  std::string targets = "/targets";           // mse: float targets (N x K)
+  std::vector<std::string> train;       // HDF5 files or glob patterns, read as one dataset (required)
+  std::vector<std::string> validation;  // the same for the validation set (optional; empty = none)
+  std::string features = "/features";   // (N, F), (N, C, H, W), (N, C, D, H, W): the sample shape the model reads
+  std::string labels = "/labels";       // cross_entropy: integer class labels (N)
+  std::string targets = "/targets";     // mse: float targets (N x K)
+  // Token data (a file with /tokens, docs/file-formats.md): the window length T of a sample (T input tokens, T targets
+  // shifted by one); 0 = the files' sequence_length attribute.
+  std::int64_t sequence_length = 0;
   std::int64_t batch_size = 64;               // global batch over all ranks
   std::int64_t eval_batch_size = 0;           // global; 0 = batch_size
   ShuffleMode shuffle = ShuffleMode::global;  // TOML true | false | "local" (each rank within its own slice)

@@ -5,6 +5,11 @@
 // Features of any rank >= 2 ((N, F), (N, C, H, W), (N, C, D, H, W), ...) are flattened to one row per sample; their
 // per-sample shape stays available (sample_shape()). The deck's transforms (data.log1p, data.scale, data.shift) are
 // applied to the features as they are read, in that order.
+//
+// Token data (files with a /tokens stream, data/tokens.hpp) is read the same way: a sample is a window of T + 1
+// tokens (T = data.sequence_length or the files' attribute), samples() counts the windows of all files, and read()
+// fills HostBatch::tokens and token_targets instead of features and labels. The sampler, the loader and the rank's
+// share work unchanged on windows: each rank reads only its own.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +45,9 @@ struct HostBatch {
   std::vector<float> features;           // (rows, feature_width)
   std::vector<std::int32_t> labels;      // (rows) classification
   std::vector<float> targets;            // (rows, target_width) regression
+  // Token data (holds_tokens()): sample i is the window of T + 1 tokens from token i x T of its file.
+  std::vector<std::int32_t> tokens;         // (rows, T) the first T tokens of each window: the model's input
+  std::vector<std::int32_t> token_targets;  // (rows, T) the last T: the next token at every position
 };
 
 // x -> scale * log1p(x) + shift (log1p only when set), then (x - mean[c]) / std[c] per channel c when data.mean/std
@@ -88,15 +96,21 @@ class TrainingData {
     return sample_shape_.empty() ? std::vector<std::int64_t>{feature_width_} : sample_shape_;
   }
   [[nodiscard]] TaskKind task() const { return task_; }
+  // Token data: the windows' length T (feature_width() too) and the vocabulary (ids lie in [0, vocabulary)).
+  [[nodiscard]] bool holds_tokens() const { return tokens_; }
+  [[nodiscard]] std::int64_t sequence_length() const { return tokens_ ? feature_width_ : 0; }
+  [[nodiscard]] std::int64_t vocabulary() const { return vocabulary_; }
   // The files, after glob expansion, in concatenation order.
   [[nodiscard]] const std::vector<std::string>& files() const { return files_; }
   // The files for messages: "a.h5" or "a.h5 (and 3 more files)".
   [[nodiscard]] const std::string& file() const { return description_; }
 
   // Check every value once, each rank its own contiguous 1/R of the data: labels in [0, classes) (classification),
-  // finite features (after the transforms) and targets (not read with DataContents::features_only). Ranks agree on the
-  // first bad sample, and one message names it.
+  // finite features (after the transforms) and targets (not read with DataContents::features_only); token ids in
+  // [0, vocabulary()) (classes is not used). Ranks agree on the first bad sample, and one message names it.
   void validate(const MpiEnvironment& mpi, std::int64_t classes) const;
+  // validate() of token data, on the ranks of `comm` (tests pass MPI_COMM_WORLD).
+  void validate_tokens(MPI_Comm comm) const;
 
   // Size batch's buffers for `rows` rows, so that later reads of up to that many rows allocate nothing.
   void reserve(HostBatch& batch, std::int64_t rows) const;
@@ -132,6 +146,9 @@ class TrainingData {
   void gather(bool features, const std::int64_t* indices, std::int64_t count, std::int64_t width, Value* out) const;
   std::size_t part_of(std::int64_t sample) const;
   void set_up_standardisation(const RunConfig& config);  // data.normalize or data.mean/std against the data's shape
+  void set_up_tokens(const RunConfig& config);           // the constructor for token files
+  // The window of T + 1 tokens of `sample` into out.
+  void read_window(std::int64_t sample, std::int32_t* out) const;
 
   std::string split_key_, where_, description_;
   std::vector<std::string> files_;
@@ -143,18 +160,22 @@ class TrainingData {
   std::int64_t samples_ = 0, feature_width_ = 0, target_width_ = 1;
   std::vector<std::int64_t> sample_shape_;
   std::optional<SampleAugmentation> augmentation_;
+  bool tokens_ = false;
+  std::int64_t vocabulary_ = 0;
 
   // Rows kept in memory: [memory_first_, memory_first_ + memory_count_).
   std::int64_t memory_first_ = 0, memory_count_ = 0;
-  std::unique_ptr<float[]> memory_features_;       // (memory_count, feature_width)
-  std::unique_ptr<std::int32_t[]> memory_labels_;  // (memory_count) classification
-  std::unique_ptr<float[]> memory_targets_;        // (memory_count, target_width) regression
+  std::unique_ptr<float[]> memory_features_;        // (memory_count, feature_width)
+  std::unique_ptr<std::int32_t[]> memory_labels_;   // (memory_count) classification
+  std::unique_ptr<float[]> memory_targets_;         // (memory_count, target_width) regression
+  std::unique_ptr<std::int32_t[]> memory_windows_;  // (memory_count, T + 1) token data
 
   // Scratch for batches that span several files, reused from batch to batch.
   mutable std::vector<std::int64_t> requests_by_part_;     // (count) request positions, grouped by part
   mutable std::vector<std::int64_t> part_request_begins_;  // (parts + 1)
   mutable std::vector<std::int64_t> local_rows_;           // (requests of one part) rows inside that part's file
   mutable std::vector<unsigned char> gathered_;            // (requests of one part, width) values read from one file
+  mutable std::vector<std::int32_t> window_;               // (T + 1) one token window
 };
 
 }  // namespace hpctrain

@@ -234,9 +234,11 @@ class Backend {
   virtual void attention_backward(const AttentionGeometry& geometry, const TensorView& qkv, const TensorView& out,
                                   const TensorView& dout, const void* lse, const TensorView& dqkv);
   // Embedding lookup: y row r = table row ids[r] (table: master dtype (vocabulary, y.cols); y in the activation dtype).
-  // ids in backend memory, each in [0, vocabulary) (checked by the data layer).
+  // ids in backend memory, each in [0, vocabulary) (checked by the data layer). With positions (master dtype,
+  // (sequence, y.cols), a learned position embedding): + positions row (r % sequence), added in the master dtype
+  // before the one rounding to the activation dtype.
   virtual void embedding_forward(const std::int32_t* ids, const void* table, std::int64_t vocabulary,
-                                 const TensorView& y);
+                                 const TensorView& y, const void* positions = nullptr, std::int64_t sequence = 0);
   // dtable (master dtype, (vocabulary, dy.cols)) += or = the sum of dy's rows per id, in an order that does not depend
   // on scheduling (deterministic: no floating-point atomics whose order changes the result).
   virtual void embedding_backward(const std::int32_t* ids, const TensorView& dy, std::int64_t vocabulary, void* dtable,

@@ -333,10 +333,20 @@ HPCTRAIN_HD std::int64_t row_argmax(const T* row, std::int64_t cols, compute_t<T
 // loss = -log softmax(x)[label]; correct: the first index of the maximum (ties -> lowest index) equals the label.
 // If dlogits is not null: dlogits = (softmax(x) - onehot(label)) * grad_scale; it may alias logits (every element is
 // read before it is written).
+// Labels equal to this are not scored (PyTorch's ignore_index; Loss::ignore_index).
+inline constexpr std::int32_t ignored_label = -100;
+
 template <class T>
 HPCTRAIN_HD void softmax_cross_entropy_row(const T* logits, std::int64_t cols, std::int32_t label,
                                            compute_t<T> grad_scale, T* dlogits, compute_t<T>* loss, bool* correct) {
   using C = compute_t<T>;
+  if (label == ignored_label) {  // a target not scored: no loss, a zero gradient
+    *loss = C(0);
+    *correct = false;
+    if (dlogits != nullptr)
+      for (std::int64_t j = 0; j < cols; ++j) dlogits[j] = store<T>(C(0));
+    return;
+  }
   C max_value{};
   const std::int64_t argmax = row_argmax(logits, cols, &max_value);
   C sum = C(0);

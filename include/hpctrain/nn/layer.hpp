@@ -86,6 +86,9 @@ class Layer {
   // x and y are the forward's input and output; dx may alias dy for element-wise layers (see in_place_backward).
   virtual void backward(const StepContext& context, std::uint32_t layer_index, const TensorView& x, const TensorView& y,
                         const TensorView& dy, const TensorView& dx, bool accumulate) = 0;
+  // Embedding: the layer reads the batch's int32 token ids (rows, T), bound by the model, not its activation input.
+  [[nodiscard]] virtual bool reads_token_ids() const { return false; }
+  virtual void bind_token_ids(const std::int32_t* /*ids*/) {}
   // Convolution, pooling and groupnorm: they need the backend's spatial operations.
   [[nodiscard]] virtual bool uses_spatial_operations() const { return false; }
   // Element-wise layers may write dx over dy, saving a buffer swap.
@@ -133,10 +136,11 @@ class Layer {
 };
 
 // Build a layer from its deck entry; input_shape is what flows into it (one sample), in `layout` order (spatial layers
-// and flatten only; the model decides). Throws InputError for impossible shapes, naming deck_location
-// ("deck.toml:12:1"), the layer and what to change.
+// and flatten only; the model decides). sequence: input_shape is (T, C), a sequence of T positions (an embedding's
+// output), and linear and layernorm act on its last axis (the batch seen as rows * T rows of C). Throws InputError
+// for impossible shapes, naming deck_location ("deck.toml:12:1"), the layer and what to change.
 std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const SampleShape& input_shape,
                                   const std::string& deck_location,
-                                  SpatialLayout layout = SpatialLayout::channels_first);
+                                  SpatialLayout layout = SpatialLayout::channels_first, bool sequence = false);
 
 }  // namespace hpctrain

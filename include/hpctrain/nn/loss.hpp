@@ -33,6 +33,10 @@ class Loss {
   [[nodiscard]] double label_weight_sum(const std::int32_t* labels, std::int64_t rows) const;
   // "cross-entropy with class weights [...] and label smoothing e" for the model summary; "" for the plain losses.
   [[nodiscard]] std::string options_text() const;
+  // Targets equal to this are not scored (PyTorch's ignore_index): no loss, no gradient, not counted in the mean.
+  static constexpr std::int32_t ignore_index = -100;
+  // The mean's denominator over a sequence model's targets: how many are not ignore_index.
+  [[nodiscard]] static double counted_targets(const std::int32_t* targets, std::int64_t count);
   // sums += per-sample losses (and, for cross-entropy, correct predictions) of `output` against the answers; with
   // gradient_scale (backend memory) the loss gradient times *gradient_scale is written over `output`. Per-sample
   // losses with class weights are weighted (divide their sum by label_weight_sum for the mean).

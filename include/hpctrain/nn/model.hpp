@@ -45,8 +45,8 @@ struct ModelMemory {
   std::size_t parameters = 0;    // master parameters (padding included)
   std::size_t gradients = 0;     // their gradients (training only)
   std::size_t working_copy = 0;  // the 16-bit copy the products read (bf16/fp16)
-  std::size_t activations = 0;   // every layer's input and the output, backward scratch, saved statistics; all
-                                 // proportional to ModelBuffers::max_rows
+  std::size_t activations = 0;   // every layer's input and the output, backward scratch, saved statistics, an
+                                 // embedding model's token ids; all proportional to ModelBuffers::max_rows
 };
 
 class Model {
@@ -91,6 +91,14 @@ class Model {
 
   // The input batch buffer to fill: (rows, input_width) in the activation dtype.
   [[nodiscard]] TensorView input(std::int64_t rows) const;
+  // A model whose first layer is an embedding reads token ids instead: the buffer to fill with (rows, T) int32 ids
+  // (backend memory); null for other models.
+  [[nodiscard]] std::int32_t* token_ids() const { return token_ids_.as<std::int32_t>(); }
+  // Positions scored per sample: T when the output is a sequence (T, classes) after an embedding (the loss and its
+  // answers then cover rows * T rows), 1 otherwise.
+  [[nodiscard]] std::int64_t positions() const { return positions_; }
+  // Classes (outputs) per scored position: output_width() / positions().
+  [[nodiscard]] std::int64_t classes() const { return output_width() / positions_; }
   // Forward over context.rows rows of input(); returns the output (rows, output_width).
   TensorView forward(const StepContext& context);
   // The output of the last forward pass, (rows, output_width).
@@ -131,8 +139,10 @@ class Model {
   SpatialLayout layout_ = SpatialLayout::channels_first;
   std::vector<BackendBuffer> activations_;  // activations_[i]: input of layer i; activations_[L]: the output
   BackendBuffer converted_input_;           // channels-last: the input batch in that layout (layer 0 reads it)
-  BackendBuffer saved_;                     // per-row statistics of layers that keep them
-  BackendBuffer scratch_[2];                // backward ping-pong buffers (max_rows, widest layer)
+  BackendBuffer token_ids_;                 // (max_rows, T) int32: an embedding model's input
+  std::int64_t positions_ = 1;
+  BackendBuffer saved_;       // per-row statistics of layers that keep them
+  BackendBuffer scratch_[2];  // backward ping-pong buffers (max_rows, widest layer)
   std::unique_ptr<Loss> loss_;
   ModelMemory memory_;
   // folded_[i]: layer i (linear) runs layer i + 1 (an activation the backend folds into the product) in its forward,

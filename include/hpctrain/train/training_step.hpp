@@ -82,7 +82,8 @@ class TrainingStep {
   // clears the loss sums, `last` all-reduces gradient buckets during backward.
   void micro_batch(std::int64_t step, std::int64_t rows, float global_rows, bool first, bool last);
   // The denominator of the step's mean loss: global rows, or with class weights the global batch's sum of its labels'
-  // weights (one all-reduce of one number), which is then uploaded for the loss gradient's factor.
+  // weights, or for a sequence model the global batch's count of scored targets (one all-reduce of one number), which
+  // is then uploaded for the loss gradient's factor.
   double loss_denominator(const HostBatch& batch, std::int64_t global_rows);
   // The all-reduce's end, the gradient statistics and the optimizer update.
   void update();
@@ -99,7 +100,7 @@ class TrainingStep {
   std::uint64_t seed_;
   PhaseTimer& timer_;
   BackendBuffer sums_, gradient_scale_;  // this step's loss sums; the loss gradient's factor (backend memory)
-  BackendBuffer label_weights_;          // float: the global batch's sum of its labels' class weights (weighted only)
+  BackendBuffer label_weights_;  // float: the global batch's sum of its labels' class weights, or scored targets
 };
 
 }  // namespace hpctrain

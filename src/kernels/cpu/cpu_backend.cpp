@@ -136,7 +136,7 @@ void check_cross_entropy_arguments(const TensorView& logits, const std::int32_t*
   // The labels are this rank's batch: only it sees a bad one, so only it reports (naming itself) and MPI_Abort
   // ends the others at once; an error scoped to every rank would wait for ranks that never arrive.
   for (std::int64_t i = 0; i < rows; ++i)
-    HPCTRAIN_VERIFY(labels[i] >= 0 && labels[i] < cols, InputError,
+    HPCTRAIN_VERIFY((labels[i] >= 0 && labels[i] < cols) || labels[i] == km::ignored_label, InputError,
                     "label " << labels[i] << " of batch row " << i << " is outside [0, " << cols << ")",
                     "labels are checked when the data is opened, so the data file changed while hpctrain ran: "
                     "restore it and run again (training: --resume auto)",
@@ -422,9 +422,9 @@ class CpuBackend final : public Backend {
                           const TensorView& dout, const void* lse, const TensorView& dqkv) override {
     attention_.backward(geometry, qkv, out, dout, lse, dqkv);
   }
-  void embedding_forward(const std::int32_t* ids, const void* table, std::int64_t vocabulary,
-                         const TensorView& y) override {
-    embedding_.forward(ids, table, vocabulary, y);
+  void embedding_forward(const std::int32_t* ids, const void* table, std::int64_t vocabulary, const TensorView& y,
+                         const void* positions, std::int64_t sequence) override {
+    embedding_.forward(ids, table, vocabulary, y, positions, sequence);
   }
   void embedding_backward(const std::int32_t* ids, const TensorView& dy, std::int64_t vocabulary, void* dtable,
                           bool accumulate) override {

@@ -25,17 +25,25 @@ void check_ids(const std::int32_t* ids, std::int64_t rows, std::int64_t vocabula
 
 }  // namespace
 
-void CpuEmbedding::forward(const std::int32_t* ids, const void* table, std::int64_t vocabulary, const TensorView& y) {
+void CpuEmbedding::forward(const std::int32_t* ids, const void* table, std::int64_t vocabulary, const TensorView& y,
+                           const void* positions, std::int64_t sequence) {
   check_ids(ids, y.rows, vocabulary);
+  HPCTRAIN_ASSERT(positions == nullptr || sequence > 0, "embedding: positions without a sequence length");
   const std::int64_t cols = y.cols;
   dispatch_dtype(y.dtype, [&]<class T>() {
-    using Master = compute_t<T>;                             // f32, or f64 for f64 activations
-    const Master* rows = static_cast<const Master*>(table);  // (vocabulary, cols)
-    T* out = static_cast<T*>(y.data);                        // (rows, cols)
+    using Master = compute_t<T>;                                  // f32, or f64 for f64 activations
+    const Master* rows = static_cast<const Master*>(table);       // (vocabulary, cols)
+    const Master* added = static_cast<const Master*>(positions);  // (sequence, cols) or null
+    T* out = static_cast<T*>(y.data);                             // (rows, cols)
 #pragma omp parallel for schedule(static) if (y.size() > 16384)
     for (std::int64_t r = 0; r < y.rows; ++r) {
       const Master* source = rows + static_cast<std::int64_t>(ids[r]) * cols;
-      for (std::int64_t c = 0; c < cols; ++c) out[r * cols + c] = convert_value<T>(source[c]);
+      if (added == nullptr) {
+        for (std::int64_t c = 0; c < cols; ++c) out[r * cols + c] = convert_value<T>(source[c]);
+      } else {
+        const Master* position = added + (r % sequence) * cols;
+        for (std::int64_t c = 0; c < cols; ++c) out[r * cols + c] = convert_value<T>(source[c] + position[c]);
+      }
     }
   });
 }

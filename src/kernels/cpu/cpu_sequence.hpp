@@ -28,7 +28,8 @@ class CpuAttention {
 class CpuEmbedding {
  public:
   // The contracts of Backend::embedding_forward/backward.
-  void forward(const std::int32_t* ids, const void* table, std::int64_t vocabulary, const TensorView& y);
+  void forward(const std::int32_t* ids, const void* table, std::int64_t vocabulary, const TensorView& y,
+               const void* positions, std::int64_t sequence);
   void backward(const std::int32_t* ids, const TensorView& dy, std::int64_t vocabulary, void* dtable, bool accumulate);
 
  private:

@@ -1,0 +1,152 @@
+// The first sequence model (issue 16) in double precision through the real layer code: an embedding (with a learned
+// position embedding) reads token ids,
+// linear and layernorm act on the last axis of (T, C) samples, and the loss scores every position against the next
+// tokens with ignored targets (-100). The forward pass is compared with a host f64 reference, and the gradient of
+// every parameter (the embedding's table included) with central differences of the loss.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "hpctrain/config/run_config.hpp"
+#include "hpctrain/kernels/backend.hpp"
+#include "hpctrain/nn/model.hpp"
+
+namespace hpctrain {
+namespace {
+
+constexpr std::int64_t rows = 3, positions = 5, vocabulary = 7, width = 4;
+
+LayerSpec layer(LayerType type, std::int64_t out = 0) {
+  LayerSpec spec;
+  spec.type = type;
+  spec.name = std::string(word_of(type)) + std::to_string(out);
+  spec.out = out;
+  spec.vocabulary = vocabulary;
+  spec.p = 0.3;
+  spec.positions = true;
+  return spec;
+}
+
+struct Batch {
+  std::vector<std::int32_t> ids, targets;  // (rows, T)
+  double counted = 0;                      // targets not ignored
+};
+
+Batch random_batch() {
+  std::mt19937 generator(5);
+  Batch batch;
+  for (std::int64_t i = 0; i < rows * positions; ++i) {
+    batch.ids.push_back(static_cast<std::int32_t>(generator() % vocabulary));
+    batch.targets.push_back(i % 4 == 3 ? Loss::ignore_index : static_cast<std::int32_t>(generator() % vocabulary));
+    batch.counted += batch.targets.back() != Loss::ignore_index;
+  }
+  return batch;
+}
+
+struct SequenceModel {
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  Model model;
+  Batch batch = random_batch();
+  std::vector<std::int64_t> sample_ids{10, 11, 12};
+  StepContext context{backend.get(), true, 5, 2, sample_ids.data(), rows};
+
+  explicit SequenceModel(std::vector<LayerSpec> layers)
+      : model(ModelSection{std::move(layers)}, SampleShape{positions}, *backend, {DType::f64, DType::f64, rows},
+              "test.toml") {
+    model.initialize(3);
+    backend->copy_to_backend(model.token_ids(), batch.ids.data(), batch.ids.size() * sizeof(std::int32_t));
+    backend->copy_to_backend(model.loss().answers(), batch.targets.data(), batch.targets.size() * sizeof(std::int32_t));
+  }
+  // The mean loss over the counted positions; with_gradient: its gradient over the output, then backward.
+  double loss(bool with_gradient) {
+    model.forward(context);
+    LossSums sums;
+    float scale = static_cast<float>(1.0 / batch.counted);
+    model.apply_loss(rows, with_gradient ? &scale : nullptr, &sums);
+    if (with_gradient) model.backward(context, false, nullptr);
+    return sums.loss_sum / batch.counted;
+  }
+  [[nodiscard]] const double* parameter(std::size_t entry) const {
+    return static_cast<const double*>(model.master()) + model.parameter_entries()[entry].offset;
+  }
+};
+
+TEST(SequenceModel, ForwardAndLossMatchReference) {
+  SequenceModel test(
+      {layer(LayerType::embedding, width), layer(LayerType::layernorm), layer(LayerType::linear, vocabulary)});
+  ASSERT_EQ(test.model.positions(), positions);
+  ASSERT_EQ(test.model.classes(), vocabulary);
+  // random layernorm and linear parameters (initialisation gives gamma 1, beta 0)
+  std::mt19937 generator(9);
+  std::normal_distribution<double> normal;
+  auto* master = static_cast<double*>(test.model.master());
+  for (std::size_t entry = 1; entry < test.model.parameter_entries().size(); ++entry)
+    for (std::int64_t i = 0; i < test.model.parameter_entries()[entry].count; ++i)
+      master[test.model.parameter_entries()[entry].offset + i] = normal(generator);
+  const TensorView output = test.model.output(rows);
+  std::fill_n(static_cast<double*>(output.data), rows * positions * vocabulary, NAN);  // poisoned
+  const double loss = test.loss(false);
+
+  const double *table = test.parameter(0), *position = test.parameter(1), *gamma = test.parameter(2),
+               *beta = test.parameter(3), *weight = test.parameter(4), *bias = test.parameter(5);
+  double reference_loss = 0.0, worst = 0.0, norm = 0.0;
+  for (std::int64_t r = 0; r < rows * positions; ++r) {
+    std::vector<double> x(width);
+    for (std::int64_t c = 0; c < width; ++c)
+      x[c] = table[test.batch.ids[r] * width + c] + position[r % positions * width + c];
+    double mean = 0.0, variance = 0.0;
+    for (std::int64_t c = 0; c < width; ++c) mean += x[c] / width;
+    for (std::int64_t c = 0; c < width; ++c) variance += (x[c] - mean) * (x[c] - mean) / width;
+    std::vector<double> normed(width), logits(vocabulary);
+    for (std::int64_t c = 0; c < width; ++c)
+      normed[c] = (x[c] - mean) / std::sqrt(variance + 1e-5) * gamma[c] + beta[c];
+    double largest = -INFINITY;
+    for (std::int64_t v = 0; v < vocabulary; ++v) {
+      logits[v] = bias[v];
+      for (std::int64_t c = 0; c < width; ++c) logits[v] += weight[v * width + c] * normed[c];
+      const double got = static_cast<const double*>(output.data)[r * vocabulary + v];
+      ASSERT_FALSE(std::isnan(got)) << "row " << r;
+      worst = std::max(worst, std::abs(got - logits[v]));
+      norm = std::max(norm, std::abs(logits[v]));
+      largest = std::max(largest, logits[v]);
+    }
+    if (test.batch.targets[r] == Loss::ignore_index) continue;
+    double sum = 0.0;
+    for (double logit : logits) sum += std::exp(logit - largest);
+    reference_loss += std::log(sum) + largest - logits[test.batch.targets[r]];
+  }
+  EXPECT_LT(worst / norm, 1e-12);
+  EXPECT_NEAR(loss, reference_loss / test.batch.counted, 1e-12 * std::abs(loss));
+}
+
+TEST(SequenceModel, GradientsMatchCentralDifferences) {
+  SequenceModel test({layer(LayerType::embedding, width), layer(LayerType::layernorm), layer(LayerType::linear, 6),
+                      layer(LayerType::gelu), layer(LayerType::dropout), layer(LayerType::linear, vocabulary)});
+  std::fill_n(static_cast<double*>(test.model.gradients()), test.model.parameter_count(), NAN);  // poisoned
+  test.loss(true);
+  const auto* analytic = static_cast<const double*>(test.model.gradients());
+  std::vector<double> expected(analytic, analytic + test.model.parameter_count());
+  auto* parameters = static_cast<double*>(test.model.master());
+  const double step = 1e-6;
+  double worst = 0.0;
+  for (std::int64_t i = 0; i < test.model.parameter_count(); ++i) {
+    const double saved = parameters[i];
+    parameters[i] = saved + step;
+    const double plus = test.loss(false);
+    parameters[i] = saved - step;
+    const double minus = test.loss(false);
+    parameters[i] = saved;
+    const double numeric = (plus - minus) / (2 * step);
+    const double got = expected[static_cast<std::size_t>(i)];
+    ASSERT_FALSE(std::isnan(got)) << "parameter " << i;
+    const double error = std::abs(numeric - got) / std::max(1e-3, std::abs(numeric));
+    worst = std::max(worst, error);
+    EXPECT_LT(error, 1e-5) << "parameter " << i << " analytic " << got << " numeric " << numeric;
+  }
+  testing::Test::RecordProperty("worst_relative_error", std::to_string(worst));
+}
+
+}  // namespace
+}  // namespace hpctrain
