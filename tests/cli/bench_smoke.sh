@@ -24,7 +24,7 @@ grep -qE "volumes .* in memory +[0-9.]+/s +[0-9.]+/s" augmentation.txt &&
 
 REPEATS=1 BENCH_DIR=$WORK HPCTRAIN=$HPCTRAIN "$bench/checkpoint_bandwidth.sh" 1 >checkpoint.txt 2>&1 ||
   { cat checkpoint.txt >&2; fail "checkpoint_bandwidth.sh"; }
-grep -qE "^1 MB +2 +[0-9]+" checkpoint.txt && pass "checkpoint_bandwidth.sh 1 prints rows for 1 and 2 ranks" ||
+grep -qE "^1 MB +2 +new +[0-9]+" checkpoint.txt && pass "checkpoint_bandwidth.sh 1 prints rows for 1 and 2 ranks" ||
   { cat checkpoint.txt >&2; fail "checkpoint_bandwidth.sh table"; }
 
 CORES=$(nproc)
