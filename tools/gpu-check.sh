@@ -90,6 +90,8 @@ gtest_row() { # gtest_row NAME PROGRAM TIMEOUT [ARGS...]
   ((status != 0 && status != 77)) && grep -E "Failure|Expected|Which is|error|FAILED" "$log" | head -40
 }
 gtest_row "cuda kernels vs CPU" cuda_kernels_test 240
+# Issue 16: fused attention (forward, deterministic backward) and the embedding lookup/gradient against the CPU.
+gtest_row "attention, embedding vs CPU" cuda_attention_test 120
 # >= 70,000 rows / >= 4,096 columns per kernel, BGRADB, uploads, graph slots, scratch growing after a capture,
 # bookkeeping replays, event timing, TF32
 gtest_row "large shapes, fused, uploads, graphs" cuda_paths_test 240 \
