@@ -18,17 +18,6 @@
 namespace hpctrain {
 namespace {
 
-AttentionGeometry make_attention(std::int64_t batch, std::int64_t sequence, std::int64_t heads, std::int64_t head_dim,
-                                 bool causal) {
-  return {batch, sequence, heads, head_dim, causal, static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))};
-}
-
-std::string describe(const AttentionGeometry& g, DType dtype) {
-  return std::string(dtype_name(dtype)) + " batch " + std::to_string(g.batch) + " sequence " +
-         std::to_string(g.sequence) + " heads " + std::to_string(g.heads) + " head_dim " + std::to_string(g.head_dim) +
-         (g.causal ? " causal" : " not causal");
-}
-
 // Summation orders differ between the backends (tiles of 32 or 16 keys against 64): fp32 results agree to a few
 // 1e-6 relative, the backward's sums with cancellation (dS sums to zero per row) a little less; in bf16/f16 the
 // rounding of the stored results dominates.

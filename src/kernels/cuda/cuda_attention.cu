@@ -136,6 +136,25 @@ __global__ void attention_delta_kernel(AttentionGeometry g, const T* out, const 
   }
 }
 
+// P and dS of one (query, key) pair in the backward: the score from the block's own row and a streamed row (S =
+// scale q.k, P = 2^(S log2(e) - lse2)), dP from the own and streamed gradient/value rows, dS = P (dP - D). The own rows
+// are volatile: read from shared memory at each use, not held in registers (those hold the gradient accumulators).
+struct Pair {
+  float probability, dscore;
+};
+__device__ __forceinline__ Pair backward_pair(bool seen, const volatile float* own_score_row, const float* score_row,
+                                              const volatile float* own_gradient_row, const float* gradient_row,
+                                              float score_scale, float lse2, float delta) {
+  float score = 0.0f, dprobability = 0.0f;
+#pragma unroll
+  for (int d = 0; d < max_head_dim; ++d) {
+    score += own_score_row[d] * score_row[d];
+    dprobability += own_gradient_row[d] * gradient_row[d];
+  }
+  const float probability = seen ? exp2f(score * score_scale - lse2) : 0.0f;
+  return {probability, probability * (dprobability - delta)};
+}
+
 // dK, dV of one key tile (a thread per key) over the query tiles that see it.
 template <class T>
 __global__ void __launch_bounds__(query_tile) attention_dkdv_kernel(AttentionGeometry g, const T* qkv, const T* dout,
@@ -152,8 +171,8 @@ __global__ void __launch_bounds__(query_tile) attention_dkdv_kernel(AttentionGeo
   const float score_scale = g.scale * log2e;
   load_tile(q + head.width, head.qkv_stride, key_first, query_tile, g, keys, padded_dim);
   load_tile(q + 2 * head.width, head.qkv_stride, key_first, query_tile, g, values, padded_dim);
-  const float* own_key = keys + threadIdx.x * padded_dim;
-  const float* own_value = values + threadIdx.x * padded_dim;
+  const volatile float* own_key = keys + threadIdx.x * padded_dim;
+  const volatile float* own_value = values + threadIdx.x * padded_dim;
   float dkey[max_head_dim], dvalue[max_head_dim];
 #pragma unroll
   for (int d = 0; d < max_head_dim; ++d) dkey[d] = dvalue[d] = 0.0f;
@@ -168,21 +187,16 @@ __global__ void __launch_bounds__(query_tile) attention_dkdv_kernel(AttentionGeo
       deltas[threadIdx.x] = position < g.sequence ? delta[head.lse_offset + position] : 0.0f;
     }
     __syncthreads();
+#pragma unroll 1
     for (int r = 0; r < backward_tile; ++r) {
       const float* query_row = queries + r * max_head_dim;
       const float* gradient_row = gradients + r * max_head_dim;
-      float score = 0.0f, dprobability = 0.0f;
+      const Pair pair = backward_pair(visible(g, query_first + r, key), own_key, query_row, own_value, gradient_row,
+                                      score_scale, lse2[r], deltas[r]);
 #pragma unroll
       for (int d = 0; d < max_head_dim; ++d) {
-        score += own_key[d] * query_row[d];
-        dprobability += own_value[d] * gradient_row[d];
-      }
-      const float p = visible(g, query_first + r, key) ? exp2f(score * score_scale - lse2[r]) : 0.0f;
-      const float dscore = p * (dprobability - deltas[r]);
-#pragma unroll
-      for (int d = 0; d < max_head_dim; ++d) {
-        dvalue[d] += p * gradient_row[d];
-        dkey[d] += dscore * query_row[d];
+        dvalue[d] += pair.probability * gradient_row[d];
+        dkey[d] += pair.dscore * query_row[d];
       }
     }
   }
@@ -211,8 +225,8 @@ __global__ void __launch_bounds__(query_tile) attention_dq_kernel(AttentionGeome
   const float score_scale = g.scale * log2e;
   load_tile(q, head.qkv_stride, query_first, query_tile, g, queries, padded_dim);
   load_tile(dout + head.out_offset, head.width, query_first, query_tile, g, gradients, padded_dim);
-  const float* own_query = queries + threadIdx.x * padded_dim;
-  const float* own_gradient = gradients + threadIdx.x * padded_dim;
+  const volatile float* own_query = queries + threadIdx.x * padded_dim;
+  const volatile float* own_gradient = gradients + threadIdx.x * padded_dim;
   const float own_lse2 = query < g.sequence ? lse[head.lse_offset + query] * log2e : 0.0f;
   const float own_delta = query < g.sequence ? delta[head.lse_offset + query] : 0.0f;
   float dquery[max_head_dim];
@@ -224,19 +238,13 @@ __global__ void __launch_bounds__(query_tile) attention_dq_kernel(AttentionGeome
     load_tile(q + head.width, head.qkv_stride, key_first, backward_tile, g, keys, max_head_dim);
     load_tile(q + 2 * head.width, head.qkv_stride, key_first, backward_tile, g, values, max_head_dim);
     __syncthreads();
+#pragma unroll 1
     for (int r = 0; r < backward_tile; ++r) {
       const float* key_row = keys + r * max_head_dim;
-      const float* value_row = values + r * max_head_dim;
-      float score = 0.0f, dprobability = 0.0f;
+      const Pair pair = backward_pair(visible(g, query, key_first + r), own_query, key_row, own_gradient,
+                                      values + r * max_head_dim, score_scale, own_lse2, own_delta);
 #pragma unroll
-      for (int d = 0; d < max_head_dim; ++d) {
-        score += own_query[d] * key_row[d];
-        dprobability += own_gradient[d] * value_row[d];
-      }
-      const float p = visible(g, query, key_first + r) ? exp2f(score * score_scale - own_lse2) : 0.0f;
-      const float dscore = p * (dprobability - own_delta);
-#pragma unroll
-      for (int d = 0; d < max_head_dim; ++d) dquery[d] += dscore * key_row[d];
+      for (int d = 0; d < max_head_dim; ++d) dquery[d] += pair.dscore * key_row[d];
     }
   }
   if (query >= g.sequence) return;
