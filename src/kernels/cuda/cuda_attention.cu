@@ -36,10 +36,16 @@ constexpr float log2e = 1.4426950408889634f;
 constexpr float ln2 = 0.6931471805599453f;
 constexpr float minus_infinity = -std::numeric_limits<float>::infinity();
 
-// Where one head of one sequence lives: qkv rows of 3 * width ([q | k | v]), out/dout rows of width.
+// A block's (batch x head, tile): where the head of that sequence lives (qkv rows of 3 * width ([q | k | v]), out/dout
+// rows of width), the tile's first position and this thread's own position (its query or key row), the scores' factor.
 struct Head {
-  std::int64_t width, qkv_stride, qkv_offset, out_offset, lse_offset;
-  __device__ Head(const AttentionGeometry& g, std::int64_t batch_head) {
+  std::int64_t width, qkv_stride, qkv_offset, out_offset, lse_offset, first, own;
+  float score_scale;
+  __device__ explicit Head(const AttentionGeometry& g) {
+    const std::int64_t batch_head = blockIdx.x;
+    first = static_cast<std::int64_t>(blockIdx.y) * query_tile;
+    own = first + threadIdx.x;
+    score_scale = g.scale * log2e;
     width = g.heads * g.head_dim;
     qkv_stride = 3 * width;
     const std::int64_t b = batch_head / g.heads, h = batch_head % g.heads;
@@ -70,11 +76,10 @@ __global__ void __launch_bounds__(query_tile)
     attention_forward_kernel(AttentionGeometry g, const T* qkv, T* out, float* lse) {
   __shared__ float keys[stream_tile * max_head_dim];
   __shared__ float values[stream_tile * max_head_dim];
-  const Head head(g, blockIdx.x);
-  const std::int64_t first = static_cast<std::int64_t>(blockIdx.y) * query_tile;
-  const std::int64_t query = first + threadIdx.x;
+  const Head head(g);
+  const std::int64_t first = head.first, query = head.own;
   const T* q = qkv + head.qkv_offset;
-  const float score_scale = g.scale * log2e;
+  const float score_scale = head.score_scale;
   float query_row[max_head_dim], output[max_head_dim];
 #pragma unroll
   for (int d = 0; d < max_head_dim; ++d) {
@@ -164,11 +169,10 @@ __global__ void __launch_bounds__(query_tile) attention_dkdv_kernel(AttentionGeo
   __shared__ float queries[backward_tile * max_head_dim];
   __shared__ float gradients[backward_tile * max_head_dim];
   __shared__ float lse2[backward_tile], deltas[backward_tile];
-  const Head head(g, blockIdx.x);
-  const std::int64_t key_first = static_cast<std::int64_t>(blockIdx.y) * query_tile;
-  const std::int64_t key = key_first + threadIdx.x;
+  const Head head(g);
+  const std::int64_t key_first = head.first, key = head.own;
   const T* q = qkv + head.qkv_offset;
-  const float score_scale = g.scale * log2e;
+  const float score_scale = head.score_scale;
   load_tile(q + head.width, head.qkv_stride, key_first, query_tile, g, keys, padded_dim);
   load_tile(q + 2 * head.width, head.qkv_stride, key_first, query_tile, g, values, padded_dim);
   const volatile float* own_key = keys + threadIdx.x * padded_dim;
@@ -218,11 +222,10 @@ __global__ void __launch_bounds__(query_tile) attention_dq_kernel(AttentionGeome
   __shared__ float gradients[query_tile * padded_dim];
   __shared__ float keys[backward_tile * max_head_dim];
   __shared__ float values[backward_tile * max_head_dim];
-  const Head head(g, blockIdx.x);
-  const std::int64_t query_first = static_cast<std::int64_t>(blockIdx.y) * query_tile;
-  const std::int64_t query = query_first + threadIdx.x;
+  const Head head(g);
+  const std::int64_t query_first = head.first, query = head.own;
   const T* q = qkv + head.qkv_offset;
-  const float score_scale = g.scale * log2e;
+  const float score_scale = head.score_scale;
   load_tile(q, head.qkv_stride, query_first, query_tile, g, queries, padded_dim);
   load_tile(dout + head.out_offset, head.width, query_first, query_tile, g, gradients, padded_dim);
   const volatile float* own_query = queries + threadIdx.x * padded_dim;
