@@ -90,6 +90,8 @@ gtest_row() { # gtest_row NAME PROGRAM TIMEOUT [ARGS...]
   ((status != 0 && status != 77)) && grep -E "Failure|Expected|Which is|error|FAILED" "$log" | head -40
 }
 gtest_row "cuda kernels vs CPU" cuda_kernels_test 240
+# Issue 16: fused attention (forward, deterministic backward) and the embedding lookup/gradient against the CPU.
+gtest_row "attention, embedding vs CPU" cuda_attention_test 120
 # >= 70,000 rows / >= 4,096 columns per kernel, BGRADB, uploads, graph slots, scratch growing after a capture,
 # bookkeeping replays, event timing, TF32
 gtest_row "large shapes, fused, uploads, graphs" cuda_paths_test 240 \
@@ -118,18 +120,20 @@ cd "$work"
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 if [[ -n $sanitizer ]] && program=$(find_program cuda_kernels_test); then
   # memcheck over every kernel but cuDNN's (slow under the tool, and not ours); racecheck and synccheck over the
-  # kernels with shared memory, warp shuffles and barriers.
-  for case in "memcheck CudaVsCpu.*:-*Convolution*" \
-    "racecheck *Layernorm*:*SoftmaxCrossEntropy*:*BiasGradient*:*GradientStatistics*:*Groupnorm*:*MeanSquared*" \
-    "synccheck *Layernorm*:*SoftmaxCrossEntropy*:*BiasGradient*:*GradientStatistics*:*Groupnorm*:*MeanSquared*"; do
-    read -r tool filter <<<"$case"
+  # kernels with shared memory, warp shuffles and barriers (the attention kernels' shared tiles included).
+  for case in "kernels memcheck CudaVsCpu.*:-*Convolution*" \
+    "kernels racecheck *Layernorm*:*SoftmaxCrossEntropy*:*BiasGradient*:*GradientStatistics*:*Groupnorm*:*MeanSquared*" \
+    "kernels synccheck *Layernorm*:*SoftmaxCrossEntropy*:*BiasGradient*:*GradientStatistics*:*Groupnorm*:*MeanSquared*" \
+    "attention memcheck CudaVsCpu.*" "attention racecheck CudaVsCpu.*"; do
+    read -r suite tool filter <<<"$case"
+    program=$(find_program "cuda_${suite}_test") || { record "compute-sanitizer $tool, $suite" FAIL 0 "not found"; continue; }
     status=0
     timed seconds timeout 150 "$sanitizer" --tool "$tool" --error-exitcode 99 "$program" --gtest_color=no \
-      "--gtest_filter=$filter" >"sanitizer-$tool.log" 2>&1 || status=$?
-    result=$(gtest_result "sanitizer-$tool.log" $status)
-    record "compute-sanitizer $tool, kernels" "$result" "$seconds" \
-      "$(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' "sanitizer-$tool.log" | tail -1)$( ((status == 124)) && echo ' (timeout)')"
-    [[ $result == FAIL ]] && grep -m 20 -E "=========  |Failure" "sanitizer-$tool.log"
+      "--gtest_filter=$filter" >"sanitizer-$suite-$tool.log" 2>&1 || status=$?
+    result=$(gtest_result "sanitizer-$suite-$tool.log" $status)
+    record "compute-sanitizer $tool, $suite" "$result" "$seconds" \
+      "$(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' "sanitizer-$suite-$tool.log" | tail -1)$( ((status == 124)) && echo ' (timeout)')"
+    [[ $result == FAIL ]] && grep -m 20 -E "=========  |Failure" "sanitizer-$suite-$tool.log"
   done
   printf '[data]\ntrain = "train.h5"\nvalidation = "validation.h5"\nbatch_size = 128\n[model]\nlayers = [{ type = "linear", out = 64 }, { type = "layernorm" }, { type = "gelu" }, { type = "linear", out = 3 }]\n[train]\nsteps = 5\nlog_every = 1\n' >sanitize.toml
   status=0

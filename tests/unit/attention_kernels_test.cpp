@@ -22,17 +22,6 @@ namespace {
 
 using namespace test_support;
 
-AttentionGeometry make_attention(std::int64_t batch, std::int64_t sequence, std::int64_t heads, std::int64_t head_dim,
-                                 bool causal) {
-  return {batch, sequence, heads, head_dim, causal, static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))};
-}
-
-std::string describe(const AttentionGeometry& g, DType dtype) {
-  return std::string(dtype_name(dtype)) + " batch " + std::to_string(g.batch) + " sequence " +
-         std::to_string(g.sequence) + " heads " + std::to_string(g.heads) + " head_dim " + std::to_string(g.head_dim) +
-         (g.causal ? " causal" : " not causal");
-}
-
 // ---- naive f64 reference: the whole probability matrix of each (sequence, head) ----
 struct HeadIndex {
   const AttentionGeometry& g;

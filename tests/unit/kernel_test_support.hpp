@@ -23,6 +23,17 @@ namespace hpctrain::test_support {
 
 inline const std::vector<DType> all_dtypes = {DType::f32, DType::bf16, DType::f16, DType::f64};
 
+// An attention geometry with PyTorch's scale 1 / sqrt(head_dim), and its description for failure messages.
+inline AttentionGeometry make_attention(std::int64_t batch, std::int64_t sequence, std::int64_t heads,
+                                        std::int64_t head_dim, bool causal) {
+  return {batch, sequence, heads, head_dim, causal, static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))};
+}
+inline std::string describe(const AttentionGeometry& g, DType dtype) {
+  return std::string(dtype_name(dtype)) + " batch " + std::to_string(g.batch) + " sequence " +
+         std::to_string(g.sequence) + " heads " + std::to_string(g.heads) + " head_dim " + std::to_string(g.head_dim) +
+         (g.causal ? " causal" : " not causal");
+}
+
 // The master dtype that goes with a storage dtype (f64 in gradient checks, f32 otherwise).
 inline DType master_of(DType storage) { return storage == DType::f64 ? DType::f64 : DType::f32; }
 

@@ -8,6 +8,7 @@
 //   cuda_gemm        cuBLASLt products (bias and bias-gradient epilogues)
 //   cuda_convolution cuDNN convolutions;  cuda_spatial  pooling and groupnorm entry points
 //   cuda_timeline    --profile phases on CUDA events and NVTX ranges
+//   cuda_attention   fused attention and the embedding lookup (fp32 FMAs, no tensor cores yet)
 // The kernels are thin loops around the HPCTRAIN_HD arithmetic of kernels/math.hpp, so they compute the CPU backend's
 // formulas (tests/gpu/cuda_kernels_test.cpp compares the two on the same inputs).
 //
@@ -23,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_attention.hpp"
 #include "cuda_dispatch.hpp"
 #include "cuda_elementwise.hpp"
 #include "cuda_gemm.hpp"
@@ -307,6 +309,25 @@ class CudaBackend final : public Backend {
   [[nodiscard]] bool has_spatial_operations() const override { return cuda::have_convolutions(); }
 
   // ---- losses ----
+  void attention_forward(const AttentionGeometry& geometry, const TensorView& qkv, const TensorView& out,
+                         void* lse) override {
+    cuda::attention_forward(stream_, geometry, qkv, out, static_cast<float*>(lse));
+  }
+  void attention_backward(const AttentionGeometry& geometry, const TensorView& qkv, const TensorView& out,
+                          const TensorView& dout, const void* lse, const TensorView& dqkv) override {
+    cuda::attention_backward(stream_, sequence_scratch_, geometry, qkv, out, dout, static_cast<const float*>(lse),
+                             dqkv);
+  }
+  void embedding_forward(const std::int32_t* ids, const void* table, std::int64_t vocabulary, const TensorView& y,
+                         const void* positions, std::int64_t sequence) override {
+    cuda::embedding_forward(stream_, ids, static_cast<const float*>(table), vocabulary, y,
+                            static_cast<const float*>(positions), sequence);
+  }
+  void embedding_backward(const std::int32_t* ids, const TensorView& dy, std::int64_t vocabulary, void* dtable,
+                          bool accumulate) override {
+    cuda::embedding_backward(stream_, sequence_scratch_, ids, dy, vocabulary, static_cast<float*>(dtable), accumulate);
+  }
+
   void softmax_cross_entropy(const TensorView& logits, const std::int32_t* labels, const float* grad_scale,
                              const TensorView& dlogits, LossSums* sums) override {
     if (dlogits.data != nullptr) check_same_shape(logits, dlogits, "softmax_cross_entropy");
@@ -457,6 +478,7 @@ class CudaBackend final : public Backend {
   cuda::DeviceScratch bias_scratch_;                // (cols) the bias in the gemm output's dtype
   cuda::RowScratch rows_;                           // per-row loss results, reduction partials
   cuda::DeviceScratch statistics_scratch_;          // (chunks) partial sums + (chunks) flags
+  cuda::SequenceScratch sequence_scratch_;          // attention backward's row sums, embedding sort
 };
 
 CudaBackend& as_cuda(Backend& backend) {

@@ -98,12 +98,19 @@ __device__ void warp_row_argmax(const T* in, std::int64_t cols, int lane, float&
 
 // Per row: (loss, correct) into row_results (rows, 2). An out-of-range label gives a NaN loss (the CPU backend throws
 // InputError; the trainer validates labels when it reads the data, so this only guards against corrupted memory).
+// km::ignored_label (a sequence target not scored): no loss, a zero gradient, as kernel_math's row function.
 template <class T>
 __global__ void softmax_cross_entropy_kernel(const T* logits, const std::int32_t* labels, const float* grad_scale,
                                              T* dlogits, double* row_results, std::int64_t rows, std::int64_t cols) {
   const std::int64_t row = global_thread() / warp_threads;
   const int lane = static_cast<int>(threadIdx.x % warp_threads);
   if (row >= rows) return;
+  if (labels[row] == km::ignored_label) {
+    if (lane == 0) row_results[2 * row] = row_results[2 * row + 1] = 0.0;
+    if (dlogits != nullptr)
+      for (std::int64_t j = lane; j < cols; j += warp_threads) dlogits[row * cols + j] = store<T>(0.0f);
+    return;
+  }
   const T* in = logits + row * cols;
   float max_value = 0.0f;
   std::int64_t argmax = 0;
