@@ -490,13 +490,17 @@ print(f"figures: median over {values['runs']} runs; a hpctrain run's figure is i
 print(f"model FLOPs per sample (matrix products of one step) = {gemm_flops_per_sample:,} "
       f"(6 x {parameters:,} parameters = {6 * parameters:,} is the usual approximation)")
 print()
-header = ("row", "hpctrain", "anchor", "ratio", "goal", "")
-widths_out = [max(len(str(r[i])) for r in rows + [header]) for i in range(6)]
-line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths_out)) + " |"
-print(line(header))
-print("|" + "|".join("-" * (w + 2) for w in widths_out) + "|")
-for r in rows:
-    print(line(r))
+def print_table(header, table_rows):
+    """A Markdown table with columns as wide as their widest cell."""
+    column_widths = [max(len(str(r[i])) for r in table_rows + [header]) for i in range(len(header))]
+    line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, column_widths)) + " |"
+    print(line(header))
+    print("|" + "|".join("-" * (w + 2) for w in column_widths) + "|")
+    for r in table_rows:
+        print(line(r))
+
+
+print_table(("row", "hpctrain", "anchor", "ratio", "goal", ""), rows)
 print()
 steps, short = int(values["steps"]), 2 * int(values["warmup"])
 print(f"where a step's time goes (--profile, rank 0, steady state: (phase total of a {steps}-step run - that of a "
@@ -574,13 +578,7 @@ for name, label, rows_per_rank, activation_bytes in (("fp32", "fp32 1x" + values
 if roof_rows:
     print()
     print("roofline: each phase's steady-state ms/step (rank 0, --profile) against its limit measured in the same rounds")
-    header = ("run", "phase", "hpctrain ms", "limit ms", "ratio", "limit")
-    roof_widths = [max(len(str(r[i])) for r in roof_rows + [header]) for i in range(6)]
-    roof_line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, roof_widths)) + " |"
-    print(roof_line(header))
-    print("|" + "|".join("-" * (w + 2) for w in roof_widths) + "|")
-    for r in roof_rows:
-        print(roof_line(r))
+    print_table(("run", "phase", "hpctrain ms", "limit ms", "ratio", "limit"), roof_rows)
 EOF
 echo
 echo "commands (DATA and DECK are the generated data set and deck; bench/run.sh writes both):"
