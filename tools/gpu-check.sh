@@ -13,6 +13,9 @@
 #   tools/gpu-check.sh                 uses .device/rt.tar.xz (tools/pack-gpu.sh) when present, else build-gpu/
 #   HPCTRAIN_BIN=DIR tools/gpu-check.sh   takes the programs from DIR (hpctrain and the test programs; the CUDA
 #                                         module from DIR/../lib, or wherever HPCTRAIN_CUDA_MODULE points)
+#   HPCTRAIN_GPU_CHECK_SECONDS=S          starts no timed check after S seconds (they are listed as SKIP, out of time),
+#                                         so that a leased machine's time limit still ends with the table
+#   HPCTRAIN_GPU_CHECK_LOGS=DIR           leaves every check's log in DIR/gpu-check-logs.tar.xz
 #
 # Without a GPU (nvidia-smi missing or listing none) it checks nothing and exits 77 (skipped).
 # Test programs run directly, not through CTest: CTest's files hold the build machine's absolute paths. Bit-for-bit
@@ -24,7 +27,14 @@ if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
   exit 77
 fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/hpctrain-gpu-check.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+keep_logs() { # the logs into $HPCTRAIN_GPU_CHECK_LOGS (when set), then the work folder removed
+  if [[ -n ${HPCTRAIN_GPU_CHECK_LOGS:-} ]]; then
+    mkdir -p "$HPCTRAIN_GPU_CHECK_LOGS" &&
+      (cd "$work" && find . -maxdepth 1 -name '*.log' -print0 | tar cJf "$HPCTRAIN_GPU_CHECK_LOGS/gpu-check-logs.tar.xz" --null -T -)
+  fi
+  rm -rf "$work"
+}
+trap keep_logs EXIT
 
 # ---- the programs ----
 find_program() { # find_program NAME: the first of $HPCTRAIN_BIN, the unpacked archive, build-gpu/{bin,tests}
@@ -48,15 +58,25 @@ hpctrain=$(find_program hpctrain) || { echo "gpu-check: no hpctrain program (run
 mpiexec_line=(mpiexec --oversubscribe)
 [[ $(id -u) == 0 ]] && mpiexec_line+=(--allow-run-as-root)
 
-rows=() failures=0
-record() { # record NAME RESULT SECONDS DETAIL
-  rows+=("$(printf '%-36s %-7s %6ss  %s' "$1" "$2" "$3" "$4")")
-  [[ $2 == FAIL ]] && failures=$((failures + 1))
-  echo "== $1: $2 ($3 s) $4"
+rows=() failures=0 out_of_time=0
+record() { # record NAME RESULT SECONDS DETAIL (a check whose command timed() did not start is a SKIP)
+  local result=$2 detail=$4
+  if ((out_of_time)); then
+    result=SKIP detail="out of time (HPCTRAIN_GPU_CHECK_SECONDS=$HPCTRAIN_GPU_CHECK_SECONDS)"
+    out_of_time=0
+  fi
+  rows+=("$(printf '%-36s %-7s %6ss  %s' "$1" "$result" "$3" "$detail")")
+  [[ $result == FAIL ]] && failures=$((failures + 1))
+  echo "== $1: $result ($3 s) $detail"
 }
-timed() { # timed SECONDS_VAR COMMAND...: runs, stores the wall seconds, returns the status
+timed() { # timed SECONDS_VAR COMMAND...: runs, stores the wall seconds, returns the status; past the deadline, runs
+  # nothing and returns 125
   local -n seconds_out=$1; shift
   local begin=$SECONDS status=0
+  if [[ -n ${HPCTRAIN_GPU_CHECK_SECONDS:-} ]] && ((SECONDS >= HPCTRAIN_GPU_CHECK_SECONDS)); then
+    out_of_time=1 seconds_out=0
+    return 125
+  fi
   "$@" || status=$?
   seconds_out=$((SECONDS - begin))
   return $status
@@ -113,41 +133,10 @@ else
   record "gradient all-reduce" FAIL 0 "device_allreduce_mpi_test not found"
 fi
 
-# ---- 2b. compute-sanitizer over the kernel tests and a 5-step run (where the tool is installed) ----
+# ---- data for the training checks ----
 cd "$work"
 "$hpctrain" data generate spirals --samples 16384 --classes 3 --noise 0.05 --seed 1 --output train.h5 >/dev/null
 "$hpctrain" data generate spirals --samples 2048 --classes 3 --noise 0.05 --seed 2 --output validation.h5 >/dev/null
-sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-if [[ -n $sanitizer ]] && program=$(find_program cuda_kernels_test); then
-  # memcheck over every kernel but cuDNN's (slow under the tool, and not ours); racecheck and synccheck over the
-  # kernels with shared memory, warp shuffles and barriers (the attention kernels' shared tiles included).
-  for case in "kernels memcheck CudaVsCpu.*:-*Convolution*" \
-    "kernels racecheck *Layernorm*:*SoftmaxCrossEntropy*:*BiasGradient*:*GradientStatistics*:*Groupnorm*:*MeanSquared*" \
-    "kernels synccheck *Layernorm*:*SoftmaxCrossEntropy*:*BiasGradient*:*GradientStatistics*:*Groupnorm*:*MeanSquared*" \
-    "attention memcheck CudaVsCpu.*" "attention racecheck CudaVsCpu.*"; do
-    read -r suite tool filter <<<"$case"
-    program=$(find_program "cuda_${suite}_test") || { record "compute-sanitizer $tool, $suite" FAIL 0 "not found"; continue; }
-    status=0
-    timed seconds timeout 150 "$sanitizer" --tool "$tool" --error-exitcode 99 "$program" --gtest_color=no \
-      "--gtest_filter=$filter" >"sanitizer-$suite-$tool.log" 2>&1 || status=$?
-    result=$(gtest_result "sanitizer-$suite-$tool.log" $status)
-    record "compute-sanitizer $tool, $suite" "$result" "$seconds" \
-      "$(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' "sanitizer-$suite-$tool.log" | tail -1)$( ((status == 124)) && echo ' (timeout)')"
-    [[ $result == FAIL ]] && grep -m 20 -E "=========  |Failure" "sanitizer-$suite-$tool.log"
-  done
-  printf '[data]\ntrain = "train.h5"\nvalidation = "validation.h5"\nbatch_size = 128\n[model]\nlayers = [{ type = "linear", out = 64 }, { type = "layernorm" }, { type = "gelu" }, { type = "linear", out = 3 }]\n[train]\nsteps = 5\nlog_every = 1\n' >sanitize.toml
-  status=0
-  timed seconds timeout 180 "$sanitizer" --tool memcheck --error-exitcode 99 "$hpctrain" train sanitize.toml \
-    --set run.device=cuda --set precision.mode=bf16 --output sanitize >sanitizer-run.log 2>&1 || status=$?
-  result=PASS
-  ((status != 0)) && result=FAIL
-  record "compute-sanitizer memcheck, 5 steps" $result "$seconds" \
-    "exit $status; $(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' sanitizer-run.log | tail -1)"
-  [[ $result == FAIL ]] && tail -30 sanitizer-run.log
-else
-  record "compute-sanitizer" SKIP 0 "compute-sanitizer not installed"
-fi
-
 # ---- 3. training on cuda against the CPU ----
 cat >deck.toml <<'TOML'
 [run]
@@ -288,6 +277,7 @@ if [[ -f out-cnn2d-cuda-fp32/metrics.h5 ]]; then
   timed seconds cnn "$root/inputs/cnn2d.toml" images.h5 cuda fp32 >cnn-again.log 2>&1 || status=$?
 else
   status=1
+  [[ -n ${HPCTRAIN_GPU_CHECK_SECONDS:-} ]] && ((SECONDS >= HPCTRAIN_GPU_CHECK_SECONDS)) && out_of_time=1
 fi
 if ((status != 0)); then
   record "determinism: two identical runs" FAIL "$seconds" "exit $status (or no first run)"
@@ -554,6 +544,40 @@ if [[ -n $ceiling && ${rate:-} && ${parameters:-} ]]; then
     "$gbs of $copy_gbs GB/s = $(awk -v a="$gbs" -v b="$copy_gbs" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }') (${optimizer_ms:-?} ms/step)"
 else
   record "GEMM TFLOP/s vs cuBLASLt ceiling" SKIP 0 "no ceiling measured ($(tail -1 ceiling.log 2>/dev/null))"
+fi
+
+# ---- 5b. compute-sanitizer over the kernel tests and a 5-step run (where the tool is installed); last, since it is
+# the slowest and least likely to be reached within a leased machine's time ----
+cd "$work"
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+if [[ -n $sanitizer ]] && program=$(find_program cuda_kernels_test); then
+  # memcheck over every kernel but cuDNN's (slow under the tool, and not ours); racecheck and synccheck over the
+  # kernels with shared memory, warp shuffles and barriers (the attention kernels' shared tiles included).
+  for case in "kernels memcheck CudaVsCpu.*:-*Convolution*" \
+    "kernels racecheck *Layernorm*:*SoftmaxCrossEntropy*:*BiasGradient*:*GradientStatistics*:*Groupnorm*:*MeanSquared*" \
+    "kernels synccheck *Layernorm*:*SoftmaxCrossEntropy*:*BiasGradient*:*GradientStatistics*:*Groupnorm*:*MeanSquared*" \
+    "attention memcheck CudaVsCpu.*" "attention racecheck CudaVsCpu.*"; do
+    read -r suite tool filter <<<"$case"
+    program=$(find_program "cuda_${suite}_test") || { record "compute-sanitizer $tool, $suite" FAIL 0 "not found"; continue; }
+    status=0
+    timed seconds timeout 150 "$sanitizer" --tool "$tool" --error-exitcode 99 "$program" --gtest_color=no \
+      "--gtest_filter=$filter" >"sanitizer-$suite-$tool.log" 2>&1 || status=$?
+    result=$(gtest_result "sanitizer-$suite-$tool.log" $status)
+    record "compute-sanitizer $tool, $suite" "$result" "$seconds" \
+      "$(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' "sanitizer-$suite-$tool.log" | tail -1)$( ((status == 124)) && echo ' (timeout)')"
+    [[ $result == FAIL ]] && grep -m 20 -E "=========  |Failure" "sanitizer-$suite-$tool.log"
+  done
+  printf '[data]\ntrain = "train.h5"\nvalidation = "validation.h5"\nbatch_size = 128\n[model]\nlayers = [{ type = "linear", out = 64 }, { type = "layernorm" }, { type = "gelu" }, { type = "linear", out = 3 }]\n[train]\nsteps = 5\nlog_every = 1\n' >sanitize.toml
+  status=0
+  timed seconds timeout 180 "$sanitizer" --tool memcheck --error-exitcode 99 "$hpctrain" train sanitize.toml \
+    --set run.device=cuda --set precision.mode=bf16 --output sanitize >sanitizer-run.log 2>&1 || status=$?
+  result=PASS
+  ((status != 0)) && result=FAIL
+  record "compute-sanitizer memcheck, 5 steps" $result "$seconds" \
+    "exit $status; $(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' sanitizer-run.log | tail -1)"
+  [[ $result == FAIL ]] && tail -30 sanitizer-run.log
+else
+  record "compute-sanitizer" SKIP 0 "compute-sanitizer not installed"
 fi
 
 # ---- 6. with 2 or more GPUs: 2-rank NCCL runs, eager and with graphs, that name NCCL and exit in time ----
