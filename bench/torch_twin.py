@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """PyTorch twin of hpctrain's benchmark models: the anchor that bench/run.sh (the MLP) and bench/cnn.sh (--model cnn2d,
 --model cosmoflow-small[-gn]: the CNNs of inputs/cnn2d.toml and inputs/cosmoflow-small.toml, -gn with GroupNorm(4)
-after each convolution) measure hpctrain's samples/s against.
+after each convolution) measure hpctrain's samples/s against. --model gpt is a GPT-2 style language model (--gpt
+LAYERS,HEADS,WIDTH,CONTEXT,VOCABULARY; nanoGPT's blocks: pre-LayerNorm, c_attn + scaled_dot_product_attention(causal)
++ c_proj, c_fc + GELU(tanh) + c_proj, a final LayerNorm and a bias-free head, --tie to share it with the token
+table) on random tokens or a token file (--data with /tokens: windows of CONTEXT + 1 tokens at i * CONTEXT); its rate
+is also printed in tokens/s.
 
 The same model (Linear 1024->2048, ReLU, Linear 2048->2048, ReLU, Linear 2048->10, cross-entropy), the same global
 batch, AdamW with the same hyper-parameters (biases without weight decay, as hpctrain's default optimizer.no_decay),
@@ -31,8 +35,13 @@ import time
 def parse_arguments():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    parser.add_argument("--model", choices=["mlp", "cnn2d", "cosmoflow-small", "cosmoflow-small-gn"], default="mlp",
-                        help="mlp: --widths; cnn2d, cosmoflow-small: the layers of inputs/<model>.toml (needs --data)")
+    parser.add_argument("--model", choices=["mlp", "cnn2d", "cosmoflow-small", "cosmoflow-small-gn", "gpt"],
+                        default="mlp",
+                        help="mlp: --widths; cnn2d, cosmoflow-small: the layers of inputs/<model>.toml (needs --data); "
+                        "gpt: --gpt")
+    parser.add_argument("--gpt", default="12,12,768,64,50304",
+                        help="gpt: layers, heads, width, context, vocabulary (default: GPT-2 124M at context 64)")
+    parser.add_argument("--tie", action="store_true", help="gpt: the head shares the token table (GPT-2)")
     parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads; 0 keeps torch's default")
     parser.add_argument("--batch", type=int, default=256, help="global batch (one process: all of it)")
     parser.add_argument("--widths", default="1024,2048,2048,10", help="input width, then each linear layer's out")
@@ -52,6 +61,83 @@ def parse_arguments():
         help="cuda: model and data on the GPU, torch.compile mode reduce-overhead, the loss read once per window",
     )
     return parser.parse_args()
+
+
+def load_tokens(arguments, torch, context, vocabulary):
+    """(inputs, targets) of shape (N, context): windows of context + 1 tokens starting at i * context."""
+    if arguments.data:
+        import h5py
+
+        with h5py.File(arguments.data, "r") as file:
+            stream = torch.from_numpy(file["tokens"][...].astype("int64"))
+        source = f"{arguments.data} ({stream.numel()} tokens)"
+    else:
+        generator = torch.Generator().manual_seed(arguments.seed)
+        stream = torch.randint(0, vocabulary, (arguments.samples * context + 1,), generator=generator)
+        source = f"random tokens ({stream.numel()}, seed {arguments.seed})"
+    windows = (stream.numel() - 1) // context
+    if windows < arguments.batch:
+        sys.exit(f"torch_twin: {windows} windows of {context} tokens cannot fill a batch of {arguments.batch}")
+    inputs = stream[: windows * context].view(windows, context)
+    targets = stream[1 : windows * context + 1].view(windows, context)
+    return inputs.contiguous(), targets.contiguous(), source
+
+
+def gpt_model(torch, layers, heads, width, context, vocabulary, tie):
+    """nanoGPT's GPT-2 (no dropout) with its initialisation, and the module names of GPT-2's checkpoints."""
+    nn = torch.nn
+    functional = torch.nn.functional
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c_attn = nn.Linear(width, 3 * width)
+            self.c_proj = nn.Linear(width, width)
+
+        def forward(self, x):
+            batch, positions, _ = x.shape
+            q, k, v = self.c_attn(x).split(width, dim=2)
+            q, k, v = (t.view(batch, positions, heads, width // heads).transpose(1, 2) for t in (q, k, v))
+            y = functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.c_proj(y.transpose(1, 2).contiguous().view(batch, positions, width))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1, self.attn, self.ln_2 = nn.LayerNorm(width), Attention(), nn.LayerNorm(width)
+            self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(approximate="tanh"),
+                                     nn.Linear(4 * width, width))
+
+        def forward(self, x):
+            x = x + self.attn(self.ln_1(x))
+            return x + self.mlp(self.ln_2(x))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(vocabulary, width), nn.Embedding(context, width)
+            self.h = nn.ModuleList(Block() for _ in range(layers))
+            self.ln_f = nn.LayerNorm(width)
+            self.lm_head = nn.Linear(width, vocabulary, bias=False)
+            if tie:
+                self.lm_head.weight = self.wte.weight
+
+        def forward(self, ids):
+            x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1], device=ids.device))
+            for block in self.h:
+                x = block(x)
+            return self.lm_head(self.ln_f(x))
+
+    model = GPT()
+    # GPT-2's initialisation (hpctrain's model.init = "gpt2"): weights normal(0, 0.02), biases zero, the residual
+    # output projections (attn.c_proj, mlp's second linear) normal(0, 0.02 / sqrt(2 * layers)).
+    for name, parameter in model.named_parameters():
+        if parameter.dim() > 1:
+            residual_output = name.endswith("attn.c_proj.weight") or name.endswith("mlp.2.weight")
+            torch.nn.init.normal_(parameter, 0.0, 0.02 / (2 * layers) ** 0.5 if residual_output else 0.02)
+        elif name.endswith("bias") and "ln_" not in name:
+            torch.nn.init.zeros_(parameter)
+    return model
 
 
 def load_data(arguments, torch, input_width, classes):
@@ -106,10 +192,18 @@ def main():
                 layers.append(nn.ReLU())
         model = nn.Sequential(*layers)
         description = "-".join(map(str, widths))
+    elif arguments.model == "gpt":
+        layers, heads, width, context, vocabulary = (int(value) for value in arguments.gpt.split(","))
+        model = gpt_model(torch, layers, heads, width, context, vocabulary, arguments.tie)
+        description = (f"gpt {layers} layers x {heads} heads, width {width}, context {context}, vocabulary "
+                       f"{vocabulary}{', tied head' if arguments.tie else ''}")
     else:
         if not arguments.data:
             sys.exit(f"torch_twin: --model {arguments.model} needs --data (the file bench/cnn.sh generates)")
-    features, labels, source = load_data(arguments, torch, widths[0], widths[-1])
+    if arguments.model == "gpt":
+        features, labels, source = load_tokens(arguments, torch, context, vocabulary)
+    else:
+        features, labels, source = load_data(arguments, torch, widths[0], widths[-1])
     if arguments.model == "cnn2d":  # inputs/cnn2d.toml
         channels, classes = features.shape[1], int(labels.max()) + 1
         model = nn.Sequential(
@@ -135,9 +229,13 @@ def main():
             *block(channels, 8), *block(8, 16), *block(16, 16),
             nn.Flatten(), nn.Linear(16 * (size // 8) ** 3, 64), nn.LeakyReLU(0.3), nn.Linear(64, labels.shape[1]))
         description = f"{arguments.model} (inputs/cosmoflow-small.toml{' + groupnorm' if norm else ''})"
-    # hpctrain's default optimizer.no_decay = ["bias", "norm"]: biases get no weight decay, so none here either.
-    decayed = [parameter for name, parameter in model.named_parameters() if not name.endswith("bias")]
-    not_decayed = [parameter for name, parameter in model.named_parameters() if name.endswith("bias")]
+    # hpctrain's default optimizer.no_decay = ["bias", "norm"]: biases and norm layers' parameters get no weight decay,
+    # so none here either.
+    def decays(name, parameter):
+        return not name.endswith("bias") and parameter.dim() > 1
+
+    decayed = [parameter for name, parameter in model.named_parameters() if decays(name, parameter)]
+    not_decayed = [parameter for name, parameter in model.named_parameters() if not decays(name, parameter)]
     optimizer = torch.optim.AdamW(
         [{"params": decayed, "weight_decay": arguments.weight_decay}, {"params": not_decayed, "weight_decay": 0.0}],
         lr=arguments.lr,
@@ -151,6 +249,10 @@ def main():
         model.to(device)
         features, labels = features.to(device), labels.to(device)
     loss_function = functional.mse_loss if arguments.model.startswith("cosmoflow-small") else functional.cross_entropy
+    if arguments.model == "gpt":  # the mean over every position of the batch
+
+        def loss_function(logits, targets):
+            return functional.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
     def make_step(forward):
         def train_step(x, y):
@@ -217,6 +319,8 @@ def main():
         rates.append(arguments.batch * arguments.window_steps / elapsed)
     median = statistics.median(rates)
     print("torch_twin: samples/s per window: " + ", ".join(f"{rate:.1f}" for rate in rates))
+    if arguments.model == "gpt":
+        print(f"torch_twin: {median * context:.1f} tokens/s (median), {arguments.batch / median:.3f} s/step")
     print(
         f"TWIN device={device} precision={arguments.precision} threads={torch.get_num_threads()} "
         f"compile={'yes' if compiled == 'yes' else 'no'} torch={torch.__version__} samples_per_sec={median:.2f} "
