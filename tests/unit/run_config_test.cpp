@@ -47,6 +47,9 @@ void expect_same_values(const RunConfig& a, const RunConfig& b) {
     EXPECT_EQ(x.eps, y.eps);
     EXPECT_EQ(x.vocabulary, y.vocabulary);
     EXPECT_EQ(x.positions, y.positions);
+    EXPECT_EQ(x.heads, y.heads);
+    EXPECT_EQ(x.causal, y.causal);
+    EXPECT_EQ(x.dropout, y.dropout);
   }
   EXPECT_EQ(a.data.train, b.data.train);
   EXPECT_EQ(a.data.validation, b.data.validation);
@@ -437,6 +440,26 @@ TEST(RunConfig, ConvolutionAndPoolingKeys) {
   // --set changes an extent.
   const RunConfig changed = parse_run_config(to_toml(config), "decks/resolved.toml", {"model.layers[1].kernel=[3, 1]"});
   EXPECT_EQ(changed.model.layers[1].kernel, (std::vector<std::int64_t>{3, 1}));
+}
+
+TEST(RunConfig, AttentionKeys) {
+  const RunConfig config = parse(
+      "[data]\ntrain = \"a.h5\"\n[train]\nsteps = 1\n[model]\nlayers = [\n"
+      "  { type = \"embedding\", vocabulary = 256, out = 16, positions = true },\n"
+      "  { type = \"attention\", heads = 4 },\n  { type = \"attention\", heads = 2, causal = false },\n]\n");
+  const auto& layers = config.model.layers;
+  ASSERT_EQ(layers.size(), 3u);
+  EXPECT_EQ(layers[1].type, LayerType::attention);
+  EXPECT_EQ(layers[1].name, "attention1");
+  EXPECT_EQ(layers[1].heads, 4);
+  EXPECT_TRUE(layers[1].causal);  // the default: a decoder
+  EXPECT_EQ(layers[1].dropout, 0.0);
+  EXPECT_FALSE(layers[2].causal);
+  const std::string resolved = to_toml(config);
+  EXPECT_CONTAINS(resolved, "type = \"attention\"\nname = \"attention2\"\nheads = 2\ncausal = false\ndropout = 0.0\n");
+  expect_same_values(config, parse_run_config(resolved, "decks/resolved.toml"));
+  const RunConfig changed = parse_run_config(resolved, "decks/resolved.toml", {"model.layers[1].heads=8"});
+  EXPECT_EQ(changed.model.layers[1].heads, 8);
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
