@@ -261,6 +261,43 @@ for case in "cnn2d fp32 $root/inputs/cnn2d.toml images.h5 1e-3" "cnn2d bf16 $roo
   fi
 done
 
+# ---- 3b'. the attention layer (issue 16) on cuda against the CPU: embedding with positions -> attention ->
+# layernorm -> linear on a byte-level text (GPL-3, or this repository's design notes where the licence is absent) ----
+text=/usr/share/common-licenses/GPL-3
+[[ -r $text ]] || text=$root/docs/design.md
+"$hpctrain" data convert --text "$text" --sequence-length 64 --output text.h5 >/dev/null
+cat >attention.toml <<'TOML'
+[run]
+seed = 3
+[data]
+train = "text.h5"
+batch_size = 16
+[model]
+layers = [ { type = "embedding", vocabulary = 256, out = 64, positions = true }, { type = "attention", heads = 4 },
+           { type = "layernorm" }, { type = "linear", out = 256 } ]
+[optimizer]
+lr = 0.003
+[train]
+steps = 20
+log_every = 1
+TOML
+for mode in fp32 bf16; do
+  tolerance=1e-3
+  [[ $mode == bf16 ]] && tolerance=3e-2
+  name="attention layer 20 steps, $mode, cuda vs cpu"
+  timeout 240 "$hpctrain" train attention.toml --set run.device=cpu --set precision.mode=$mode \
+    --output attention-cpu-$mode >attention-cpu-$mode.log 2>&1 || true
+  status=0
+  timed seconds timeout 240 "$hpctrain" train attention.toml --set run.device=cuda --set precision.mode=$mode \
+    --output attention-cuda-$mode >attention-cuda-$mode.log 2>&1 || status=$?
+  if ((status != 0)); then
+    record "$name" FAIL "$seconds" "exit $status: $(grep error attention-cuda-$mode.log | head -1)"
+    tail -20 attention-cuda-$mode.log
+  else
+    compare_losses "$name" attention-cpu-$mode.log attention-cuda-$mode.log $tolerance "$seconds"
+  fi
+done
+
 # ---- 3c. determinism, the fp16 loss-scale trajectory, odd widths with batches over 8 MiB ----
 h5same() { # h5same A.h5 B.h5 OBJECT...: every named dataset/group identical bit for bit (h5diff, no tolerance)
   local a=$1 b=$2 object

@@ -127,6 +127,9 @@ const std::vector<LayerFieldSpec>& layer_fields() {
       {"groups", Kind::integer, bind_layer_field<&LayerSpec::groups>},
       {"vocabulary", Kind::integer, bind_layer_field<&LayerSpec::vocabulary>},
       {"positions", Kind::boolean, bind_layer_field<&LayerSpec::positions>},
+      {"heads", Kind::integer, bind_layer_field<&LayerSpec::heads>},
+      {"causal", Kind::boolean, bind_layer_field<&LayerSpec::causal>},
+      {"dropout", Kind::number, bind_layer_field<&LayerSpec::dropout>},
   };
   return fields;
 }
@@ -151,6 +154,7 @@ const std::vector<LayerTypeSpec>& layer_types() {
       {flatten, {}},
       {groupnorm, {"groups", "eps"}},
       {embedding, {"vocabulary", "out", "positions"}},
+      {attention, {"heads", "causal", "dropout"}},
   };
   return types;
 }

@@ -319,6 +319,13 @@ void DeckReader::validate_layers() {
       check_integer(layer_key(index, "vocabulary"), layer.vocabulary, 1);
       check_integer(layer_key(index, "out"), layer.out, 1);
     }
+    if (layer.type == LayerType::attention) {
+      if (std::find(given.begin(), given.end(), "heads") == given.end())
+        fail(location(table_key), table_key + " (attention) needs heads, its number of heads",
+             "add heads = <number dividing the width C>, e.g. heads = 4");
+      check_integer(layer_key(index, "heads"), layer.heads, 1);
+      check_number(layer_key(index, "dropout"), layer.dropout, layer.dropout >= 0 && layer.dropout < 1, "in [0, 1)");
+    }
     if (layer.type == LayerType::dropout)
       check_number(layer_key(index, "p"), layer.p, layer.p >= 0 && layer.p < 1, "in [0, 1)");
     if (layer.type == LayerType::layernorm || layer.type == LayerType::groupnorm)

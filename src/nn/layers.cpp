@@ -1,5 +1,6 @@
 // The layers of a sequential model: linear, element-wise activations, layernorm, dropout, embedding (conv_layers.cpp
-// has the convolutional ones), and make_layer, which builds any of them from its deck entry.
+// has the convolutional ones, attention_layer.cpp attention), and make_layer, which builds any of them from its deck
+// entry.
 #include <cmath>
 
 #include "hpctrain/config/run_config.hpp"
@@ -12,13 +13,8 @@ namespace hpctrain {
 
 namespace {
 
-TensorView matrix(void* data, DType dtype, std::int64_t rows, std::int64_t cols) { return {data, dtype, rows, cols}; }
-
-// A batch of (rows, positions * width) activations seen as (rows * positions, width): the view a layer acting on the
-// last axis of a sequence works on (the same view when positions is 1).
-TensorView last_axis(const TensorView& view, std::int64_t width) {
-  return {view.data, view.dtype, view.rows * (view.cols / width), width};
-}
+using nn_detail::last_axis;
+using nn_detail::matrix;
 
 // The output shape of a layer that maps the last axis to `out` features: (T, out) on a sequence, (out) otherwise.
 SampleShape last_axis_output(const SampleShape& in, std::int64_t out, bool sequence) {
@@ -285,6 +281,8 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const SampleShape& inpu
                                     << batch_shape_text(input_shape) << ", not token ids",
                       "an embedding must be the first layer of a model trained on token data");
       return std::make_unique<Embedding>(spec.name, input_shape.front(), spec.vocabulary, spec.out, spec.positions);
+    case LayerType::attention:
+      return nn_detail::make_attention_layer(spec, input_shape, deck_location, sequence);
     default:  // the spatial layers
       return nn_detail::make_spatial_layer(spec, input_shape, deck_location, layout);
   }

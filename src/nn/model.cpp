@@ -57,6 +57,7 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
   };
   std::int64_t widest = input_width_;
   std::int64_t saved_rows_blocks = 0;
+  std::int64_t saved_activation_elements = 0, workspace_elements = 0;  // per row, activation dtype
   for (const auto& layer : layers_) {
     const auto specs = layer->parameters();
     if (!specs.empty()) parameter_count_ = align(parameter_count_);
@@ -70,6 +71,8 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
       trainable_parameters_ += count;
     }
     saved_rows_blocks += layer->saved_per_row();
+    saved_activation_elements += layer->saved_activations_per_row();
+    workspace_elements = std::max(workspace_elements, layer->backward_workspace_per_row());
     widest = std::max(widest, layer->output_width());
   }
   parameter_begin_.push_back(parameter_count_);
@@ -104,6 +107,13 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
     for (auto& scratch : scratch_) scratch = BackendBuffer(backend_, scratch_bytes);
   if (saved_rows_blocks > 0)
     saved_ = BackendBuffer(backend_, static_cast<std::size_t>(saved_rows_blocks * buffers_.max_rows) * master_size);
+  if (!buffers_.training) workspace_elements = 0;
+  if (saved_activation_elements > 0)
+    saved_activations_ = BackendBuffer(
+        backend_, static_cast<std::size_t>(saved_activation_elements * buffers_.max_rows) * activation_size);
+  if (workspace_elements > 0)
+    backward_workspace_ =
+        BackendBuffer(backend_, static_cast<std::size_t>(workspace_elements * buffers_.max_rows) * activation_size);
   const auto weights = static_cast<std::int64_t>(spec.class_weights.size());
   HPCTRAIN_VERIFY(weights == 0 || weights == output_width(), InputError,
                   deck_path << ": model.class_weights has " << weights << " values but the model has " << output_width()
@@ -132,6 +142,7 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
     activation_elements += i == 0 ? input_width_ : layers_[i - 1]->output_width();
   if (layout_ == SpatialLayout::channels_last) activation_elements += input_width_;
   if (buffers_.training) activation_elements += 2 * widest;
+  activation_elements += saved_activation_elements + workspace_elements;
   memory_.activations =
       static_cast<std::size_t>(buffers_.max_rows) * (static_cast<std::size_t>(activation_elements) * activation_size +
                                                      static_cast<std::size_t>(saved_rows_blocks) * master_size);
@@ -140,7 +151,7 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
 
   // Hand each layer its views.
   std::size_t entry = 0;
-  std::int64_t saved_block = 0;
+  std::int64_t saved_block = 0, saved_activation_block = 0;
   for (auto& layer : layers_) {
     ParameterBinding binding{master_.data,
                              gradients_.data,
@@ -154,6 +165,12 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
       layer->bind_saved(saved_.as<char>() + saved_block * buffers_.max_rows * static_cast<std::int64_t>(master_size),
                         buffers_.max_rows);
       saved_block += layer->saved_per_row();
+    }
+    if (layer->saved_activations_per_row() > 0) {
+      layer->bind_activation_storage(saved_activations_.as<char>() + saved_activation_block * buffers_.max_rows *
+                                                                         static_cast<std::int64_t>(activation_size),
+                                     backward_workspace_.data, buffers_.max_rows);
+      saved_activation_block += layer->saved_activations_per_row();
     }
   }
 }

@@ -1,12 +1,12 @@
 // No allocation in the training step: every malloc/calloc/realloc (operator new goes through malloc) is counted
 // while TrainingStep::run (the trainer's step: upload, forward, loss, backward with the bucketed all-reduce, gradient
 // statistics, the fused optimizer, the scaler update and the step's record) runs, for fp32 and bf16, with gradient
-// accumulation. The first steps may allocate (oneDNN primitives, scratch growth); steps after them must
-// not — except inside the libraries: oneDNN 2.6 builds a small argument map on every primitive execution (its
-// execution context), and Open MPI's libnbc builds a schedule for every MPI_Iallreduce; their APIs give no way to avoid
-// either. Allocations whose call stack passes through libdnnl or Open MPI are counted apart and reported; every other
-// allocation fails the test. (Writing metrics.h5 rows allocates inside
-// libhdf5; that is rank 0's logging, outside the step.)
+// accumulation, and for a language model with attention (token batches, the fused attention kernels). The first steps
+// may allocate (oneDNN primitives, scratch growth); steps after them must not — except inside the libraries: oneDNN 2.6
+// builds a small argument map on every primitive execution (its execution context), and Open MPI's libnbc builds a
+// schedule for every MPI_Iallreduce; their APIs give no way to avoid either. Allocations whose call stack passes
+// through libdnnl or Open MPI are counted apart and reported; every other allocation fails the test. (Writing
+// metrics.h5 rows allocates inside libhdf5; that is rank 0's logging, outside the step.)
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <gtest/gtest.h>
@@ -82,15 +82,22 @@ LayerSpec layer(const std::string& type, std::int64_t out = 0) {
   return spec;
 }
 
-// (dtype, micro-batches per step, class weights and label smoothing: the per-step sum of the labels' weights)
-class StepAllocations : public testing::TestWithParam<std::tuple<DType, std::int64_t, bool>> {};
+// (dtype, micro-batches per step, class weights and label smoothing: the per-step sum of the labels' weights, a
+// language model: embedding -> attention -> layernorm -> linear on sequences of `features` tokens)
+class StepAllocations : public testing::TestWithParam<std::tuple<DType, std::int64_t, bool, bool>> {};
 
 TEST_P(StepAllocations, NoneAfterWarmUp) {
-  const auto [dtype, accumulate, weighted] = GetParam();
-  const std::int64_t rows = 32, micro = rows / accumulate, features = 16;
+  const auto [dtype, accumulate, weighted, sequence] = GetParam();
+  const std::int64_t rows = 32, micro = rows / accumulate, features = 16, vocabulary = 10;
   auto backend = make_cpu_backend();
   ModelSection spec;
   spec.layers = {layer("linear", 64), layer("layernorm"), layer("gelu"), layer("dropout"), layer("linear", 10)};
+  if (sequence) {
+    spec.layers = {layer("embedding", 16), layer("attention"), layer("layernorm"), layer("linear", vocabulary)};
+    spec.layers[0].vocabulary = vocabulary;
+    spec.layers[0].positions = true;
+    spec.layers[1].heads = 2;
+  }
   if (weighted) {
     spec.class_weights = {0.5, 1, 2, 1, 1, 3, 1, 1, 0.25, 1};
     spec.label_smoothing = 0.1;
@@ -115,9 +122,16 @@ TEST_P(StepAllocations, NoneAfterWarmUp) {
   batch.rows = rows;
   std::mt19937 generator(3);
   std::normal_distribution<float> normal;
-  for (std::int64_t i = 0; i < rows * features; ++i) batch.features.push_back(normal(generator));
+  for (std::int64_t i = 0; i < rows * features; ++i) {
+    if (sequence) {
+      batch.tokens.push_back(static_cast<std::int32_t>(generator() % vocabulary));
+      batch.token_targets.push_back(static_cast<std::int32_t>(generator() % vocabulary));
+    } else {
+      batch.features.push_back(normal(generator));
+    }
+  }
   for (std::int64_t i = 0; i < rows; ++i) {
-    batch.labels.push_back(static_cast<std::int32_t>(generator() % 10));
+    if (!sequence) batch.labels.push_back(static_cast<std::int32_t>(generator() % vocabulary));
     batch.sample_ids.push_back(i);
   }
   long after_warm_up = 0;
@@ -137,10 +151,11 @@ TEST_P(StepAllocations, NoneAfterWarmUp) {
   counting = false;
   after_warm_up = allocations.load();
   EXPECT_EQ(after_warm_up, 0) << after_warm_up << " allocations in 9 steps after the warm-up (" << dtype_name(dtype)
-                              << ", accumulate " << accumulate << (weighted ? ", class weights" : "") << ")";
-  std::printf("%s, accumulate %lld%s: in 9 steps, %ld allocations by hpctrain, %ld inside oneDNN / Open MPI\n",
-              dtype_name(dtype), static_cast<long long>(accumulate), weighted ? ", class weights" : "", after_warm_up,
-              library_allocations.load());
+                              << ", accumulate " << accumulate << (weighted ? ", class weights" : "")
+                              << (sequence ? ", attention" : "") << ")";
+  std::printf("%s, accumulate %lld%s%s: in 9 steps, %ld allocations by hpctrain, %ld inside oneDNN / Open MPI\n",
+              dtype_name(dtype), static_cast<long long>(accumulate), weighted ? ", class weights" : "",
+              sequence ? ", attention" : "", after_warm_up, library_allocations.load());
   // The counter works: an allocation while counting is seen.
   counting = true;
   void* volatile probe = std::malloc(64);
@@ -150,10 +165,12 @@ TEST_P(StepAllocations, NoneAfterWarmUp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, StepAllocations,
-                         testing::Values(std::tuple{DType::f32, std::int64_t{1}, false},
-                                         std::tuple{DType::bf16, std::int64_t{1}, false},
-                                         std::tuple{DType::f32, std::int64_t{4}, false},
-                                         std::tuple{DType::f32, std::int64_t{2}, true}));
+                         testing::Values(std::tuple{DType::f32, std::int64_t{1}, false, false},
+                                         std::tuple{DType::bf16, std::int64_t{1}, false, false},
+                                         std::tuple{DType::f32, std::int64_t{4}, false, false},
+                                         std::tuple{DType::f32, std::int64_t{2}, true, false},
+                                         std::tuple{DType::f32, std::int64_t{2}, false, true},
+                                         std::tuple{DType::bf16, std::int64_t{1}, false, true}));
 
 }  // namespace
 }  // namespace hpctrain

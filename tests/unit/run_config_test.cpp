@@ -47,6 +47,9 @@ void expect_same_values(const RunConfig& a, const RunConfig& b) {
     EXPECT_EQ(x.eps, y.eps);
     EXPECT_EQ(x.vocabulary, y.vocabulary);
     EXPECT_EQ(x.positions, y.positions);
+    EXPECT_EQ(x.heads, y.heads);
+    EXPECT_EQ(x.causal, y.causal);
+    EXPECT_EQ(x.dropout, y.dropout);
   }
   EXPECT_EQ(a.data.train, b.data.train);
   EXPECT_EQ(a.data.validation, b.data.validation);
@@ -439,6 +442,26 @@ TEST(RunConfig, ConvolutionAndPoolingKeys) {
   EXPECT_EQ(changed.model.layers[1].kernel, (std::vector<std::int64_t>{3, 1}));
 }
 
+TEST(RunConfig, AttentionKeys) {
+  const RunConfig config = parse(
+      "[data]\ntrain = \"a.h5\"\n[train]\nsteps = 1\n[model]\nlayers = [\n"
+      "  { type = \"embedding\", vocabulary = 256, out = 16, positions = true },\n"
+      "  { type = \"attention\", heads = 4 },\n  { type = \"attention\", heads = 2, causal = false },\n]\n");
+  const auto& layers = config.model.layers;
+  ASSERT_EQ(layers.size(), 3u);
+  EXPECT_EQ(layers[1].type, LayerType::attention);
+  EXPECT_EQ(layers[1].name, "attention1");
+  EXPECT_EQ(layers[1].heads, 4);
+  EXPECT_TRUE(layers[1].causal);  // the default: a decoder
+  EXPECT_EQ(layers[1].dropout, 0.0);
+  EXPECT_FALSE(layers[2].causal);
+  const std::string resolved = to_toml(config);
+  EXPECT_CONTAINS(resolved, "type = \"attention\"\nname = \"attention2\"\nheads = 2\ncausal = false\ndropout = 0.0\n");
+  expect_same_values(config, parse_run_config(resolved, "decks/resolved.toml"));
+  const RunConfig changed = parse_run_config(resolved, "decks/resolved.toml", {"model.layers[1].heads=8"});
+  EXPECT_EQ(changed.model.layers[1].heads, 8);
+}
+
 // ---------------------------------------------------------------------------------------------------------------------
 // --set overrides
 // ---------------------------------------------------------------------------------------------------------------------
@@ -639,8 +662,8 @@ TEST(RunConfigDocs, AcceptedKeysCoverTheSchema) {
        {"run.seed", "model.layers", "model.layers[].type", "model.layers[].negative_slope", "data.eval_batch_size",
         "optimizer.nesterov", "schedule.step_size", "precision.max_skipped_steps", "precision.tf32"})
     EXPECT_TRUE(accepted.count(key)) << key;
-  // per section (run: 5 keys; model: 4 keys and 16 layer keys); update when adding a key
-  EXPECT_EQ(keys.size(), 5u + 4u + 18u + 16u + 10u + 5u + 8u + 7u + 8u + 5u);
+  // per section (run: 5 keys; model: 4 keys and 21 for the layers); update when adding a key
+  EXPECT_EQ(keys.size(), 5u + 4u + 21u + 16u + 10u + 5u + 8u + 7u + 8u + 5u);
 }
 
 }  // namespace

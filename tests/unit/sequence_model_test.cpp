@@ -2,7 +2,8 @@
 // position embedding) reads token ids,
 // linear and layernorm act on the last axis of (T, C) samples, and the loss scores every position against the next
 // tokens with ignored targets (-100). The forward pass is compared with a host f64 reference, and the gradient of
-// every parameter (the embedding's table included) with central differences of the loss.
+// every parameter (the embedding's table included) with central differences of the loss; also through an attention
+// layer (causal and not) on sequences of 37 positions, the input's gradient reaching the embedding's tables.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,8 +19,10 @@ namespace {
 
 constexpr std::int64_t rows = 3, positions = 5, vocabulary = 7, width = 4;
 
-LayerSpec layer(LayerType type, std::int64_t out = 0) {
+LayerSpec layer(LayerType type, std::int64_t out = 0, bool causal = true) {
   LayerSpec spec;
+  spec.heads = 2;
+  spec.causal = causal;
   spec.type = type;
   spec.name = std::string(word_of(type)) + std::to_string(out);
   spec.out = out;
@@ -34,10 +37,10 @@ struct Batch {
   double counted = 0;                      // targets not ignored
 };
 
-Batch random_batch() {
+Batch random_batch(std::int64_t sequence) {
   std::mt19937 generator(5);
   Batch batch;
-  for (std::int64_t i = 0; i < rows * positions; ++i) {
+  for (std::int64_t i = 0; i < rows * sequence; ++i) {
     batch.ids.push_back(static_cast<std::int32_t>(generator() % vocabulary));
     batch.targets.push_back(i % 4 == 3 ? Loss::ignore_index : static_cast<std::int32_t>(generator() % vocabulary));
     batch.counted += batch.targets.back() != Loss::ignore_index;
@@ -48,13 +51,14 @@ Batch random_batch() {
 struct SequenceModel {
   std::unique_ptr<Backend> backend = make_cpu_backend();
   Model model;
-  Batch batch = random_batch();
+  Batch batch;
   std::vector<std::int64_t> sample_ids{10, 11, 12};
   StepContext context{backend.get(), true, 5, 2, sample_ids.data(), rows};
 
-  explicit SequenceModel(std::vector<LayerSpec> layers)
-      : model(ModelSection{std::move(layers)}, SampleShape{positions}, *backend, {DType::f64, DType::f64, rows},
-              "test.toml") {
+  explicit SequenceModel(std::vector<LayerSpec> layers, std::int64_t sequence = positions)
+      : model(ModelSection{std::move(layers)}, SampleShape{sequence}, *backend, {DType::f64, DType::f64, rows},
+              "test.toml"),
+        batch(random_batch(sequence)) {
     model.initialize(3);
     backend->copy_to_backend(model.token_ids(), batch.ids.data(), batch.ids.size() * sizeof(std::int32_t));
     backend->copy_to_backend(model.loss().answers(), batch.targets.data(), batch.targets.size() * sizeof(std::int32_t));
@@ -121,9 +125,8 @@ TEST(SequenceModel, ForwardAndLossMatchReference) {
   EXPECT_NEAR(loss, reference_loss / test.batch.counted, 1e-12 * std::abs(loss));
 }
 
-TEST(SequenceModel, GradientsMatchCentralDifferences) {
-  SequenceModel test({layer(LayerType::embedding, width), layer(LayerType::layernorm), layer(LayerType::linear, 6),
-                      layer(LayerType::gelu), layer(LayerType::dropout), layer(LayerType::linear, vocabulary)});
+// The worst relative error of the model's parameter gradients against central differences of its loss.
+double worst_gradient_error(SequenceModel& test) {
   std::fill_n(static_cast<double*>(test.model.gradients()), test.model.parameter_count(), NAN);  // poisoned
   test.loss(true);
   const auto* analytic = static_cast<const double*>(test.model.gradients());
@@ -140,12 +143,35 @@ TEST(SequenceModel, GradientsMatchCentralDifferences) {
     parameters[i] = saved;
     const double numeric = (plus - minus) / (2 * step);
     const double got = expected[static_cast<std::size_t>(i)];
-    ASSERT_FALSE(std::isnan(got)) << "parameter " << i;
+    if (std::isnan(got)) {
+      ADD_FAILURE() << "parameter " << i << " has no gradient (NaN)";
+      return INFINITY;
+    }
     const double error = std::abs(numeric - got) / std::max(1e-3, std::abs(numeric));
     worst = std::max(worst, error);
     EXPECT_LT(error, 1e-5) << "parameter " << i << " analytic " << got << " numeric " << numeric;
   }
   testing::Test::RecordProperty("worst_relative_error", std::to_string(worst));
+  return worst;
+}
+
+TEST(SequenceModel, GradientsMatchCentralDifferences) {
+  SequenceModel test({layer(LayerType::embedding, width), layer(LayerType::layernorm), layer(LayerType::linear, 6),
+                      layer(LayerType::gelu), layer(LayerType::dropout), layer(LayerType::linear, vocabulary)});
+  EXPECT_LT(worst_gradient_error(test), 1e-5);
+}
+
+// embedding (with positions) -> attention (2 heads) -> linear, T = 37 (not a multiple of the kernel's tiles): the
+// attention's input gradient is what the embedding's tables receive.
+TEST(SequenceModel, AttentionGradientsMatchCentralDifferences) {
+  for (const bool causal : {true, false}) {
+    SCOPED_TRACE(causal ? "causal" : "not causal");
+    SequenceModel test({layer(LayerType::embedding, 2 * width), layer(LayerType::attention, 0, causal),
+                        layer(LayerType::linear, vocabulary)},
+                       37);
+    ASSERT_EQ(test.model.parameter_entries()[2].name, "c_attn.weight");
+    EXPECT_LT(worst_gradient_error(test), 1e-5);
+  }
 }
 
 }  // namespace

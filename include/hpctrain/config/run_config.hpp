@@ -37,6 +37,9 @@ struct LayerSpec {
   std::int64_t groups = 1;                   // conv: channel groups; groupnorm: number of groups (required)
   std::int64_t vocabulary = 0;               // embedding: number of token ids (required)
   bool positions = false;                    // embedding: a learned position embedding added (up to T positions)
+  std::int64_t heads = 0;                    // attention: number of heads (required), dividing C
+  bool causal = true;                        // attention: position t attends to positions <= t only
+  double dropout = 0.0;                      // attention: dropout on the attention probabilities
   SourcePosition position;                   // of the layer's table in the deck
 };
 

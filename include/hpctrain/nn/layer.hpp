@@ -78,6 +78,19 @@ class Layer {
     saved_ = saved;
     saved_max_rows_ = max_rows;
   }
+  // Activations kept from forward to backward besides the layer's input and output (attention: its qkv projection
+  // and the heads' output), in activation-dtype elements per row, reserved by the Model for max_rows rows.
+  [[nodiscard]] virtual std::int64_t saved_activations_per_row() const { return 0; }
+  // Scratch the backward needs (attention: the gradients of qkv and of the heads' output), in activation-dtype elements
+  // per row: one buffer for max_rows rows, shared by every layer (backward runs one layer at a time); training only.
+  [[nodiscard]] virtual std::int64_t backward_workspace_per_row() const { return 0; }
+  // saved: (saved_activations_per_row, max_rows) elements; workspace: (backward_workspace_per_row, max_rows) elements
+  // or null (a model built for inference). max_rows as bind_saved's.
+  void bind_activation_storage(void* saved, void* workspace, std::int64_t max_rows) {
+    saved_activations_ = saved;
+    backward_workspace_ = workspace;
+    saved_max_rows_ = max_rows;
+  }
 
   // y = layer(x); x: (rows, input_width), y: (rows, output_width), both in the activation dtype.
   virtual void forward(const StepContext& context, std::uint32_t layer_index, const TensorView& x,
@@ -118,6 +131,9 @@ class Layer {
   }
   [[nodiscard]] DType master_dtype() const { return binding_.master_dtype; }
   [[nodiscard]] DType working_dtype() const { return binding_.working_dtype; }
+  [[nodiscard]] void* saved_activations() const { return saved_activations_; }
+  [[nodiscard]] void* backward_workspace() const { return backward_workspace_; }
+  [[nodiscard]] std::int64_t saved_max_rows() const { return saved_max_rows_; }
   // Row block `block` of the saved statistics: (max_rows) master elements.
   [[nodiscard]] void* saved(std::int64_t block) const {
     return static_cast<char*>(saved_) + block * saved_max_rows_ * static_cast<std::int64_t>(dtype_size(master_dtype()));
@@ -133,6 +149,8 @@ class Layer {
   ParameterBinding binding_;
   void* saved_ = nullptr;
   std::int64_t saved_max_rows_ = 0;
+  void* saved_activations_ = nullptr;
+  void* backward_workspace_ = nullptr;
 };
 
 // Build a layer from its deck entry; input_shape is what flows into it (one sample), in `layout` order (spatial layers

@@ -45,8 +45,9 @@ struct ModelMemory {
   std::size_t parameters = 0;    // master parameters (padding included)
   std::size_t gradients = 0;     // their gradients (training only)
   std::size_t working_copy = 0;  // the 16-bit copy the products read (bf16/fp16)
-  std::size_t activations = 0;   // every layer's input and the output, backward scratch, saved statistics, an
-                                 // embedding model's token ids; all proportional to ModelBuffers::max_rows
+  std::size_t activations = 0;   // every layer's input and the output, backward scratch, saved statistics and
+                                 // activations (attention's qkv), an embedding model's token ids; all proportional
+                                 // to ModelBuffers::max_rows
 };
 
 class Model {
@@ -141,8 +142,10 @@ class Model {
   BackendBuffer converted_input_;           // channels-last: the input batch in that layout (layer 0 reads it)
   BackendBuffer token_ids_;                 // (max_rows, T) int32: an embedding model's input
   std::int64_t positions_ = 1;
-  BackendBuffer saved_;       // per-row statistics of layers that keep them
-  BackendBuffer scratch_[2];  // backward ping-pong buffers (max_rows, widest layer)
+  BackendBuffer saved_;               // per-row statistics of layers that keep them
+  BackendBuffer saved_activations_;   // activations layers keep for their backward (attention's qkv)
+  BackendBuffer backward_workspace_;  // one layer's backward scratch at a time (attention's dqkv), training only
+  BackendBuffer scratch_[2];          // backward ping-pong buffers (max_rows, widest layer)
   std::unique_ptr<Loss> loss_;
   ModelMemory memory_;
   // folded_[i]: layer i (linear) runs layer i + 1 (an activation the backend folds into the product) in its forward,
