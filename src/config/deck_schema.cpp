@@ -127,6 +127,7 @@ const std::vector<LayerFieldSpec>& layer_fields() {
       {"groups", Kind::integer, bind_layer_field<&LayerSpec::groups>},
       {"vocabulary", Kind::integer, bind_layer_field<&LayerSpec::vocabulary>},
       {"positions", Kind::boolean, bind_layer_field<&LayerSpec::positions>},
+      {"layers", Kind::layers, bind_no_layer_field},
   };
   return fields;
 }
@@ -151,6 +152,7 @@ const std::vector<LayerTypeSpec>& layer_types() {
       {flatten, {}},
       {groupnorm, {"groups", "eps"}},
       {embedding, {"vocabulary", "out", "positions"}},
+      {residual, {"layers"}},
   };
   return types;
 }

@@ -121,9 +121,8 @@ TEST(SequenceModel, ForwardAndLossMatchReference) {
   EXPECT_NEAR(loss, reference_loss / test.batch.counted, 1e-12 * std::abs(loss));
 }
 
-TEST(SequenceModel, GradientsMatchCentralDifferences) {
-  SequenceModel test({layer(LayerType::embedding, width), layer(LayerType::layernorm), layer(LayerType::linear, 6),
-                      layer(LayerType::gelu), layer(LayerType::dropout), layer(LayerType::linear, vocabulary)});
+// Every parameter's gradient from backward() against central differences of the loss.
+void check_gradients(SequenceModel& test) {
   std::fill_n(static_cast<double*>(test.model.gradients()), test.model.parameter_count(), NAN);  // poisoned
   test.loss(true);
   const auto* analytic = static_cast<const double*>(test.model.gradients());
@@ -146,6 +145,23 @@ TEST(SequenceModel, GradientsMatchCentralDifferences) {
     EXPECT_LT(error, 1e-5) << "parameter " << i << " analytic " << got << " numeric " << numeric;
   }
   testing::Test::RecordProperty("worst_relative_error", std::to_string(worst));
+}
+
+TEST(SequenceModel, GradientsMatchCentralDifferences) {
+  SequenceModel test({layer(LayerType::embedding, width), layer(LayerType::layernorm), layer(LayerType::linear, 6),
+                      layer(LayerType::gelu), layer(LayerType::dropout), layer(LayerType::linear, vocabulary)});
+  check_gradients(test);
+}
+
+// A pre-LayerNorm MLP block as in GPT-2: x + linear(gelu_tanh(linear(layernorm(x)))), on the last axis.
+TEST(SequenceModel, ResidualBlockGradientsMatchCentralDifferences) {
+  LayerSpec block = layer(LayerType::residual);
+  LayerSpec gelu = layer(LayerType::gelu);
+  gelu.approximate = GeluApproximation::tanh;
+  block.layers = {layer(LayerType::layernorm), layer(LayerType::linear, 6), gelu, layer(LayerType::linear, width)};
+  SequenceModel test({layer(LayerType::embedding, width), block, layer(LayerType::linear, vocabulary)});
+  ASSERT_EQ(test.model.positions(), positions);
+  check_gradients(test);
 }
 
 }  // namespace

@@ -37,7 +37,11 @@ struct LayerSpec {
   std::int64_t groups = 1;                   // conv: channel groups; groupnorm: number of groups (required)
   std::int64_t vocabulary = 0;               // embedding: number of token ids (required)
   bool positions = false;                    // embedding: a learned position embedding added (up to T positions)
-  SourcePosition position;                   // of the layer's table in the deck
+  // residual: the branch, run on the block's input and added to it (output = input + branch(input)); required, not
+  // empty, no residual inside. Its layers' names are their own (unique within the block); the model calls them
+  // "<block name>.<layer name>" (see Model).
+  std::vector<LayerSpec> layers;
+  SourcePosition position;  // of the layer's table in the deck
 };
 
 struct RunSection {
