@@ -109,10 +109,11 @@ void DeckReader::unknown_section(const std::string& where, std::string_view name
        "valid sections: " + join(section_names) + " and [[model.layers]] for each layer");
 }
 
-void DeckReader::unknown_layer_key(const std::string& where, std::size_t index, std::string_view key) const {
+void DeckReader::unknown_layer_key(const std::string& where, const std::string& table_key, std::string_view key) const {
   std::vector<Suggestion> candidates;
-  for (const auto& field : layer_fields()) candidates.push_back({layer_key(index, field.key), std::string(field.key)});
-  fail(where, "unknown key '" + layer_key(index, key) + "'" + did_you_mean(closest_name(key, candidates)),
+  for (const auto& field : layer_fields())
+    candidates.push_back({dotted_layer_key(table_key, field.key), std::string(field.key)});
+  fail(where, "unknown key '" + dotted_layer_key(table_key, key) + "'" + did_you_mean(closest_name(key, candidates)),
        "valid layer keys: " + join(all_layer_keys()) + " (which ones a layer takes depends on its type)");
 }
 
@@ -179,8 +180,12 @@ void DeckReader::apply_layer_override(toml::table& root, const std::string& wher
     fail(where, "'" + key + "' is not a layer key",
          "write it like --set model.layers[2].out=128 (layers count from 0)");
   const std::string field_key(rest.substr(close + 2));
+  if (field_key.rfind("layers[", 0) == 0)
+    fail(where, "--set cannot change one layer inside a residual block yet",
+         "edit the deck, or give the whole branch: --set 'model.layers[" + std::to_string(index) +
+             "].layers=[{type = \"linear\", out = 64}, {type = \"relu\"}]'");
   const LayerFieldSpec* field = find_layer_field(field_key);
-  if (!field) unknown_layer_key(where, index, field_key);
+  if (!field) unknown_layer_key(where, layer_key(index, ""), field_key);
 
   auto* layers = root.at_path("model.layers").as_array();
   const std::size_t count = layers ? layers->size() : 0;
@@ -242,7 +247,7 @@ void DeckReader::read_section(const SectionSpec& section, const toml::table& tab
       unknown_key(override_for(dotted) ? location(dotted) : location(position_of(key->source())), section, short_key);
     record_position(dotted, key->source());
     if (field->kind == ValueKind::layers) {
-      read_layers(*node);
+      read_layers(*node, dotted, config_.model.layers);
     } else {
       assign(field->kind, field->bind(config_), *node, dotted,
              short_key + " = " + default_literal(section.name, *field));
@@ -372,35 +377,41 @@ void DeckReader::assign(ValueKind kind, const FieldRef& target, const toml::node
   }
 }
 
-void DeckReader::read_layers(const toml::node& node) {
+void DeckReader::read_layers(const toml::node& node, const std::string& list_key, std::vector<LayerSpec>& layers) {
+  const bool branch = list_key != "model.layers";
   const std::string layers_hint =
-      "write each layer as a [[model.layers]] table (double brackets), or layers = [ {type = \"linear\", out = 64}, "
-      "{type = \"relu\"} ] under [model]";
+      branch ? "write the block's branch as layers = [ {type = \"linear\", out = 64}, {type = \"relu\"} ] (inline "
+               "tables), or as [[model.layers.layers]] tables after the block's [[model.layers]]"
+             : "write each layer as a [[model.layers]] table (double brackets), or layers = [ {type = \"linear\", out "
+               "= 64}, {type = \"relu\"} ] under [model]";
   const auto* array = node.as_array();
-  if (!array)
-    fail(location("model.layers"), "model.layers must be an array of tables, got " + describe(node), layers_hint);
-  config_.model.layers.assign(array->size(), LayerSpec{});
-  layer_keys_given_.assign(array->size(), {});
+  if (!array) fail(location(list_key), list_key + " must be an array of tables, got " + describe(node), layers_hint);
+  layers.assign(array->size(), LayerSpec{});
   for (std::size_t index = 0; index < array->size(); ++index) {
     const toml::node& element = *array->get(index);
     const auto* table = element.as_table();
-    const std::string layer_name = layer_key(index, "");
-    if (!override_for(layer_name) && element.source().begin.line > 0) {
-      config_.model.layers[index].position = position_of(element.source());
-      config_.positions[layer_name] = position_of(element.source());
+    const std::string table_key = layer_table_key(list_key, index);
+    LayerSpec& layer = layers[index];
+    if (!override_for(table_key) && element.source().begin.line > 0) {
+      layer.position = position_of(element.source());
+      config_.positions[table_key] = position_of(element.source());
     }
-    if (!table) fail(location(layer_name), layer_name + " must be a table, got " + describe(element), layers_hint);
+    if (!table) fail(location(table_key), table_key + " must be a table, got " + describe(element), layers_hint);
+    auto& given = layer_keys_given_[table_key];
+    given.clear();
     for (const auto& [key, value] : in_document_order(*table)) {
       const std::string short_key(key->str());
-      const std::string dotted = layer_key(index, short_key);
+      const std::string dotted = dotted_layer_key(table_key, short_key);
       const LayerFieldSpec* field = find_layer_field(short_key);
       if (!field)
-        unknown_layer_key(override_for(dotted) ? location(dotted) : location(position_of(key->source())), index,
+        unknown_layer_key(override_for(dotted) ? location(dotted) : location(position_of(key->source())), table_key,
                           short_key);
       record_position(dotted, key->source());
-      assign(field->kind, field->bind(config_.model.layers[index]), *value, dotted,
-             short_key + " = " + default_literal(*field));
-      layer_keys_given_[index].push_back(short_key);
+      if (field->kind == ValueKind::layers)
+        read_layers(*value, dotted, layer.layers);
+      else
+        assign(field->kind, field->bind(layer), *value, dotted, short_key + " = " + default_literal(*field));
+      given.push_back(short_key);
     }
   }
 }

@@ -30,8 +30,9 @@ class DeckReader {
  private:
   std::string deck_path_;
   RunConfig config_;
-  std::map<std::string, std::string> set_by_override_;      // dotted key -> the --set argument that gave its value
-  std::vector<std::vector<std::string>> layer_keys_given_;  // per layer, the keys the deck or --set wrote
+  std::map<std::string, std::string> set_by_override_;  // dotted key -> the --set argument that gave its value
+  // per layer table ("model.layers[2]", "model.layers[2].layers[0]"), the keys the deck or --set wrote
+  std::map<std::string, std::vector<std::string>> layer_keys_given_;
 
   // ---- errors ----
 
@@ -61,7 +62,8 @@ class DeckReader {
   [[noreturn]] void unknown_section(const std::string& where, std::string_view name, bool is_table,
                                     bool is_array_of_tables = false) const;
 
-  [[noreturn]] void unknown_layer_key(const std::string& where, std::size_t index, std::string_view key) const;
+  [[noreturn]] void unknown_layer_key(const std::string& where, const std::string& table_key,
+                                      std::string_view key) const;
 
   // ---- TOML text ----
 
@@ -113,7 +115,8 @@ class DeckReader {
   void assign(ValueKind kind, const FieldRef& target, const toml::node& node, const std::string& dotted_key,
               const std::string& example);
 
-  void read_layers(const toml::node& node);
+  // A list of layers: model.layers, or a residual block's branch (list_key "model.layers[2].layers").
+  void read_layers(const toml::node& node, const std::string& list_key, std::vector<LayerSpec>& layers);
 
   // ---- validation: enumerations, ranges, layers, relations between keys ----
 
@@ -140,6 +143,9 @@ class DeckReader {
   void validate();
 
   void validate_layers();
+  // One list of layers: model.layers (block_key empty) or the branch of the residual block at block_key. Fills in
+  // default names (<type><index in the list>).
+  void validate_layer_list(std::vector<LayerSpec>& layers, const std::string& list_key, const std::string& block_key);
   // model.class_weights and model.label_smoothing: cross-entropy only, positive weights, smoothing in [0, 1).
   void validate_loss();
   // Intervals in steps or epochs, checkpoint.best_metric against the task, early stopping's keys.
@@ -147,7 +153,8 @@ class DeckReader {
 
   // conv, pooling and groupnorm keys: required keys present, extents with one value or one per spatial axis, ranges,
   // and the stride default (1 for conv, the kernel for pooling).
-  void validate_spatial_layer(std::size_t index, LayerSpec& layer, const std::vector<std::string>& given) const;
+  void validate_spatial_layer(const std::string& table_key, LayerSpec& layer,
+                              const std::vector<std::string>& given) const;
 
   // ---- defaults that depend on the deck, and data paths ----
 

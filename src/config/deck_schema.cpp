@@ -130,6 +130,7 @@ const std::vector<LayerFieldSpec>& layer_fields() {
       {"heads", Kind::integer, bind_layer_field<&LayerSpec::heads>},
       {"causal", Kind::boolean, bind_layer_field<&LayerSpec::causal>},
       {"dropout", Kind::number, bind_layer_field<&LayerSpec::dropout>},
+      {"layers", Kind::layers, bind_no_layer_field},
   };
   return fields;
 }
@@ -155,6 +156,7 @@ const std::vector<LayerTypeSpec>& layer_types() {
       {groupnorm, {"groups", "eps"}},
       {embedding, {"vocabulary", "out", "positions"}},
       {attention, {"heads", "causal", "dropout"}},
+      {residual, {"layers"}},
   };
   return types;
 }

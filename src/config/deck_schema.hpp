@@ -102,6 +102,7 @@ FieldRef bind_layer_field(LayerSpec& layer) {
 }
 
 inline FieldRef bind_nothing(RunConfig&) { return std::monostate{}; }
+inline FieldRef bind_no_layer_field(LayerSpec&) { return std::monostate{}; }  // a residual's layers, read separately
 
 struct FieldSpec {
   std::string_view key;  // within its section

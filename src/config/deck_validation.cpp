@@ -279,12 +279,19 @@ void DeckReader::validate_layers() {
             ": the model needs at least one layer",
         "add layers, for example:\n[[model.layers]]\ntype = \"linear\"\nout = 64\n\n[[model.layers]]\ntype = "
         "\"relu\"");
+  validate_layer_list(layers, "model.layers", "");
+}
+
+void DeckReader::validate_layer_list(std::vector<LayerSpec>& layers, const std::string& list_key,
+                                     const std::string& block_key) {
   std::map<std::string, std::size_t> index_by_name;
   for (std::size_t index = 0; index < layers.size(); ++index) {
     LayerSpec& layer = layers[index];
-    const std::string table_key = layer_key(index, "");
-    const auto& given = layer_keys_given_[index];
-    if (std::find(given.begin(), given.end(), "type") == given.end())
+    const std::string table_key = layer_table_key(list_key, index);
+    const auto key_of = [&](std::string_view key) { return dotted_layer_key(table_key, key); };
+    const auto& given = layer_keys_given_[table_key];
+    const auto has = [&](std::string_view key) { return std::find(given.begin(), given.end(), key) != given.end(); };
+    if (!has("type"))
       fail(location(table_key), table_key + " has no type",
            "add type = \"...\" with one of: " + join(choice_words<LayerType>()));
     const std::string type_word(word_of(layer.type));  // checked when read
@@ -297,72 +304,87 @@ void DeckReader::validate_layers() {
         if (layer_type_accepts(other, key)) owners.push_back(word_of(other.type));
       std::vector<std::string_view> accepted = {"type", "name"};
       accepted.insert(accepted.end(), type->keys.begin(), type->keys.end());
-      fail(location(layer_key(index, key)),
-           layer_key(index, key) + " does not apply to a " + type_word + " layer (" + key + " is for " +
-               join(owners, " and ") + " layers)",
+      fail(location(key_of(key)),
+           key_of(key) + " does not apply to a " + type_word + " layer (" + key + " is for " + join(owners, " and ") +
+               " layers)",
            "remove it; a " + type_word + " layer takes: " + join(accepted));
     }
     if (layer.type == LayerType::linear) {
-      if (std::find(given.begin(), given.end(), "out") == given.end())
+      if (!has("out"))
         fail(location(table_key), table_key + " (linear) needs out, its number of output features",
              "add out = <number of output features>, e.g. out = 64");
-      check_integer(layer_key(index, "out"), layer.out, 1);
-      check_integer(layer_key(index, "in"), layer.in, 0);
+      check_integer(key_of("out"), layer.out, 1);
+      check_integer(key_of("in"), layer.in, 0);
     }
     if (layer.type == LayerType::embedding) {
       for (const auto& [key, what] : {std::pair{"vocabulary", "the number of token ids (256 for bytes)"},
                                       std::pair{"out", "the width of each token's vector"}})
-        if (std::find(given.begin(), given.end(), key) == given.end())
+        if (!has(key))
           fail(location(table_key), table_key + " (embedding) needs " + key + ", " + what,
                std::string("add ") + key + " = <number>, e.g. " + key + " = " +
                    (std::string_view(key) == "out" ? "64" : "256"));
-      check_integer(layer_key(index, "vocabulary"), layer.vocabulary, 1);
-      check_integer(layer_key(index, "out"), layer.out, 1);
+      check_integer(key_of("vocabulary"), layer.vocabulary, 1);
+      check_integer(key_of("out"), layer.out, 1);
     }
     if (layer.type == LayerType::attention) {
-      if (std::find(given.begin(), given.end(), "heads") == given.end())
+      if (!has("heads"))
         fail(location(table_key), table_key + " (attention) needs heads, its number of heads",
              "add heads = <number dividing the width C>, e.g. heads = 4");
-      check_integer(layer_key(index, "heads"), layer.heads, 1);
-      check_number(layer_key(index, "dropout"), layer.dropout, layer.dropout >= 0 && layer.dropout < 1, "in [0, 1)");
+      check_integer(key_of("heads"), layer.heads, 1);
+      check_number(key_of("dropout"), layer.dropout, layer.dropout >= 0 && layer.dropout < 1, "in [0, 1)");
     }
-    if (layer.type == LayerType::dropout)
-      check_number(layer_key(index, "p"), layer.p, layer.p >= 0 && layer.p < 1, "in [0, 1)");
+    if (layer.type == LayerType::dropout) check_number(key_of("p"), layer.p, layer.p >= 0 && layer.p < 1, "in [0, 1)");
     if (layer.type == LayerType::layernorm || layer.type == LayerType::groupnorm)
-      check_number(layer_key(index, "eps"), layer.eps, layer.eps > 0, "> 0");
-    validate_spatial_layer(index, layer, given);
+      check_number(key_of("eps"), layer.eps, layer.eps > 0, "> 0");
+    validate_spatial_layer(table_key, layer, given);
+    if (layer.type == LayerType::residual) {
+      if (!block_key.empty())
+        fail(location(table_key),
+             table_key + " is a residual block inside the residual block " + block_key +
+                 ": nested residual blocks are not supported yet",
+             "move it out of " + block_key + "; residual blocks may follow one another");
+      if (layer.layers.empty())
+        fail(location(has("layers") ? key_of("layers") : table_key),
+             table_key + " (residual) has " + (has("layers") ? "an empty branch" : "no layers") +
+                 ": a residual block adds the output of its layers to its input",
+             "add the branch, e.g. layers = " + example_literal("model.layers[].layers", "") +
+                 " (the branch must give the shape it receives)");
+      validate_layer_list(layer.layers, key_of("layers"), table_key);
+    }
 
-    if (std::find(given.begin(), given.end(), "name") == given.end()) {
+    if (!has("name")) {
       layer.name = type_word + std::to_string(index);
     } else if (layer.name.empty() ||
                layer.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
                    std::string::npos) {
-      range_error(layer_key(index, "name"), "made of letters, digits, _ and -", toml_string(layer.name),
+      range_error(key_of("name"), "made of letters, digits, _ and -", toml_string(layer.name),
                   "names label the layer's parameters in logs and checkpoints; e.g. name = \"encoder_1\"");
     }
     const auto [existing, inserted] = index_by_name.emplace(layer.name, index);
     if (!inserted) {
-      const std::string first = layer_key(existing->second, "");
-      fail(
-          location(std::find(given.begin(), given.end(), "name") != given.end() ? layer_key(index, "name") : table_key),
-          "duplicate layer name '" + layer.name + "': " + table_key + " and " + first + " (" + location(first) +
-              ") both use it",
-          "give every layer a unique name; a layer without a name is called <type><index>, e.g. linear0");
+      const std::string first = layer_table_key(list_key, existing->second);
+      fail(location(has("name") ? key_of("name") : table_key),
+           "duplicate layer name '" + layer.name + "': " + table_key + " and " + first + " (" + location(first) +
+               ") both use it",
+           block_key.empty()
+               ? "give every layer a unique name; a layer without a name is called <type><index>, e.g. linear0"
+               : "give every layer of the block a unique name; a layer without a name is called <type><index in "
+                 "the block>, e.g. linear0");
     }
   }
 }
 
-void DeckReader::validate_spatial_layer(std::size_t index, LayerSpec& layer,
+void DeckReader::validate_spatial_layer(const std::string& table_key, LayerSpec& layer,
                                         const std::vector<std::string>& given) const {
   const auto has = [&](std::string_view key) { return std::find(given.begin(), given.end(), key) != given.end(); };
-  const std::string table_key = layer_key(index, "");
+  const auto key_of = [&](std::string_view key) { return dotted_layer_key(table_key, key); };
   const bool conv = is_convolution(layer.type), pool = is_window_pooling(layer.type);
   const std::string type_word(word_of(layer.type));
   if (layer.type == LayerType::groupnorm) {
     if (!has("groups"))
       fail(location(table_key), table_key + " (groupnorm) needs groups, the number of channel groups",
            "add groups = <a divisor of the channel count>, e.g. groups = 4 (1 normalises over all channels)");
-    check_integer(layer_key(index, "groups"), layer.groups, 1);
+    check_integer(key_of("groups"), layer.groups, 1);
     return;
   }
   if (!conv && !pool) return;
@@ -371,8 +393,8 @@ void DeckReader::validate_spatial_layer(std::size_t index, LayerSpec& layer,
     if (!has("out"))
       fail(location(table_key), table_key + " (" + type_word + ") needs out, its number of output channels",
            "add out = <number of output channels>, e.g. out = 16");
-    check_integer(layer_key(index, "out"), layer.out, 1);
-    check_integer(layer_key(index, "groups"), layer.groups, 1);
+    check_integer(key_of("out"), layer.out, 1);
+    check_integer(key_of("groups"), layer.groups, 1);
   }
   if (!has("kernel"))
     fail(location(table_key), table_key + " (" + type_word + ") needs kernel, the window size",
@@ -384,7 +406,7 @@ void DeckReader::validate_spatial_layer(std::size_t index, LayerSpec& layer,
         {"stride", &layer.stride, 1},
         {"padding", &layer.padding, 0},
         {"dilation", &layer.dilation, 1}}) {
-    const std::string dotted = layer_key(index, key);
+    const std::string dotted = key_of(key);
     if (values->size() != 1 && values->size() != axes)
       fail(location(dotted),
            dotted + " has " + std::to_string(values->size()) + " values; a " + type_word + " layer has " +
@@ -402,10 +424,9 @@ void DeckReader::validate_spatial_layer(std::size_t index, LayerSpec& layer,
         return values.size() == 1 ? values[0] : values[axis];
       };
       if (2 * at(layer.padding) > at(layer.kernel))
-        fail(location(layer_key(index, "padding")),
-             layer_key(index, "padding") + " (" + std::to_string(at(layer.padding)) +
-                 ") is more than half the kernel (" + std::to_string(at(layer.kernel)) +
-                 "): some windows would hold only padding",
+        fail(location(key_of("padding")),
+             key_of("padding") + " (" + std::to_string(at(layer.padding)) + ") is more than half the kernel (" +
+                 std::to_string(at(layer.kernel)) + "): some windows would hold only padding",
              "use padding <= kernel / 2, as PyTorch requires");
     }
 }

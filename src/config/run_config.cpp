@@ -51,6 +51,32 @@ RunConfig load_run_config(const std::string& deck_path, const std::vector<std::s
   return parse_run_config(text.str(), deck_path, overrides);
 }
 
+namespace {
+
+// The keys a layer's type takes, with their TOML literals; a residual's branch is an array of inline tables.
+std::vector<std::pair<std::string_view, std::string>> layer_values(LayerSpec& layer) {
+  std::vector<std::pair<std::string_view, std::string>> values;
+  const LayerTypeSpec* type = find_layer_type(layer.type);
+  for (const auto& field : layer_fields()) {
+    if (type ? !layer_type_accepts(*type, field.key) : (field.key != "type" && field.key != "name")) continue;
+    if (field.kind != ValueKind::layers) {
+      values.emplace_back(field.key, toml_literal(field.bind(layer)));
+      continue;
+    }
+    std::string branch = "[\n";
+    for (auto& inner : layer.layers) {
+      std::string table;
+      for (const auto& [key, value] : layer_values(inner))
+        table += (table.empty() ? "" : ", ") + std::string(key) + " = " + value;
+      branch += "  { " + table + " },\n";
+    }
+    values.emplace_back(field.key, branch + "]");
+  }
+  return values;
+}
+
+}  // namespace
+
 std::string to_toml(const RunConfig& config) {
   RunConfig copy = config;  // the field bindings need a mutable config; nothing is changed
   std::ostringstream out;
@@ -68,10 +94,7 @@ std::string to_toml(const RunConfig& config) {
     if (section.name != "model") continue;
     for (auto& layer : copy.model.layers) {
       out << "\n[[model.layers]]\n";
-      const LayerTypeSpec* type = find_layer_type(layer.type);
-      for (const auto& field : layer_fields())
-        if (type ? layer_type_accepts(*type, field.key) : (field.key == "type" || field.key == "name"))
-          out << field.key << " = " << toml_literal(field.bind(layer)) << "\n";
+      for (const auto& [key, value] : layer_values(layer)) out << key << " = " << value << "\n";
     }
   }
   return out.str();

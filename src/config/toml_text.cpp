@@ -162,6 +162,7 @@ std::string example_literal(std::string_view dotted_key, const std::string& defa
   if (dotted_key == "model.layers[].out") return "64";
   if (dotted_key == "model.layers[].kernel") return "3";
   if (dotted_key == "model.layers[].stride") return "1";
+  if (dotted_key == "model.layers[].layers") return "[{type = \"linear\", out = 64}, {type = \"relu\"}]";
   return default_literal;
 }
 
@@ -219,8 +220,17 @@ std::vector<std::pair<const toml::key*, const toml::node*>> in_document_order(co
 }
 
 std::string layer_key(std::size_t index, std::string_view key) {
-  std::string dotted = "model.layers[";  // (appended: GCC 12's -Wrestrict misfires on chains of + here)
-  dotted.append(std::to_string(index)).append("]");
+  return dotted_layer_key(layer_table_key("model.layers", index), key);
+}
+
+std::string layer_table_key(const std::string& list_key, std::size_t index) {
+  std::string table_key = list_key;  // (appended: GCC 12's -Wrestrict misfires on chains of + here)
+  table_key.append("[").append(std::to_string(index)).append("]");
+  return table_key;
+}
+
+std::string dotted_layer_key(const std::string& table_key, std::string_view key) {
+  std::string dotted = table_key;
   if (!key.empty()) dotted.append(".").append(key);
   return dotted;
 }

@@ -55,5 +55,8 @@ SourcePosition position_of(const toml::source_region& region);
 std::vector<std::pair<const toml::key*, const toml::node*>> in_document_order(const toml::table& table);
 
 std::string layer_key(std::size_t index, std::string_view key);
+// "model.layers[2].layers[0]": entry `index` of the layer list `list_key`; and a key of a layer table.
+std::string layer_table_key(const std::string& list_key, std::size_t index);
+std::string dotted_layer_key(const std::string& table_key, std::string_view key);
 
 }  // namespace hpctrain::deck

@@ -17,6 +17,9 @@ void Backend::smoothed_softmax_cross_entropy(const TensorView&, const std::int32
                                              const float*, const TensorView&, LossSums*) {
   not_supported(*this, "cross-entropy with class weights or label smoothing");
 }
+void Backend::add(const TensorView&, const TensorView&, const TensorView&) {
+  not_supported(*this, "the element-wise sum (residual blocks)");
+}
 void Backend::attention_forward(const AttentionGeometry&, const TensorView&, const TensorView&, void*) {
   not_supported(*this, "attention");
 }

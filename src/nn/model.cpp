@@ -8,6 +8,7 @@
 
 #include "hpctrain/config/run_config.hpp"
 #include "hpctrain/core/error.hpp"
+#include "residual_markers.hpp"
 
 namespace hpctrain {
 
@@ -92,11 +93,15 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
     working_ = BackendBuffer(backend_, static_cast<std::size_t>(std::max<std::int64_t>(parameter_count_, 1)) *
                                            dtype_size(buffers_.activation_dtype));
 
-  // Activations: the input of every layer and the final output, each (max_rows, width).
+  // Activations: the input of every layer and the final output, each (max_rows, width); none for an opening marker's
+  // output (its input).
   const std::size_t activation_size = dtype_size(buffers_.activation_dtype);
   std::int64_t layer_width = input_width_;
   for (std::size_t i = 0; i <= layers_.size(); ++i) {
-    activations_.emplace_back(backend_, static_cast<std::size_t>(buffers_.max_rows * layer_width) * activation_size);
+    if (i > 0 && opens_block(i - 1))
+      activations_.emplace_back();
+    else
+      activations_.emplace_back(backend_, static_cast<std::size_t>(buffers_.max_rows * layer_width) * activation_size);
     if (i < layers_.size()) layer_width = layers_[i]->output_width();
   }
   if (layout_ == SpatialLayout::channels_last)  // the input batch, converted once per step
@@ -139,7 +144,7 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
       keep_working_copy ? static_cast<std::size_t>(parameter_count_) * dtype_size(buffers_.activation_dtype) : 0;
   std::int64_t activation_elements = 0;  // per row
   for (std::size_t i = 0; i <= layers_.size(); ++i)
-    activation_elements += i == 0 ? input_width_ : layers_[i - 1]->output_width();
+    if (i == 0 || !opens_block(i - 1)) activation_elements += i == 0 ? input_width_ : layers_[i - 1]->output_width();
   if (layout_ == SpatialLayout::channels_last) activation_elements += input_width_;
   if (buffers_.training) activation_elements += 2 * widest;
   activation_elements += saved_activation_elements + workspace_elements;
@@ -173,10 +178,12 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
       saved_activation_block += layer->saved_activations_per_row();
     }
   }
+  bind_residual_blocks();
 }
 
 void Model::build_layers(const ModelSection& spec, const std::string& deck_path, SpatialLayout layout) {
   layers_.clear();
+  blocks_.clear();
   SampleShape shape = input_shape_;
   bool sequence = false;  // after an embedding: samples are (T, C)
   for (std::size_t i = 0; i < spec.layers.size(); ++i) {
@@ -186,20 +193,55 @@ void Model::build_layers(const ModelSection& spec, const std::string& deck_path,
                                      ? deck_path + ":" + std::to_string(layer_spec.position.line) + ":" +
                                            std::to_string(layer_spec.position.column)
                                      : deck_path + ": model.layers[" + std::to_string(i) + "]";
-    HPCTRAIN_VERIFY(layer_spec.type != LayerType::embedding || i == 0, InputError,
-                    location << ": layer '" << layer_spec.name << "' (embedding) is layer " << i
-                             << " of the model; it reads the token ids of the data, so it must come first",
-                    "move the embedding to the top of model.layers");
-    layers_.push_back(make_layer(layer_spec, shape, location, layout, sequence));
-    const Layer& layer = *layers_.back();
-    sequence = sequence || layer.reads_token_ids();
-    if (sequence && layer.output_shape().size() != 2) sequence = false;  // flatten ends the sequence
-    if (layer.uses_spatial_operations() && !backend_.has_spatial_operations())
-      throw NotSupported(location + ": layer '" + layer.name() + "' (" + layer.type() + ") on the " + backend_.name() +
-                         " backend, which has no convolution, pooling and groupnorm operations (a CUDA build without "
-                         "cuDNN: rebuild with cuDNN, CUDNN_ROOT); run this model with run.device = \"cpu\"");
-    shape = layer.output_shape();
+    if (layer_spec.type == LayerType::residual)
+      add_residual_block(layer_spec, location, deck_path, layout, shape, sequence);
+    else
+      add_layer(layer_spec, location, layout, shape, sequence);
   }
+}
+
+void Model::add_layer(const LayerSpec& spec, const std::string& location, SpatialLayout layout, SampleShape& shape,
+                      bool& sequence) {
+  HPCTRAIN_VERIFY(spec.type != LayerType::embedding || layers_.empty(), InputError,
+                  location << ": layer '" << spec.name << "' (embedding) is layer " << layers_.size()
+                           << " of the model; it reads the token ids of the data, so it must come first",
+                  "move the embedding to the top of model.layers");
+  layers_.push_back(make_layer(spec, shape, location, layout, sequence));
+  const Layer& layer = *layers_.back();
+  sequence = sequence || layer.reads_token_ids();
+  if (sequence && layer.output_shape().size() != 2) sequence = false;  // flatten ends the sequence
+  if (layer.uses_spatial_operations() && !backend_.has_spatial_operations())
+    throw NotSupported(location + ": layer '" + layer.name() + "' (" + layer.type() + ") on the " + backend_.name() +
+                       " backend, which has no convolution, pooling and groupnorm operations (a CUDA build without "
+                       "cuDNN: rebuild with cuDNN, CUDNN_ROOT); run this model with run.device = \"cpu\"");
+  shape = layer.output_shape();
+}
+
+void Model::add_residual_block(const LayerSpec& spec, const std::string& location, const std::string& deck_path,
+                               SpatialLayout layout, SampleShape& shape, bool& sequence) {
+  HPCTRAIN_ASSERT(!spec.layers.empty(), "residual block '" << spec.name << "' without layers");  // the deck checks
+  const SampleShape block_input = shape;
+  const std::size_t open = layers_.size();
+  layers_.push_back(std::make_unique<nn_detail::ResidualOpen>(spec.name, shape));
+  for (std::size_t j = 0; j < spec.layers.size(); ++j) {
+    LayerSpec inner = spec.layers[j];
+    HPCTRAIN_ASSERT(inner.type != LayerType::residual, "nested residual block '" << inner.name << "'");
+    inner.name = spec.name + "." + inner.name;
+    const std::string inner_location = inner.position.line > 0 ? deck_path + ":" + std::to_string(inner.position.line) +
+                                                                     ":" + std::to_string(inner.position.column)
+                                                               : location + " (layers[" + std::to_string(j) + "])";
+    add_layer(inner, inner_location, layout, shape, sequence);
+  }
+  HPCTRAIN_VERIFY(shape == block_input, InputError,
+                  location << ": the branch of residual block '" << spec.name << "' turns samples "
+                           << batch_shape_text(block_input) << " into " << batch_shape_text(shape)
+                           << ", but a residual block adds its branch's output to its input, so the two must have "
+                              "one shape",
+                  "make the branch give back " + batch_shape_text(block_input) +
+                      " (e.g. end it with a linear layer of out = " + std::to_string(block_input.back()) +
+                      "), or move the layers that change the shape out of the block");
+  layers_.push_back(std::make_unique<nn_detail::ResidualClose>(spec.name, shape));
+  blocks_.push_back({open, layers_.size() - 1});
 }
 
 // Channels-last when the backend prefers it, the model has a conv stack on image/volume input, every layer that sees a
@@ -217,8 +259,34 @@ bool Model::channels_last_pays_off() const {
 }
 
 TensorView Model::layer_input(std::size_t index, std::int64_t rows) const {
-  void* data = index == 0 && converted_input_.data != nullptr ? converted_input_.data : activations_[index].data;
-  return {data, buffers_.activation_dtype, rows, index == 0 ? input_width_ : layers_[index - 1]->output_width()};
+  return {activation(index), buffers_.activation_dtype, rows,
+          index == 0 ? input_width_ : layers_[index - 1]->output_width()};
+}
+
+bool Model::opens_block(std::size_t index) const {
+  return std::any_of(blocks_.begin(), blocks_.end(),
+                     [index](const ResidualBlock& block) { return block.open == index; });
+}
+
+void* Model::activation(std::size_t index) const {
+  if (index > 0 && opens_block(index - 1)) --index;  // blocks do not nest: one step back is the buffer
+  return index == 0 && converted_input_.data != nullptr ? converted_input_.data : activations_[index].data;
+}
+
+void Model::bind_residual_blocks() {
+  std::int64_t widest = 0;
+  for (const ResidualBlock& block : blocks_) widest = std::max(widest, layers_[block.open]->output_width());
+  if (buffers_.training && widest > 0) {
+    const std::size_t bytes =
+        static_cast<std::size_t>(buffers_.max_rows * widest) * dtype_size(buffers_.activation_dtype);
+    skip_gradient_ = BackendBuffer(backend_, bytes);
+    memory_.activations += bytes;
+  }
+  for (const ResidualBlock& block : blocks_) {
+    static_cast<nn_detail::ResidualOpen&>(*layers_[block.open]).bind_skip_gradient(skip_gradient_.data);
+    static_cast<nn_detail::ResidualClose&>(*layers_[block.close])
+        .bind_block(activation(block.open), skip_gradient_.data);
+  }
 }
 
 Model::~Model() = default;
@@ -274,12 +342,12 @@ TensorView Model::forward(const StepContext& context) {
     backend_.convert_spatial_layout(input_shape_[0], SpatialLayout::channels_first, input(context.rows),
                                     layer_input(0, context.rows));
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    const TensorView y{activations_[i + 1].data, dtype, context.rows, layers_[i]->output_width()};
+    const TensorView y{activation(i + 1), dtype, context.rows, layers_[i]->output_width()};
     if (folded_[i]) {
       Activation kind{};
       float alpha = 0.0f;
       layers_[i + 1]->activation(&kind, &alpha);
-      const TensorView activated{activations_[i + 2].data, dtype, context.rows, layers_[i + 1]->output_width()};
+      const TensorView activated{activation(i + 2), dtype, context.rows, layers_[i + 1]->output_width()};
       if (layers_[i]->forward_activated(context, layer_input(i, context.rows), y, activated, kind, alpha)) {
         ++i;
         continue;
@@ -291,7 +359,7 @@ TensorView Model::forward(const StepContext& context) {
 }
 
 TensorView Model::output(std::int64_t rows) const {
-  return {activations_.back().data, buffers_.activation_dtype, rows, output_width()};
+  return {activation(layers_.size()), buffers_.activation_dtype, rows, output_width()};
 }
 
 void Model::apply_loss(std::int64_t rows, const float* gradient_scale, LossSums* sums) {
@@ -306,7 +374,7 @@ void Model::backward(const StepContext& context, bool accumulate,
   TensorView dy = output(context.rows);
   for (std::size_t i = layers_.size(); i-- > 0;) {
     Layer& layer = *layers_[i];
-    const TensorView y{activations_[i + 1].data, dtype, context.rows, layer.output_width()};
+    const TensorView y{activation(i + 1), dtype, context.rows, layer.output_width()};
     // A folded relu's input (the pre-activation) may be unwritten: its derivative is read from its output instead.
     const TensorView x = i > 0 && folded_[i - 1] ? y : layer_input(i, context.rows);
     TensorView dx{nullptr, dtype, context.rows, layer.input_width()};
@@ -330,13 +398,16 @@ std::int64_t Model::layer_parameters(std::size_t index) const {
 
 std::string Model::summary() const {
   std::ostringstream os;
-  os << "  " << std::left << std::setw(16) << "layer" << std::setw(16) << "type" << std::setw(24) << "output"
+  std::size_t name_width = 16;  // wider for long names (a residual block's layers: residual1.linear0)
+  for (const auto& layer : layers_) name_width = std::max(name_width, layer->name().size() + 2);
+  const auto width = static_cast<int>(name_width);
+  os << "  " << std::left << std::setw(width) << "layer" << std::setw(16) << "type" << std::setw(24) << "output"
      << "parameters\n";
-  os << "  " << std::setw(16) << "input" << std::setw(16) << "" << std::setw(24) << batch_shape_text(input_shape_)
+  os << "  " << std::setw(width) << "input" << std::setw(16) << "" << std::setw(24) << batch_shape_text(input_shape_)
      << "\n";
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = *layers_[i];
-    os << "  " << std::setw(16) << layer.name() << std::setw(16) << layer.type() << std::setw(24)
+    os << "  " << std::setw(width) << layer.name() << std::setw(16) << layer.type() << std::setw(24)
        << batch_shape_text(layer.output_shape()) << layer_parameters(i) << "\n";
   }
   os << "  total parameters: " << trainable_parameters_;

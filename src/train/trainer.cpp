@@ -209,8 +209,9 @@ void Trainer::Impl::set_up_step() {
 
   // A replayed graph repeats its launches exactly: only steps that are the same every time can be captured.
   std::string why_not;
-  const bool dropout = std::any_of(config.model.layers.begin(), config.model.layers.end(), [](const LayerSpec& layer) {
-    return layer.type == LayerType::dropout && layer.p > 0;
+  const auto drops = [](const LayerSpec& layer) { return layer.type == LayerType::dropout && layer.p > 0; };
+  const bool dropout = std::any_of(config.model.layers.begin(), config.model.layers.end(), [&](const LayerSpec& layer) {
+    return drops(layer) || std::any_of(layer.layers.begin(), layer.layers.end(), drops);  // a residual's branch
   });
   if (!cuda_)
     why_not = "the run is not on CUDA";

@@ -40,6 +40,17 @@ HPCTRAIN_SPATIAL_LAYOUT=nhwc expect_error bad_layout_variable "HPCTRAIN_SPATIAL_
   train good.toml
 HPCTRAIN_MPI_PROGRESS=async expect_error bad_progress_variable "HPCTRAIN_MPI_PROGRESS=async is not a progress mode" 2 \
   train good.toml
+# residual blocks: a branch that changes the shape (found when the model is built), an empty branch, nesting
+write_deck residual_shape.toml && sed -i 's/{ type = "relu" }/{ type = "residual", layers = [ { type = "linear", out = 8 } ] }/' residual_shape.toml
+expect_error residual_shape "residual_shape.toml:[0-9]+:[0-9]+: the branch of residual block 'residual1' turns samples \(N, 16\) into \(N, 8\)" 2 \
+  train residual_shape.toml
+write_deck residual_empty.toml && sed -i 's/{ type = "relu" }/{ type = "residual", layers = [] }/' residual_empty.toml
+expect_error residual_empty "residual_empty.toml:[0-9]+:[0-9]+: model.layers\[1\] \(residual\) has an empty branch" 2 \
+  train residual_empty.toml
+write_deck residual_nested.toml &&
+  sed -i 's/{ type = "relu" }/{ type = "residual", layers = [ { type = "residual", layers = [ { type = "relu" } ] } ] }/' residual_nested.toml
+expect_error residual_nested "residual_nested.toml:[0-9]+:[0-9]+: model.layers\[1\].layers\[0\] is a residual block inside .*not supported yet" 2 \
+  train residual_nested.toml
 
 # data files
 write_deck nofile.toml && sed -i 's/^train = "train.h5"/train = "absent.h5"/' nofile.toml

@@ -50,6 +50,14 @@ LayerSpec groupnorm(std::int64_t groups) {
   return spec;
 }
 
+// A residual block: output = input + branch(input).
+LayerSpec residual(std::vector<LayerSpec> branch) {
+  LayerSpec spec = layer("residual");
+  spec.layers = std::move(branch);
+  for (auto& inner : spec.layers) inner.name = "inner" + std::to_string(std::rand());
+  return spec;
+}
+
 struct Case {
   std::string name;
   std::vector<LayerSpec> layers;
@@ -171,6 +179,22 @@ INSTANTIATE_TEST_SUITE_P(
               spatial("maxpool3d", 0, {2}), spatial("avgpool3d", 0, {1, 1, 2}), layer("flatten"), layer("linear", 2)},
              "mse",
              {2, 4, 5, 6}},
+        Case{"residual_mlp_ce",
+             {layer("linear", 6), residual({layer("linear", 6), layer("relu"), layer("linear", 6)}),
+              residual({layer("layernorm"), layer("linear", 8), gelu_tanh(), layer("dropout"), layer("linear", 6)}),
+              layer("linear", 3)},
+             "cross_entropy"},
+        // A block on the model's input and one whose closing add is the model's output.
+        Case{"residual_first_and_last_mse",
+             {residual({layer("linear", 5), layer("tanh")}), layer("linear", 4),
+              residual({layer("layernorm"), layer("linear", 4)})},
+             "mse"},
+        // Inside a conv stack (channels-last: the block's input is the converted input batch).
+        Case{"residual_conv2d_ce",
+             {residual({spatial("conv2d", 2, {3}, {1}, {1}), layer("tanh"), spatial("conv2d", 2, {3}, {1}, {1})}),
+              spatial("maxpool2d", 0, {2}), layer("flatten"), layer("linear", 3)},
+             "cross_entropy",
+             {2, 5, 5}},
         Case{"conv3d_groups_no_bias_ce",
              [] {
                LayerSpec conv = spatial("conv3d", 2, {2, 1, 2}, {1}, {0, 1, 0}, {1}, 2);

@@ -256,7 +256,7 @@ TEST(RunConfigErrors, Layers) {
       {"[[model.layers]]\ntype = \"conv\"\n",
        "decks/test.toml:6:1: model.layers[0].type must be one of linear, relu, gelu, tanh, leaky_relu, layernorm, "
        "dropout, conv2d, conv3d, maxpool2d, maxpool3d, avgpool2d, avgpool3d, global_avgpool, flatten, groupnorm, "
-       "embedding, attention (got "
+       "embedding, attention, residual (got "
        "\"conv\")"},
       {"[[model.layers]]\ntype = \"attention\"\ncausal = false\n",
        "decks/test.toml:5:1: model.layers[0] (attention) needs heads"},
@@ -330,9 +330,71 @@ TEST(RunConfigErrors, Layers) {
     EXPECT_CONTAINS(error.message, c.expected);
   }
   // The allowed edges.
+  EXPECT_NO_THROW(parse(head + "[[model.layers]]\ntype = \"residual\"\nlayers = [{type = \"relu\"}]\n"));
   EXPECT_NO_THROW(parse(head + "[[model.layers]]\ntype = \"dropout\"\np = 0\n"));
   EXPECT_NO_THROW(parse(head + "[[model.layers]]\ntype = \"maxpool3d\"\nkernel = [1, 2, 3]\npadding = [0, 1, 1]\n"));
   EXPECT_NO_THROW(parse(head + "[[model.layers]]\ntype = \"leaky_relu\"\nnegative_slope = 0\n"));
+}
+
+TEST(RunConfigErrors, ResidualBlocks) {
+  const std::string head =
+      "[data]\ntrain = \"a.h5\"\n[train]\nsteps = 1\n[[model.layers]]\ntype = \"residual\"\n";  // 6 lines
+  struct Case {
+    std::string block;
+    std::string expected;
+    std::string hint;
+  };
+  const std::vector<Case> cases = {
+      {"",
+       "decks/test.toml:5:1: model.layers[0] (residual) has no layers: a residual block adds the output of its layers "
+       "to its input",
+       "add the branch, e.g. layers = [{type = \"linear\", out = 64}, {type = \"relu\"}]"},
+      {"layers = []\n", "decks/test.toml:7:1: model.layers[0] (residual) has an empty branch", ""},
+      {"layers = {type = \"relu\"}\n",
+       "decks/test.toml:7:1: model.layers[0].layers must be an array of tables, got a table", "inline tables"},
+      {"layers = [{type = \"relu\"}, 3]\n",
+       "decks/test.toml:7:28: model.layers[0].layers[1] must be a table, got an integer", ""},
+      {"layers = [{type = \"linear\", outs = 3}]\n",
+       "decks/test.toml:7:29: unknown key 'model.layers[0].layers[0].outs'; did you mean "
+       "'model.layers[0].layers[0].out'?",
+       ""},
+      {"layers = [{type = \"linear\", out = 0}]\n",
+       "decks/test.toml:7:29: model.layers[0].layers[0].out must be >= 1 (got 0)", ""},
+      {"layers = [{type = \"relu\", p = 0.1}]\n", "model.layers[0].layers[0].p does not apply to a relu layer", ""},
+      {"layers = [{out = 3}]\n", "decks/test.toml:7:11: model.layers[0].layers[0] has no type", ""},
+      {"layers = [{type = \"residual\", layers = [{type = \"relu\"}]}]\n",
+       "decks/test.toml:7:11: model.layers[0].layers[0] is a residual block inside the residual block model.layers[0]: "
+       "nested residual blocks are not supported yet",
+       "move it out of model.layers[0]"},
+      {"layers = [{type = \"relu\", name = \"a\"}, {type = \"tanh\", name = \"a\"}]\n",
+       "decks/test.toml:7:56: duplicate layer name 'a': model.layers[0].layers[1] and model.layers[0].layers[0]", ""},
+      {"layers = [{type = \"relu\", name = \"a.b\"}]\n",
+       "model.layers[0].layers[0].name must be made of letters, digits, _ and -", ""},
+      {"out = 3\nlayers = [{type = \"relu\"}]\n", "model.layers[0].out does not apply to a residual layer", ""},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.block);
+    const auto error = error_of(head + c.block);
+    EXPECT_CONTAINS(error.message, c.expected);
+    EXPECT_CONTAINS(error.hint, c.hint);
+  }
+  // One layer inside a block cannot be --set yet; the whole branch can.
+  const std::string deck = head + "layers = [{type = \"linear\", out = 3}]\n";
+  EXPECT_CONTAINS(error_of(deck, {"model.layers[0].layers[0].out=4"}).message,
+                  "--set model.layers[0].layers[0].out=4: --set cannot change one layer inside a residual block yet");
+  const RunConfig replaced = parse(deck, {"model.layers[0].layers=[{type = \"linear\", out = 4}, {type = \"relu\"}]"});
+  ASSERT_EQ(replaced.model.layers[0].layers.size(), 2u);
+  EXPECT_EQ(replaced.model.layers[0].layers[0].out, 4);
+  // A branch written as [[model.layers.layers]] tables after the block's table.
+  const RunConfig tables = parse(
+      "[data]\ntrain = \"a.h5\"\n[train]\nsteps = 1\n[[model.layers]]\ntype = \"residual\"\n"
+      "[[model.layers.layers]]\ntype = \"linear\"\nout = 3\n[[model.layers.layers]]\ntype = "
+      "\"relu\"\n");
+  ASSERT_EQ(tables.model.layers.size(), 1u);
+  ASSERT_EQ(tables.model.layers[0].layers.size(), 2u);
+  EXPECT_EQ(tables.model.layers[0].name, "residual0");
+  EXPECT_EQ(tables.model.layers[0].layers[1].name, "relu1");  // default names count within the block
+  EXPECT_EQ(tables.model.layers[0].layers[0].position.line, 7);
 }
 
 TEST(RunConfigErrors, DataPipelineAndCheckpointRanges) {

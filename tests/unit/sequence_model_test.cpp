@@ -174,5 +174,16 @@ TEST(SequenceModel, AttentionGradientsMatchCentralDifferences) {
   }
 }
 
+// A pre-LayerNorm MLP block as in GPT-2: x + linear(gelu_tanh(linear(layernorm(x)))), on the last axis.
+TEST(SequenceModel, ResidualBlockGradientsMatchCentralDifferences) {
+  LayerSpec block = layer(LayerType::residual);
+  LayerSpec gelu = layer(LayerType::gelu);
+  gelu.approximate = GeluApproximation::tanh;
+  block.layers = {layer(LayerType::layernorm), layer(LayerType::linear, 6), gelu, layer(LayerType::linear, width)};
+  SequenceModel test({layer(LayerType::embedding, width), block, layer(LayerType::linear, vocabulary)});
+  ASSERT_EQ(test.model.positions(), positions);
+  EXPECT_LT(worst_gradient_error(test), 1e-5);
+}
+
 }  // namespace
 }  // namespace hpctrain

@@ -43,6 +43,7 @@ enum class LayerType {
   groupnorm,
   embedding,
   attention,
+  residual,
 };
 
 // The deck's words of an enumeration, indexed by the enum's value.
@@ -66,7 +67,7 @@ HPCTRAIN_CHOICE_WORDS(BestMetric, {"none", "loss", "accuracy", "top5_accuracy", 
 HPCTRAIN_CHOICE_WORDS(GeluApproximation, {"none", "tanh"});
 HPCTRAIN_CHOICE_WORDS(LayerType, {"linear", "relu", "gelu", "tanh", "leaky_relu", "layernorm", "dropout", "conv2d",
                                   "conv3d", "maxpool2d", "maxpool3d", "avgpool2d", "avgpool3d", "global_avgpool",
-                                  "flatten", "groupnorm", "embedding", "attention"});
+                                  "flatten", "groupnorm", "embedding", "attention", "residual"});
 #undef HPCTRAIN_CHOICE_WORDS
 
 template <class Choice>

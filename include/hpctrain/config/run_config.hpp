@@ -40,7 +40,11 @@ struct LayerSpec {
   std::int64_t heads = 0;                    // attention: number of heads (required), dividing C
   bool causal = true;                        // attention: position t attends to positions <= t only
   double dropout = 0.0;                      // attention: dropout on the attention probabilities
-  SourcePosition position;                   // of the layer's table in the deck
+  // residual: the branch, run on the block's input and added to it (output = input + branch(input)); required, not
+  // empty, no residual inside. Its layers' names are their own (unique within the block); the model calls them
+  // "<block name>.<layer name>" (see Model).
+  std::vector<LayerSpec> layers;
+  SourcePosition position;  // of the layer's table in the deck
 };
 
 struct RunSection {

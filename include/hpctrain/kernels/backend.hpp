@@ -159,6 +159,8 @@ class Backend {
   // dx = f'(x) * dy (x is the forward input). dx may alias dy.
   virtual void activation_backward(Activation kind, float alpha, const TensorView& x, const TensorView& dy,
                                    const TensorView& dx) = 0;
+  // sum = a + b element-wise, added in the compute type and rounded once (residual blocks); sum may alias a or b.
+  virtual void add(const TensorView& a, const TensorView& b, const TensorView& sum);
   // Inverted dropout: y = x * keep / (1 - p), keep = uniform(seed, step, layer, sample_ids[row] * cols + col) >= p.
   // sample_ids are the global indices of the batch's rows (backend memory), so the mask does not depend on the rank
   // count. The backward regenerates the same mask (no mask is stored). dx may alias dy, y may alias x.

@@ -6,6 +6,10 @@
 // CPU backend) run their conv stack in that layout: the input batch is converted once per step into its own buffer,
 // flatten converts back, and nothing in between is reordered. Checkpoints, data files and outputs keep PyTorch's
 // channels-first layout.
+// A residual block (deck: {type = "residual", layers = [...]}) is flattened into this sequence: an opening marker
+// named after the block, its branch's layers named "<block>.<layer>" (e.g. residual1.linear0: the names in summaries
+// and checkpoints), and a closing marker (type "add") that adds the block's input to the branch's output
+// (nn/residual_markers.hpp).
 #pragma once
 
 #include <functional>
@@ -120,6 +124,18 @@ class Model {
 
  private:
   void build_layers(const ModelSection& spec, const std::string& deck_path, SpatialLayout layout);
+  // Appends one layer built from its deck entry (location: for messages); shape and sequence describe what flows
+  // into it and are updated to what flows out.
+  void add_layer(const LayerSpec& spec, const std::string& location, SpatialLayout layout, SampleShape& shape,
+                 bool& sequence);
+  void add_residual_block(const LayerSpec& spec, const std::string& location, const std::string& deck_path,
+                          SpatialLayout layout, SampleShape& shape, bool& sequence);
+  // Gives the residual blocks' markers the block input and the skip gradient buffer (allocated here).
+  void bind_residual_blocks();
+  [[nodiscard]] bool opens_block(std::size_t index) const;
+  // The data of activation `index` (the input of layer index; index == layer_count(): the output). An opening marker's
+  // output is its input: both are one buffer.
+  [[nodiscard]] void* activation(std::size_t index) const;
   [[nodiscard]] bool channels_last_pays_off() const;
   // What layer `index` reads: the previous layer's output, or for layer 0 the input (converted, if channels-last).
   [[nodiscard]] TensorView layer_input(std::size_t index, std::int64_t rows) const;
@@ -138,9 +154,10 @@ class Model {
   std::size_t parameter_alignment_ = 0;
   BackendBuffer master_, gradients_, working_;
   SpatialLayout layout_ = SpatialLayout::channels_first;
-  std::vector<BackendBuffer> activations_;  // activations_[i]: input of layer i; activations_[L]: the output
-  BackendBuffer converted_input_;           // channels-last: the input batch in that layout (layer 0 reads it)
-  BackendBuffer token_ids_;                 // (max_rows, T) int32: an embedding model's input
+  // activations_[i]: input of layer i; activations_[L]: the output; empty after an opening marker (see activation())
+  std::vector<BackendBuffer> activations_;
+  BackendBuffer converted_input_;  // channels-last: the input batch in that layout (layer 0 reads it)
+  BackendBuffer token_ids_;        // (max_rows, T) int32: an embedding model's input
   std::int64_t positions_ = 1;
   BackendBuffer saved_;               // per-row statistics of layers that keep them
   BackendBuffer saved_activations_;   // activations layers keep for their backward (attention's qkv)
@@ -151,6 +168,12 @@ class Model {
   // folded_[i]: layer i (linear) runs layer i + 1 (an activation the backend folds into the product) in its forward,
   // and that activation's backward reads its own output (see Backend::fuses_linear_activation).
   std::vector<bool> folded_;
+  // Residual blocks: layers_[open] and layers_[close] are a block's markers, its branch lies between them.
+  struct ResidualBlock {
+    std::size_t open = 0, close = 0;
+  };
+  std::vector<ResidualBlock> blocks_;
+  BackendBuffer skip_gradient_;  // (max_rows, widest block) the gradient that bypasses a branch (training only)
 };
 
 }  // namespace hpctrain

@@ -308,6 +308,19 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void add(const TensorView& a, const TensorView& b, const TensorView& sum) override {
+    check_same_shape(a, b, "add");
+    check_same_shape(a, sum, "add");
+    dispatch_dtype(a.dtype, [&]<class T>() {
+      const T* left = static_cast<const T*>(a.data);
+      const T* right = static_cast<const T*>(b.data);
+      T* out = static_cast<T*>(sum.data);
+      const std::int64_t count = a.size();
+#pragma omp parallel for schedule(static) if (count > parallel_threshold)
+      for (std::int64_t i = 0; i < count; ++i) out[i] = store<T>(load(left[i]) + load(right[i]));
+    });
+  }
+
   void dropout_forward(float p, std::uint64_t seed, std::uint32_t step, std::uint32_t layer,
                        const std::int64_t* sample_ids, const TensorView& x, const TensorView& y) override {
     dropout(p, seed, step, layer, sample_ids, x, y, "dropout_forward");

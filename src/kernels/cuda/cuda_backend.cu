@@ -218,6 +218,12 @@ class CudaBackend final : public Backend {
     cuda::activation_backward(stream_, kind, alpha, x, dy, dx);
   }
 
+  void add(const TensorView& a, const TensorView& b, const TensorView& sum) override {
+    check_same_shape(a, b, "add");
+    check_same_shape(a, sum, "add");
+    cuda::add(stream_, a, b, sum);
+  }
+
   void dropout_forward(float p, std::uint64_t seed, std::uint32_t step, std::uint32_t layer,
                        const std::int64_t* sample_ids, const TensorView& x, const TensorView& y) override {
     dropout(p, seed, step, layer, sample_ids, x, y, "dropout_forward");

@@ -48,6 +48,11 @@ struct CastOp {
   __device__ TD operator()(TS value, TS) const { return convert<TD>(value); }
 };
 
+template <class T>
+struct AddOp {
+  __device__ T operator()(T a, T b) const { return store<T>(load(a) + load(b)); }
+};
+
 template <class T, Activation kind>
 __device__ __forceinline__ float activation_value(float x, float alpha) {
   if constexpr (kind == Activation::relu) return km::relu(x);
@@ -146,6 +151,13 @@ void activation_backward(cudaStream_t stream, Activation kind, float alpha, cons
   dispatch_storage(x.dtype, "activation_backward", [&]<class T>() {
     launch_activation<ActivationBackwardOp, T>(stream, kind, alpha, static_cast<const T*>(x.data),
                                                static_cast<const T*>(dy.data), static_cast<T*>(dx.data), x.size());
+  });
+}
+
+void add(cudaStream_t stream, const TensorView& a, const TensorView& b, const TensorView& sum) {
+  dispatch_storage(a.dtype, "add", [&]<class T>() {
+    launch_map(stream, static_cast<const T*>(a.data), static_cast<const T*>(b.data), static_cast<T*>(sum.data),
+               a.size(), AddOp<T>{});
   });
 }
 

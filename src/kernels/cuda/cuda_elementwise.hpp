@@ -18,6 +18,8 @@ void activation_forward(cudaStream_t stream, Activation kind, float alpha, const
 // dx = f'(x) * dy; dx may alias dy.
 void activation_backward(cudaStream_t stream, Activation kind, float alpha, const TensorView& x, const TensorView& dy,
                          const TensorView& dx);
+// sum = a + b in fp32, rounded once; sum may alias a or b.
+void add(cudaStream_t stream, const TensorView& a, const TensorView& b, const TensorView& sum);
 // out = in * keep / (1 - p) with the CPU backend's mask (key from kernel_math::dropout_key); out may alias in.
 void dropout(cudaStream_t stream, float p, std::uint64_t key, std::uint32_t layer, const std::int64_t* sample_ids,
              const TensorView& in, const TensorView& out);
