@@ -131,6 +131,7 @@ const std::vector<LayerFieldSpec>& layer_fields() {
       {"causal", Kind::boolean, bind_layer_field<&LayerSpec::causal>},
       {"dropout", Kind::number, bind_layer_field<&LayerSpec::dropout>},
       {"layers", Kind::layers, bind_no_layer_field},
+      {"mlp_ratio", Kind::integer, bind_layer_field<&LayerSpec::mlp_ratio>},
   };
   return fields;
 }
@@ -157,6 +158,7 @@ const std::vector<LayerTypeSpec>& layer_types() {
       {embedding, {"vocabulary", "out", "positions"}},
       {attention, {"heads", "causal", "dropout"}},
       {residual, {"layers"}},
+      {transformer_block, {"heads", "causal", "mlp_ratio"}},
   };
   return types;
 }

@@ -326,9 +326,9 @@ void DeckReader::validate_layer_list(std::vector<LayerSpec>& layers, const std::
       check_integer(key_of("vocabulary"), layer.vocabulary, 1);
       check_integer(key_of("out"), layer.out, 1);
     }
-    if (layer.type == LayerType::attention) {
+    if (layer.type == LayerType::attention || layer.type == LayerType::transformer_block) {
       if (!has("heads"))
-        fail(location(table_key), table_key + " (attention) needs heads, its number of heads",
+        fail(location(table_key), table_key + " (" + type_word + ") needs heads, its number of heads",
              "add heads = <number dividing the width C>, e.g. heads = 4");
       check_integer(key_of("heads"), layer.heads, 1);
       check_number(key_of("dropout"), layer.dropout, layer.dropout >= 0 && layer.dropout < 1, "in [0, 1)");
@@ -337,6 +337,14 @@ void DeckReader::validate_layer_list(std::vector<LayerSpec>& layers, const std::
     if (layer.type == LayerType::layernorm || layer.type == LayerType::groupnorm)
       check_number(key_of("eps"), layer.eps, layer.eps > 0, "> 0");
     validate_spatial_layer(table_key, layer, given);
+    if (layer.type == LayerType::transformer_block) {
+      check_integer(key_of("mlp_ratio"), layer.mlp_ratio, 1);
+      if (!block_key.empty())
+        fail(location(table_key),
+             table_key + " is a transformer_block (two residual blocks) inside the residual block " + block_key +
+                 ": nested residual blocks are not supported yet",
+             "move it out of " + block_key);
+    }
     if (layer.type == LayerType::residual) {
       if (!block_key.empty())
         fail(location(table_key),

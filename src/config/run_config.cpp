@@ -100,6 +100,28 @@ std::string to_toml(const RunConfig& config) {
   return out.str();
 }
 
+std::vector<LayerSpec> expand_transformer_block(const LayerSpec& block, std::int64_t width) {
+  const auto layer = [&block](LayerType type, const char* name, std::int64_t out = 0) {
+    LayerSpec spec;
+    spec.type = type;
+    spec.name = name;
+    spec.out = out;
+    spec.position = block.position;
+    return spec;
+  };
+  LayerSpec attention = layer(LayerType::attention, "attn");
+  attention.heads = block.heads;
+  attention.causal = block.causal;
+  LayerSpec gelu = layer(LayerType::gelu, "gelu");
+  gelu.approximate = GeluApproximation::tanh;
+  std::vector<LayerSpec> blocks(2, layer(LayerType::residual, ""));
+  for (LayerSpec& residual : blocks) residual.name = block.name;
+  blocks[0].layers = {layer(LayerType::layernorm, "ln_1"), attention};
+  blocks[1].layers = {layer(LayerType::layernorm, "ln_2"), layer(LayerType::linear, "c_fc", block.mlp_ratio * width),
+                      gelu, layer(LayerType::linear, "c_proj", width)};
+  return blocks;
+}
+
 std::vector<std::string> accepted_keys() {
   std::vector<std::string> keys;
   for (const auto& section : schema())

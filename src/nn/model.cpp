@@ -193,9 +193,16 @@ void Model::build_layers(const ModelSection& spec, const std::string& deck_path,
                                      ? deck_path + ":" + std::to_string(layer_spec.position.line) + ":" +
                                            std::to_string(layer_spec.position.column)
                                      : deck_path + ": model.layers[" + std::to_string(i) + "]";
-    if (layer_spec.type == LayerType::residual)
+    if (layer_spec.type == LayerType::residual) {
       add_residual_block(layer_spec, location, deck_path, layout, shape, sequence);
-    else
+    } else if (layer_spec.type == LayerType::transformer_block) {
+      HPCTRAIN_VERIFY(sequence, InputError,
+                      location << ": layer '" << layer_spec.name << "' (transformer_block) receives samples "
+                               << batch_shape_text(shape) << ", not a sequence (T, C)",
+                      "a transformer_block acts on the (T, C) sequences an embedding gives: put it after one");
+      for (const LayerSpec& block : expand_transformer_block(layer_spec, shape.back()))
+        add_residual_block(block, location, deck_path, layout, shape, sequence);
+    } else
       add_layer(layer_spec, location, layout, shape, sequence);
   }
 }

@@ -354,6 +354,44 @@ TEST(RunConfig, ResidualBlockRoundTrip) {
   EXPECT_EQ(to_toml(second), resolved);
 }
 
+TEST(RunConfig, TransformerBlock) {
+  const std::string deck =
+      "[data]\ntrain = \"a.h5\"\n[train]\nsteps = 1\n[model]\nlayers = [\n  {type = \"embedding\", vocabulary = 256, "
+      "out = 16},\n  {type = \"transformer_block\", heads = 4},\n  {type = \"transformer_block\", heads = 2, causal = "
+      "false, mlp_ratio = 2, name = \"h1\"},\n]\n";
+  const RunConfig config = parse(deck);
+  const LayerSpec& first = config.model.layers[1];
+  EXPECT_EQ(first.name, "transformer_block1");
+  EXPECT_EQ(first.heads, 4);
+  EXPECT_TRUE(first.causal);
+  EXPECT_EQ(first.mlp_ratio, 4);
+  const RunConfig second = parse(to_toml(config));
+  EXPECT_EQ(second.model.layers[2].mlp_ratio, 2);
+  EXPECT_FALSE(second.model.layers[2].causal);
+  EXPECT_EQ(to_toml(second), to_toml(config));
+  const std::vector<LayerSpec> blocks = expand_transformer_block(config.model.layers[2], 16);
+  ASSERT_EQ(blocks.size(), 2u);
+  EXPECT_EQ(blocks[0].type, LayerType::residual);
+  EXPECT_EQ(blocks[0].name, "h1");
+  ASSERT_EQ(blocks[0].layers.size(), 2u);
+  EXPECT_EQ(blocks[0].layers[1].type, LayerType::attention);
+  EXPECT_EQ(blocks[0].layers[1].heads, 2);
+  EXPECT_FALSE(blocks[0].layers[1].causal);
+  ASSERT_EQ(blocks[1].layers.size(), 4u);
+  EXPECT_EQ(blocks[1].layers[1].out, 32);
+  EXPECT_EQ(blocks[1].layers[2].approximate, GeluApproximation::tanh);
+  EXPECT_EQ(blocks[1].layers[3].name, "c_proj");
+  EXPECT_EQ(blocks[1].layers[3].out, 16);
+  EXPECT_CONTAINS(error_of("[data]\ntrain = \"a.h5\"\n[train]\nsteps = 1\n[[model.layers]]\ntype = \"transformer_block\"\n")
+                      .message,
+                  "model.layers[0] (transformer_block) needs heads");
+  EXPECT_CONTAINS(error_of("[data]\ntrain = \"a.h5\"\n[train]\nsteps = 1\n[[model.layers]]\ntype = \"residual\"\nlayers = "
+                           "[{type = \"transformer_block\", heads = 1}]\n")
+                      .message,
+                  "is a transformer_block (two residual blocks) inside the residual block model.layers[0]: nested "
+                  "residual blocks are not supported yet");
+}
+
 TEST(RunConfig, ResolvedDeckHasEveryKey) {
   const std::string resolved = to_toml(parse(minimal_body));
   std::string section;
@@ -699,8 +737,8 @@ TEST(RunConfigDocs, AcceptedKeysCoverTheSchema) {
        {"run.seed", "model.layers", "model.layers[].type", "model.layers[].negative_slope", "data.eval_batch_size",
         "optimizer.nesterov", "schedule.step_size", "precision.max_skipped_steps", "precision.tf32"})
     EXPECT_TRUE(accepted.count(key)) << key;
-  // per section (run: 5 keys; model: 4 keys and 20 layer keys; data: 18; ...); update when adding a key
-  EXPECT_EQ(keys.size(), 5u + 4u + 20u + 18u + 10u + 5u + 8u + 7u + 8u + 5u);
+  // per section (run: 5 keys; model: 4 keys and 21 layer keys; data: 18; ...); update when adding a key
+  EXPECT_EQ(keys.size(), 5u + 4u + 21u + 18u + 10u + 5u + 8u + 7u + 8u + 5u);
 }
 
 }  // namespace

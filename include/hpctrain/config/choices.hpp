@@ -44,6 +44,7 @@ enum class LayerType {
   embedding,
   attention,
   residual,
+  transformer_block,
 };
 
 // The deck's words of an enumeration, indexed by the enum's value.
@@ -67,7 +68,8 @@ HPCTRAIN_CHOICE_WORDS(BestMetric, {"none", "loss", "accuracy", "top5_accuracy", 
 HPCTRAIN_CHOICE_WORDS(GeluApproximation, {"none", "tanh"});
 HPCTRAIN_CHOICE_WORDS(LayerType, {"linear", "relu", "gelu", "tanh", "leaky_relu", "layernorm", "dropout", "conv2d",
                                   "conv3d", "maxpool2d", "maxpool3d", "avgpool2d", "avgpool3d", "global_avgpool",
-                                  "flatten", "groupnorm", "embedding", "attention", "residual"});
+                                  "flatten", "groupnorm", "embedding", "attention", "residual",
+                                  "transformer_block"});
 #undef HPCTRAIN_CHOICE_WORDS
 
 template <class Choice>

@@ -44,6 +44,7 @@ struct LayerSpec {
   // empty, no residual inside. Its layers' names are their own (unique within the block); the model calls them
   // "<block name>.<layer name>" (see Model).
   std::vector<LayerSpec> layers;
+  std::int64_t mlp_ratio = 4;  // transformer_block: the MLP's hidden width over C (GPT-2: 4)
   SourcePosition position;  // of the layer's table in the deck
 };
 
@@ -180,6 +181,12 @@ struct RunConfig {
 RunConfig load_run_config(const std::string& deck_path, const std::vector<std::string>& overrides = {});
 RunConfig parse_run_config(const std::string& deck_text, const std::string& deck_path,
                            const std::vector<std::string>& overrides = {});
+
+// A transformer_block (GPT-2's pre-LayerNorm block) on a sequence of width C, as the two residual blocks it stands for:
+// residual[layernorm ln_1, attention attn (heads, causal)] and residual[layernorm ln_2, linear c_fc (mlp_ratio x C),
+// gelu (tanh), linear c_proj (C)], both named after the block (so the model calls their layers <block>.ln_1,
+// <block>.attn, ... as GPT-2 names h.0.ln_1, h.0.attn). The model expands it where C is known.
+std::vector<LayerSpec> expand_transformer_block(const LayerSpec& block, std::int64_t width);
 
 // The resolved deck as TOML (every key, defaults filled in), written to OUTPUT/config.toml.
 std::string to_toml(const RunConfig& config);
