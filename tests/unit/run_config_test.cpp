@@ -382,14 +382,16 @@ TEST(RunConfig, TransformerBlock) {
   EXPECT_EQ(blocks[1].layers[2].approximate, GeluApproximation::tanh);
   EXPECT_EQ(blocks[1].layers[3].name, "c_proj");
   EXPECT_EQ(blocks[1].layers[3].out, 16);
-  EXPECT_CONTAINS(error_of("[data]\ntrain = \"a.h5\"\n[train]\nsteps = 1\n[[model.layers]]\ntype = \"transformer_block\"\n")
-                      .message,
-                  "model.layers[0] (transformer_block) needs heads");
-  EXPECT_CONTAINS(error_of("[data]\ntrain = \"a.h5\"\n[train]\nsteps = 1\n[[model.layers]]\ntype = \"residual\"\nlayers = "
-                           "[{type = \"transformer_block\", heads = 1}]\n")
-                      .message,
-                  "is a transformer_block (two residual blocks) inside the residual block model.layers[0]: nested "
-                  "residual blocks are not supported yet");
+  EXPECT_CONTAINS(
+      error_of("[data]\ntrain = \"a.h5\"\n[train]\nsteps = 1\n[[model.layers]]\ntype = \"transformer_block\"\n")
+          .message,
+      "model.layers[0] (transformer_block) needs heads");
+  EXPECT_CONTAINS(
+      error_of("[data]\ntrain = \"a.h5\"\n[train]\nsteps = 1\n[[model.layers]]\ntype = \"residual\"\nlayers = "
+               "[{type = \"transformer_block\", heads = 1}]\n")
+          .message,
+      "is a transformer_block (two residual blocks) inside the residual block model.layers[0]: nested "
+      "residual blocks are not supported yet");
 }
 
 TEST(RunConfig, ResolvedDeckHasEveryKey) {

@@ -191,16 +191,16 @@ TEST(SequenceModel, TransformerBlockGradientsMatchCentralDifferences) {
   LayerSpec block = layer(LayerType::transformer_block);
   block.name = "h0";
   block.mlp_ratio = 2;
-  SequenceModel test({layer(LayerType::embedding, width), block, layer(LayerType::layernorm),
-                      layer(LayerType::linear, vocabulary)},
-                     7);
+  SequenceModel test(
+      {layer(LayerType::embedding, width), block, layer(LayerType::layernorm), layer(LayerType::linear, vocabulary)},
+      7);
   std::vector<std::string> names;
   for (std::size_t i = 0; i < test.model.layer_count(); ++i)
     names.push_back(test.model.layer(i).name() + ":" + test.model.layer(i).type());
-  EXPECT_EQ(names, (std::vector<std::string>{"embedding4:embedding", "h0:residual", "h0.ln_1:layernorm",
-                                             "h0.attn:attention", "h0:add", "h0:residual", "h0.ln_2:layernorm",
-                                             "h0.c_fc:linear", "h0.gelu:gelu", "h0.c_proj:linear", "h0:add",
-                                             "layernorm0:layernorm", "linear7:linear"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"embedding4:embedding", "h0:residual", "h0.ln_1:layernorm", "h0.attn:attention",
+                                      "h0:add", "h0:residual", "h0.ln_2:layernorm", "h0.c_fc:linear", "h0.gelu:gelu",
+                                      "h0.c_proj:linear", "h0:add", "layernorm0:layernorm", "linear7:linear"}));
   EXPECT_EQ(test.model.layer(7).output_width(), 7 * 2 * width);  // c_fc: mlp_ratio x C per position
   EXPECT_LT(worst_gradient_error(test), 1e-5);
 }

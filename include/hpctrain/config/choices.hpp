@@ -66,10 +66,10 @@ HPCTRAIN_CHOICE_WORDS(PrecisionMode, {"fp32", "bf16", "fp16"});
 HPCTRAIN_CHOICE_WORDS(CheckpointSignal, {"USR1", "USR2", "TERM", "INT", "HUP"});
 HPCTRAIN_CHOICE_WORDS(BestMetric, {"none", "loss", "accuracy", "top5_accuracy", "mae", "mse", "r2"});
 HPCTRAIN_CHOICE_WORDS(GeluApproximation, {"none", "tanh"});
-HPCTRAIN_CHOICE_WORDS(LayerType, {"linear", "relu", "gelu", "tanh", "leaky_relu", "layernorm", "dropout", "conv2d",
-                                  "conv3d", "maxpool2d", "maxpool3d", "avgpool2d", "avgpool3d", "global_avgpool",
-                                  "flatten", "groupnorm", "embedding", "attention", "residual",
-                                  "transformer_block"});
+HPCTRAIN_CHOICE_WORDS(LayerType, {"linear",    "relu",      "gelu",      "tanh",           "leaky_relu",
+                                  "layernorm", "dropout",   "conv2d",    "conv3d",         "maxpool2d",
+                                  "maxpool3d", "avgpool2d", "avgpool3d", "global_avgpool", "flatten",
+                                  "groupnorm", "embedding", "attention", "residual",       "transformer_block"});
 #undef HPCTRAIN_CHOICE_WORDS
 
 template <class Choice>

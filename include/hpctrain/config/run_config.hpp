@@ -45,7 +45,7 @@ struct LayerSpec {
   // "<block name>.<layer name>" (see Model).
   std::vector<LayerSpec> layers;
   std::int64_t mlp_ratio = 4;  // transformer_block: the MLP's hidden width over C (GPT-2: 4)
-  SourcePosition position;  // of the layer's table in the deck
+  SourcePosition position;     // of the layer's table in the deck
 };
 
 struct RunSection {
