@@ -140,6 +140,8 @@ class DeckReader {
   void validate();
 
   void validate_layers();
+  // linear layers' tie: an existing embedding, out equal to its vocabulary (filled in when not given).
+  void validate_ties(const std::map<std::string, std::size_t>& index_by_name);
   // model.class_weights and model.label_smoothing: cross-entropy only, positive weights, smoothing in [0, 1).
   void validate_loss();
   // Intervals in steps or epochs, checkpoint.best_metric against the task, early stopping's keys.

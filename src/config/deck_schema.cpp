@@ -116,6 +116,7 @@ const std::vector<LayerFieldSpec>& layer_fields() {
       {"out", Kind::integer, bind_layer_field<&LayerSpec::out>},
       {"in", Kind::integer, bind_layer_field<&LayerSpec::in>},
       {"bias", Kind::boolean, bind_layer_field<&LayerSpec::bias>},
+      {"tie", Kind::string, bind_layer_field<&LayerSpec::tie>},
       {"p", Kind::number, bind_layer_field<&LayerSpec::p>},
       {"negative_slope", Kind::number, bind_layer_field<&LayerSpec::negative_slope>},
       {"approximate", Kind::string, bind_layer_field<&LayerSpec::approximate>},
@@ -134,7 +135,7 @@ const std::vector<LayerFieldSpec>& layer_fields() {
 const std::vector<LayerTypeSpec>& layer_types() {
   using enum LayerType;
   static const std::vector<LayerTypeSpec> types = {
-      {linear, {"out", "in", "bias"}},
+      {linear, {"out", "in", "bias", "tie"}},
       {relu, {}},
       {gelu, {"approximate"}},
       {tanh, {}},

@@ -31,12 +31,15 @@ class Linear final : public Layer {
  public:
   // A sample of any shape is read flattened: (C, H, W) images arrive as C*H*W features. A sequence (T, C) is read
   // per position: (rows * T, C) x W^T.
-  Linear(std::string name, const SampleShape& in, std::int64_t out, bool bias, bool sequence)
+  // tie: an embedding whose table is the weight (the model binds it; see tied_layer).
+  Linear(std::string name, const SampleShape& in, std::int64_t out, bool bias, bool sequence, std::string tie)
       : Layer(std::move(name), in, last_axis_output(in, out, sequence)),
         bias_(bias),
         in_(sequence ? in.back() : shape_size(in)),
-        out_(out) {}
+        out_(out),
+        tie_(std::move(tie)) {}
   [[nodiscard]] std::string type() const override { return "linear"; }
+  [[nodiscard]] const std::string& tied_layer() const override { return tie_; }
 
   [[nodiscard]] std::vector<ParameterSpec> parameters() const override {
     std::vector<ParameterSpec> specs{{"weight", {out_, in_}}};
@@ -78,6 +81,7 @@ class Linear final : public Layer {
   [[nodiscard]] TensorView weight() const { return matrix(working(0), working_dtype(), out_, in_); }
   bool bias_;
   std::int64_t in_, out_;  // features of a row (of a position, on a sequence)
+  std::string tie_;
 };
 
 class ActivationLayer final : public Layer {
@@ -210,7 +214,8 @@ class Embedding final : public Layer {
   }
   void backward(const StepContext& context, std::uint32_t, const TensorView&, const TensorView&, const TensorView& dy,
                 const TensorView&, bool accumulate) override {
-    context.backend->embedding_backward(ids_, last_axis(dy, width_), vocabulary_, gradient(0), accumulate);
+    context.backend->embedding_backward(ids_, last_axis(dy, width_), vocabulary_, gradient(0),
+                                        accumulates(0, accumulate));
     // d position (T * C) = the column sums of dy seen as (rows, T * C)
     if (positions_) context.backend->bias_gradient(dy, gradient(1), master_dtype(), accumulate);
   }
@@ -263,7 +268,7 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const SampleShape& inpu
                                     << input_width << " arrive"
                                     << (spec.in != 0 ? " (from the data or the previous layer)" : ""),
                       "set 'in' to " + std::to_string(input_width) + " or remove it (it is inferred)");
-      return std::make_unique<Linear>(spec.name, input_shape, spec.out, spec.bias, sequence);
+      return std::make_unique<Linear>(spec.name, input_shape, spec.out, spec.bias, sequence, spec.tie);
     case LayerType::relu:
       return std::make_unique<ActivationLayer>(spec.name, input_shape, Activation::relu, 0.0f, "relu");
     case LayerType::gelu:

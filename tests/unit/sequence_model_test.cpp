@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hpctrain/config/run_config.hpp"
+#include "hpctrain/core/error.hpp"
 #include "hpctrain/kernels/backend.hpp"
 #include "hpctrain/nn/model.hpp"
 
@@ -121,9 +122,8 @@ TEST(SequenceModel, ForwardAndLossMatchReference) {
   EXPECT_NEAR(loss, reference_loss / test.batch.counted, 1e-12 * std::abs(loss));
 }
 
-TEST(SequenceModel, GradientsMatchCentralDifferences) {
-  SequenceModel test({layer(LayerType::embedding, width), layer(LayerType::layernorm), layer(LayerType::linear, 6),
-                      layer(LayerType::gelu), layer(LayerType::dropout), layer(LayerType::linear, vocabulary)});
+// Every parameter's gradient (poisoned first) against central differences of the loss.
+void expect_central_differences(SequenceModel& test) {
   std::fill_n(static_cast<double*>(test.model.gradients()), test.model.parameter_count(), NAN);  // poisoned
   test.loss(true);
   const auto* analytic = static_cast<const double*>(test.model.gradients());
@@ -146,6 +146,72 @@ TEST(SequenceModel, GradientsMatchCentralDifferences) {
     EXPECT_LT(error, 1e-5) << "parameter " << i << " analytic " << got << " numeric " << numeric;
   }
   testing::Test::RecordProperty("worst_relative_error", std::to_string(worst));
+}
+
+TEST(SequenceModel, GradientsMatchCentralDifferences) {
+  SequenceModel test({layer(LayerType::embedding, width), layer(LayerType::layernorm), layer(LayerType::linear, 6),
+                      layer(LayerType::gelu), layer(LayerType::dropout), layer(LayerType::linear, vocabulary)});
+  expect_central_differences(test);
+}
+
+LayerSpec tied_head(bool bias) {
+  LayerSpec head = layer(LayerType::linear, vocabulary);
+  head.tie = "embedding" + std::to_string(width);
+  head.bias = bias;
+  return head;
+}
+
+// GPT-2's LM head: the linear layer's weight is the embedding's table, one tensor that both gradients go into.
+TEST(SequenceModel, TiedHeadIsOneParameterWithBothGradients) {
+  for (const bool bias : {true, false}) {
+    SCOPED_TRACE(bias ? "with bias" : "without bias");
+    SequenceModel test({layer(LayerType::embedding, width), layer(LayerType::layernorm), tied_head(bias)});
+    const auto& entries = test.model.parameter_entries();
+    ASSERT_EQ(entries.size(), bias ? 5u : 4u);  // table, position, gamma, beta (, the head's bias)
+    EXPECT_EQ(entries.front().layer, "embedding4");
+    EXPECT_EQ(entries.front().name, "weight");
+    EXPECT_EQ(test.model.trainable_parameters(),
+              vocabulary * width + positions * width + 2 * width + (bias ? vocabulary : 0));
+    EXPECT_NE(test.model.summary().find("uses the table of 'embedding4' as its weight"), std::string::npos);
+    expect_central_differences(test);
+  }
+}
+
+// Micro-batches: the head adds into the shared slot too (a second backward doubles the gradient), and each slot is
+// final when after_layer says so (the table, written by the head and the embedding, only at the end: begin 0).
+TEST(SequenceModel, TiedGradientAccumulatesAndIsFinalLast) {
+  SequenceModel test({layer(LayerType::embedding, width), layer(LayerType::layernorm), tied_head(true)});
+  test.loss(true);
+  const auto* gradients = static_cast<const double*>(test.model.gradients());
+  const std::vector<double> once(gradients, gradients + test.model.parameter_count());
+  std::vector<std::pair<std::int64_t, std::vector<double>>> reported;
+  test.model.backward(test.context, true, [&](std::int64_t begin) {
+    reported.emplace_back(begin, std::vector<double>(gradients + begin, gradients + test.model.parameter_count()));
+  });
+  ASSERT_FALSE(reported.empty());
+  EXPECT_EQ(reported.back().first, 0);
+  for (const auto& [begin, values] : reported)
+    for (std::size_t i = 0; i < values.size(); ++i)
+      ASSERT_EQ(values[i], gradients[begin + static_cast<std::int64_t>(i)])
+          << "changed after after_layer(" << begin << "): element " << begin + i;
+  double worst = 0.0, norm = 0.0;
+  for (std::int64_t i = 0; i < test.model.parameter_count(); ++i) {
+    worst = std::max(worst, std::abs(gradients[i] - 2 * once[static_cast<std::size_t>(i)]));
+    norm = std::max(norm, std::abs(once[static_cast<std::size_t>(i)]));
+  }
+  EXPECT_GT(norm, 0.0);
+  EXPECT_LT(worst / norm, 1e-13);
+}
+
+// The shapes the deck cannot check: the head's input must be as wide as the table's rows.
+TEST(SequenceModel, TiedHeadOfTheWrongWidthIsRefused) {
+  try {
+    SequenceModel test({layer(LayerType::embedding, width), layer(LayerType::linear, 3), tied_head(true)});
+    FAIL() << "a tied head reading 3 features from a table of width 4 was accepted";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("input features arrive and the table rows have 4"), std::string::npos)
+        << error.what();
+  }
 }
 
 }  // namespace

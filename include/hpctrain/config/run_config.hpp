@@ -21,12 +21,13 @@ struct SourcePosition {
 
 struct LayerSpec {
   LayerType type = LayerType::linear;
-  std::string name;              // unique; default "<type><index>" e.g. "linear0"
-  std::int64_t out = 0;          // linear: output features; conv: output channels (required)
-  std::int64_t in = 0;           // linear: expected input features; 0 = inferred from the previous layer or the data
-  bool bias = true;              // linear, conv
-  double p = 0.5;                // dropout probability
-  double negative_slope = 0.01;  // leaky_relu
+  std::string name;      // unique; default "<type><index>" e.g. "linear0"
+  std::int64_t out = 0;  // linear: output features; conv: output channels (required)
+  std::int64_t in = 0;   // linear: expected input features; 0 = inferred from the previous layer or the data
+  bool bias = true;      // linear, conv
+  std::string tie;       // linear: the name of an embedding layer whose table is this layer's weight (GPT-2's LM head)
+  double p = 0.5;        // dropout probability
+  double negative_slope = 0.01;                             // leaky_relu
   GeluApproximation approximate = GeluApproximation::none;  // gelu
   double eps = 1e-5;                                        // layernorm, groupnorm
   // conv and pooling windows: one value for every spatial axis, or one per axis ((H, W) or (D, H, W)).

@@ -37,6 +37,9 @@ struct ParameterBinding {
   DType master_dtype = DType::f32;
   DType working_dtype = DType::f32;
   std::vector<std::int64_t> offsets;
+  // Per parameter (may be shorter than offsets: false beyond): the tensor is also a later layer's (a tied weight),
+  // whose backward runs first and writes its gradient slot, so this layer always adds into it.
+  std::vector<bool> shared;
 };
 
 // One sample's shape without the batch axis: (F) for feature vectors, (C, H, W) for images, (C, D, H, W) for volumes.
@@ -68,6 +71,13 @@ class Layer {
   [[nodiscard]] virtual bool skips_input_gradient() const { return false; }
 
   [[nodiscard]] virtual std::vector<ParameterSpec> parameters() const { return {}; }
+  // Linear with `tie`: the name of the earlier layer (an embedding) whose first parameter is also this layer's first
+  // parameter (one tensor, bound to both; its initialisation is the owner's). Empty: every parameter is the layer's
+  // own.
+  [[nodiscard]] virtual const std::string& tied_layer() const {
+    static const std::string none;
+    return none;
+  }
   void bind(ParameterBinding binding) { binding_ = std::move(binding); }
   // Fill the master parameters (host memory, laid out as bind() says) the way PyTorch initialises this layer.
   virtual void initialize(float* host_master, std::uint64_t seed, std::uint32_t layer_index) const {}
@@ -117,6 +127,11 @@ class Layer {
     return offset(binding_.working, binding_.working_dtype, index);
   }
   [[nodiscard]] DType master_dtype() const { return binding_.master_dtype; }
+  // Whether the backward adds into parameter `index`'s gradient: when told to (micro-batches), or always for a tensor
+  // a later layer shares (see ParameterBinding::shared).
+  [[nodiscard]] bool accumulates(std::size_t index, bool accumulate) const {
+    return accumulate || (index < binding_.shared.size() && binding_.shared[index]);
+  }
   [[nodiscard]] DType working_dtype() const { return binding_.working_dtype; }
   // Row block `block` of the saved statistics: (max_rows) master elements.
   [[nodiscard]] void* saved(std::int64_t block) const {

@@ -123,6 +123,9 @@ class Model {
   // What layer `index` reads: the previous layer's output, or for layer 0 the input (converted, if channels-last).
   [[nodiscard]] TensorView layer_input(std::size_t index, std::int64_t rows) const;
   [[nodiscard]] std::int64_t layer_parameters(std::size_t index) const;
+  // The index of the layer whose first tensor layer `index` ties to (Layer::tied_layer); layer_count() when none.
+  [[nodiscard]] std::size_t tied_owner(std::size_t index) const;
+  void check_tie(std::size_t index, const std::string& location) const;
 
   Backend& backend_;
   ModelBuffers buffers_;
@@ -131,6 +134,12 @@ class Model {
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<ParameterEntry> entries_;
   std::vector<std::int64_t> parameter_begin_;
+  // Per layer, per ParameterSpec: where the tensor lives; tied: another layer's tensor (the layer's own values unused).
+  struct TensorSlot {
+    std::int64_t offset = 0, count = 0;
+    bool tied = false;
+  };
+  std::vector<std::vector<TensorSlot>> slots_;
   std::int64_t parameter_count_ = 0;
   std::int64_t trainable_parameters_ = 0;
   bool padded_ = false;  // some tensor starts after a gap (see the constructor)
