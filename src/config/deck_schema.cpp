@@ -22,6 +22,7 @@ const std::vector<SectionSpec>& schema() {
            {"loss", Kind::string, bind_field<&Config::model, &ModelSection::loss>},
            {"class_weights", Kind::number_array, bind_field<&Config::model, &ModelSection::class_weights>},
            {"label_smoothing", Kind::number, bind_field<&Config::model, &ModelSection::label_smoothing>},
+           {"init", Kind::string, bind_field<&Config::model, &ModelSection::init>},
        }},
       {"data",
        {

@@ -47,8 +47,13 @@ class Linear final : public Layer {
     return specs;
   }
 
-  void initialize(float* host_master, std::uint64_t seed, std::uint32_t layer_index) const override {
-    nn_detail::fill_uniform(host_master, parameters(), seed, layer_index, in_);
+  void initialize(float* host_master, std::uint64_t seed, std::uint32_t layer_index,
+                  const Initialization& init) const override {
+    if (init.scheme == InitScheme::pytorch)
+      return nn_detail::fill_uniform(host_master, parameters(), seed, layer_index, in_);
+    nn_detail::fill_normal(host_master, out_ * in_, seed, nn_detail::init_stream(layer_index, 0),
+                           residual_output() ? init.projection_std : init.std);
+    if (bias_) std::fill_n(host_master + out_ * in_, out_, 0.0f);
   }
   [[nodiscard]] bool skips_input_gradient() const override { return true; }
   [[nodiscard]] bool takes_activation() const override { return true; }
@@ -147,10 +152,10 @@ class LayerNorm final : public Layer {
   [[nodiscard]] std::vector<ParameterSpec> parameters() const override {
     return {{"weight", {width_}}, {"bias", {width_}}};
   }
-  void initialize(float* host_master, std::uint64_t, std::uint32_t) const override {
-    for (std::int64_t i = 0; i < width_; ++i) {
-      host_master[i] = 1.0f;           // gamma
-      host_master[width_ + i] = 0.0f;  // beta
+  void initialize(float* host_master, std::uint64_t, std::uint32_t, const Initialization&) const override {
+    for (std::int64_t i = 0; i < width_; ++i) {  // both schemes
+      host_master[i] = 1.0f;                     // gamma
+      host_master[width_ + i] = 0.0f;            // beta
     }
   }
   // mean and rstd of each normalised row: positions() blocks of each
@@ -188,19 +193,14 @@ class Embedding final : public Layer {
     if (positions_) specs.push_back({"position", {sequence(), width_}});
     return specs;
   }
-  void initialize(float* host_master, std::uint64_t seed, std::uint32_t layer_index) const override {
-    // Box-Muller on pairs of each tensor's counter-based uniforms: the same values on every rank count.
+  void initialize(float* host_master, std::uint64_t seed, std::uint32_t layer_index,
+                  const Initialization& init) const override {
     std::int64_t position = 0;
     const auto specs = parameters();
-    for (std::size_t p = 0; p < specs.size(); ++p) {
-      const std::uint32_t stream = layer_index * 8 + static_cast<std::uint32_t>(p);
+    for (std::size_t p = 0; p < specs.size(); ++p) {  // normal(0, 1) (PyTorch) or normal(0, 0.02) (GPT-2)
       const std::int64_t count = shape_size(specs[p].shape);
-      for (std::int64_t i = 0; i < count; ++i) {
-        const auto index = static_cast<std::uint64_t>(i);
-        const double u1 = 1.0 - random_uniform(seed, RngPurpose::init, stream, 2 * index);  // (0, 1]
-        const double u2 = random_uniform(seed, RngPurpose::init, stream, 2 * index + 1);
-        host_master[position + i] = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
-      }
+      nn_detail::fill_normal(host_master + position, count, seed, nn_detail::init_stream(layer_index, p),
+                             init.scheme == InitScheme::pytorch ? 1.0 : init.std);
       position += count;
     }
   }
@@ -249,11 +249,20 @@ void fill_uniform(float* host_master, const std::vector<ParameterSpec>& paramete
   for (std::size_t p = 0; p < parameters.size(); ++p) {
     std::int64_t count = 1;
     for (auto extent : parameters[p].shape) count *= extent;
-    const std::uint32_t stream = layer_index * 8 + static_cast<std::uint32_t>(p);
+    const std::uint32_t stream = init_stream(layer_index, p);
     for (std::int64_t i = 0; i < count; ++i)
       host_master[position + i] =
           (2.0f * random_uniform(seed, RngPurpose::init, stream, static_cast<std::uint64_t>(i)) - 1.0f) * bound;
     position += count;
+  }
+}
+
+void fill_normal(float* values, std::int64_t count, std::uint64_t seed, std::uint32_t stream, double std) {
+  for (std::int64_t i = 0; i < count; ++i) {
+    const auto index = static_cast<std::uint64_t>(i);
+    const double u1 = 1.0 - random_uniform(seed, RngPurpose::init, stream, 2 * index);  // (0, 1]
+    const double u2 = random_uniform(seed, RngPurpose::init, stream, 2 * index + 1);
+    values[i] = static_cast<float>(std * (std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2)));
   }
 }
 }  // namespace nn_detail

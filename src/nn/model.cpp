@@ -2,6 +2,7 @@
 #include "hpctrain/nn/model.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <iomanip>
 #include <sstream>
@@ -13,7 +14,11 @@ namespace hpctrain {
 
 Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& backend, ModelBuffers buffers,
              const std::string& deck_path)
-    : backend_(backend), buffers_(buffers), input_shape_(input_shape), input_width_(shape_size(input_shape)) {
+    : backend_(backend),
+      buffers_(buffers),
+      input_shape_(input_shape),
+      input_width_(shape_size(input_shape)),
+      init_scheme_(spec.init) {
   // Buffers are BackendBuffers: an allocation that fails part way through set-up frees what was allocated before.
   HPCTRAIN_ASSERT(!spec.layers.empty(), "a model needs layers");
   HPCTRAIN_ASSERT(buffers_.max_rows > 0, "max_rows must be positive");
@@ -253,6 +258,8 @@ TensorView Model::working_copy() const {
 }
 
 void Model::initialize(std::uint64_t seed) {
+  Initialization init{init_scheme_};
+  if (residual_branches_ > 0) init.projection_std = init.std / std::sqrt(static_cast<double>(residual_branches_));
   // Initialise in fp32 on the host (the generator's output is fp32), then convert to the master dtype.
   std::vector<float> host(static_cast<std::size_t>(parameter_count_));
   // A layer initialises its tensors back to back: into a contiguous block, then into their (padded) places; a tied
@@ -261,7 +268,7 @@ void Model::initialize(std::uint64_t seed) {
     std::int64_t total = 0;
     for (const TensorSlot& slot : slots_[i]) total += slot.count;
     std::vector<float> block(static_cast<std::size_t>(total));
-    layers_[i]->initialize(block.data(), seed, static_cast<std::uint32_t>(i));
+    layers_[i]->initialize(block.data(), seed, static_cast<std::uint32_t>(i), init);
     std::int64_t from = 0;
     for (const TensorSlot& slot : slots_[i]) {
       if (!slot.tied) std::copy_n(block.begin() + from, slot.count, host.begin() + slot.offset);

@@ -57,6 +57,7 @@ struct ModelSection {
   // each target spread evenly over all classes.
   std::vector<double> class_weights;
   double label_smoothing = 0.0;
+  InitScheme init = InitScheme::pytorch;  // pytorch: each layer's PyTorch default; gpt2: GPT-2's normal(0, 0.02) scheme
 };
 
 struct DataSection {

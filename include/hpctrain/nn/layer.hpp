@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/config/choices.hpp"
 #include "hpctrain/kernels/backend.hpp"
 
 namespace hpctrain {
@@ -40,6 +41,17 @@ struct ParameterBinding {
   // Per parameter (may be shorter than offsets: false beyond): the tensor is also a later layer's (a tied weight),
   // whose backward runs first and writes its gradient slot, so this layer always adds into it.
   std::vector<bool> shared;
+};
+
+// How Model::initialize asks a layer to fill its parameters (deck: model.init). pytorch: each layer's PyTorch default.
+// gpt2 (GPT-2's _init_weights): linear and embedding weights (the position table too) normal(0, std), biases 0,
+// normalisation layers weight 1 and bias 0; a residual output projection (Layer::residual_output) normal(0,
+// projection_std), std / sqrt(the model's residual branches), GPT-2's 1 / sqrt(2 x layers). Layers without a GPT-2
+// form (convolutions) keep their PyTorch default.
+struct Initialization {
+  InitScheme scheme = InitScheme::pytorch;
+  double std = 0.02;
+  double projection_std = 0.02;
 };
 
 // One sample's shape without the batch axis: (F) for feature vectors, (C, H, W) for images, (C, D, H, W) for volumes.
@@ -79,8 +91,13 @@ class Layer {
     return none;
   }
   void bind(ParameterBinding binding) { binding_ = std::move(binding); }
-  // Fill the master parameters (host memory, laid out as bind() says) the way PyTorch initialises this layer.
-  virtual void initialize(float* host_master, std::uint64_t seed, std::uint32_t layer_index) const {}
+  // Fill the master parameters (host memory, the layer's tensors back to back in parameters() order) as `init` says;
+  // each tensor draws from its own counter-based stream, so the values do not depend on the rank count.
+  virtual void initialize(float* /*host_master*/, std::uint64_t /*seed*/, std::uint32_t /*layer_index*/,
+                          const Initialization& /*init*/) const {}
+  // Whether the layer ends a residual branch with a projection (the model marks them; gpt2 scales their weights).
+  [[nodiscard]] bool residual_output() const { return residual_output_; }
+  void set_residual_output(bool value) { residual_output_ = value; }
   // Per-row statistics kept between forward and backward (layernorm), in master elements per row.
   [[nodiscard]] virtual std::int64_t saved_per_row() const { return 0; }
   // saved: (saved_per_row, max_rows) master elements reserved for this layer.
@@ -148,6 +165,7 @@ class Layer {
   ParameterBinding binding_;
   void* saved_ = nullptr;
   std::int64_t saved_max_rows_ = 0;
+  bool residual_output_ = false;
 };
 
 // Build a layer from its deck entry; input_shape is what flows into it (one sample), in `layout` order (spatial layers

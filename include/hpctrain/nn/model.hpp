@@ -84,7 +84,8 @@ class Model {
   [[nodiscard]] void* gradients() const { return gradients_.data; }
   [[nodiscard]] TensorView working_copy() const;  // data == nullptr when the matrix products read the master directly
 
-  // PyTorch-style initialisation from the counter-based generator, identical for every rank count.
+  // Initialisation from the counter-based generator as model.init says (PyTorch's defaults, or GPT-2's scheme),
+  // identical for every rank count.
   void initialize(std::uint64_t seed);
   // Refresh the 16-bit working copy from the master parameters (the optimizer does this itself after each step).
   void refresh_working_copy();
@@ -131,6 +132,10 @@ class Model {
   ModelBuffers buffers_;
   SampleShape input_shape_;
   std::int64_t input_width_;
+  InitScheme init_scheme_;
+  // Residual branches of the model (GPT-2: 2 x layers); gpt2 draws the weights of their output projections (the layers
+  // marked Layer::residual_output) from normal(0, 0.02 / sqrt(residual_branches_)).
+  std::size_t residual_branches_ = 0;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<ParameterEntry> entries_;
   std::vector<std::int64_t> parameter_begin_;
