@@ -129,6 +129,7 @@ const std::vector<LayerFieldSpec>& layer_fields() {
       {"groups", Kind::integer, bind_layer_field<&LayerSpec::groups>},
       {"vocabulary", Kind::integer, bind_layer_field<&LayerSpec::vocabulary>},
       {"positions", Kind::boolean, bind_layer_field<&LayerSpec::positions>},
+      {"mode", Kind::string, bind_layer_field<&LayerSpec::mode>},
   };
   return fields;
 }
@@ -153,6 +154,7 @@ const std::vector<LayerTypeSpec>& layer_types() {
       {flatten, {}},
       {groupnorm, {"groups", "eps"}},
       {embedding, {"vocabulary", "out", "positions"}},
+      {sequence_pool, {"mode"}},
   };
   return types;
 }

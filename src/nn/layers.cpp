@@ -227,6 +227,25 @@ class Embedding final : public Layer {
   const std::int32_t* ids_ = nullptr;  // (rows, T) backend memory, the model's token input
 };
 
+// (T, C) -> (C): the mean over the positions, or the first position (a class token), for an encoder's classifier.
+class SequencePool final : public Layer {
+ public:
+  SequencePool(std::string name, const SampleShape& in, SequencePooling mode)
+      : Layer(std::move(name), in, SampleShape{in.back()}), mode_(mode) {}
+  [[nodiscard]] std::string type() const override { return "sequence_pool"; }
+  void forward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView& y) override {
+    context.backend->sequence_pool_forward(mode_, sequence(), x, y);
+  }
+  void backward(const StepContext& context, std::uint32_t, const TensorView&, const TensorView&, const TensorView& dy,
+                const TensorView& dx, bool) override {
+    if (dx.data != nullptr) context.backend->sequence_pool_backward(mode_, sequence(), dy, dx);
+  }
+
+ private:
+  [[nodiscard]] std::int64_t sequence() const { return input_shape().front(); }
+  SequencePooling mode_;
+};
+
 }  // namespace
 
 std::int64_t shape_size(const SampleShape& shape) {
@@ -299,6 +318,13 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const SampleShape& inpu
                                     << batch_shape_text(input_shape) << ", not token ids",
                       "an embedding must be the first layer of a model trained on token data");
       return std::make_unique<Embedding>(spec.name, input_shape.front(), spec.vocabulary, spec.out, spec.positions);
+    case LayerType::sequence_pool:
+      HPCTRAIN_VERIFY(sequence && input_shape.size() == 2, InputError,
+                      deck_location << ": layer '" << spec.name << "' (sequence_pool) receives samples of shape "
+                                    << batch_shape_text(input_shape) << ", not a sequence (T, C)",
+                      "put sequence_pool after the layers that act on a sequence (after an embedding)");
+      return std::make_unique<SequencePool>(
+          spec.name, input_shape, spec.mode == SequencePoolMode::mean ? SequencePooling::mean : SequencePooling::first);
     default:  // the spatial layers
       return nn_detail::make_spatial_layer(spec, input_shape, deck_location, layout);
   }

@@ -100,6 +100,9 @@ expect_error small-vocabulary "vocabulary = 100 but the token ids of '.*train.h5
   --set 'model.layers=[{type="embedding", vocabulary=100, out=8}, {type="linear", out=256}]' --output bad5
 expect_error flattened-output "its output must be \(64, 256\) scored by cross_entropy" 1 train lm.toml \
   --set 'model.layers=[{type="embedding", vocabulary=256, out=8}, {type="flatten"}, {type="linear", out=256}]' --output bad6
+expect_error pool-not-sequence "layer 'sequence_pool1' \(sequence_pool\) receives samples of shape \(N, 8\), not a sequence" 1 \
+  train lm.toml --set 'data.train=["spirals.h5"]' --set 'data.validation=[]' --output bad11 \
+  --set 'model.layers=[{type="linear", out=8}, {type="sequence_pool"}, {type="linear", out=2}]'
 expect_error tie-missing "model.layers\[2\].tie = \"wte\" names no layer of the model" \
   1 train lm.toml --set "${tied/embedding0\"\}/wte\"\}}" --output bad7
 expect_error tie-not-embedding "model.layers\[2\].tie = \"layernorm1\" names a layernorm layer" 1 train lm.toml \

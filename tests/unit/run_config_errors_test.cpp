@@ -256,8 +256,7 @@ TEST(RunConfigErrors, Layers) {
       {"[[model.layers]]\ntype = \"conv\"\n",
        "decks/test.toml:6:1: model.layers[0].type must be one of linear, relu, gelu, tanh, leaky_relu, layernorm, "
        "dropout, conv2d, conv3d, maxpool2d, maxpool3d, avgpool2d, avgpool3d, global_avgpool, flatten, groupnorm, "
-       "embedding (got "
-       "\"conv\")"},
+       "embedding, sequence_pool (got \"conv\")"},
       {"[[model.layers]]\ntype = \"gelu\"\napproximate = \"fast\"\n",
        "decks/test.toml:7:1: model.layers[0].approximate must be one of none, tanh (got \"fast\")"},
       {"[[model.layers]]\ntype = \"gelu\"\napproximate = true\n", "model.layers[0].approximate must be a string"},

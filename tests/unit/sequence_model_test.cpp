@@ -58,6 +58,7 @@ struct SequenceModel {
               "test.toml") {
     model.initialize(3);
     backend->copy_to_backend(model.token_ids(), batch.ids.data(), batch.ids.size() * sizeof(std::int32_t));
+    if (model.positions() == 1) batch.targets = {0, 2, 1}, batch.counted = rows;  // pooled: one label per row
     backend->copy_to_backend(model.loss().answers(), batch.targets.data(), batch.targets.size() * sizeof(std::int32_t));
   }
   // The mean loss over the counted positions; with_gradient: its gradient over the output, then backward.
@@ -201,6 +202,20 @@ TEST(SequenceModel, TiedGradientAccumulatesAndIsFinalLast) {
   }
   EXPECT_GT(norm, 0.0);
   EXPECT_LT(worst / norm, 1e-13);
+}
+
+// An encoder's classifier: the sequence pooled (mean or first position) into one vector per sample.
+TEST(SequenceModel, SequencePoolGradientsMatchCentralDifferences) {
+  for (const SequencePoolMode mode : {SequencePoolMode::mean, SequencePoolMode::first}) {
+    SCOPED_TRACE(word_of(mode));
+    LayerSpec pool = layer(LayerType::sequence_pool);
+    pool.mode = mode;
+    SequenceModel test({layer(LayerType::embedding, width), layer(LayerType::linear, 6), layer(LayerType::gelu), pool,
+                        layer(LayerType::linear, 3)});
+    ASSERT_EQ(test.model.positions(), 1);
+    ASSERT_EQ(test.model.layer(3).output_shape(), SampleShape{6});
+    expect_central_differences(test);
+  }
 }
 
 // The shapes the deck cannot check: the head's input must be as wide as the table's rows.

@@ -31,14 +31,15 @@ struct LayerSpec {
   GeluApproximation approximate = GeluApproximation::none;  // gelu
   double eps = 1e-5;                                        // layernorm, groupnorm
   // conv and pooling windows: one value for every spatial axis, or one per axis ((H, W) or (D, H, W)).
-  std::vector<std::int64_t> kernel;          // required
-  std::vector<std::int64_t> stride;          // default: 1 (conv), the kernel (pooling); filled in by the parser
-  std::vector<std::int64_t> padding = {0};   // zeros added on both sides of each axis
-  std::vector<std::int64_t> dilation = {1};  // conv: spacing of the kernel taps
-  std::int64_t groups = 1;                   // conv: channel groups; groupnorm: number of groups (required)
-  std::int64_t vocabulary = 0;               // embedding: number of token ids (required)
-  bool positions = false;                    // embedding: a learned position embedding added (up to T positions)
-  SourcePosition position;                   // of the layer's table in the deck
+  std::vector<std::int64_t> kernel;                // required
+  std::vector<std::int64_t> stride;                // default: 1 (conv), the kernel (pooling); filled in by the parser
+  std::vector<std::int64_t> padding = {0};         // zeros added on both sides of each axis
+  std::vector<std::int64_t> dilation = {1};        // conv: spacing of the kernel taps
+  std::int64_t groups = 1;                         // conv: channel groups; groupnorm: number of groups (required)
+  std::int64_t vocabulary = 0;                     // embedding: number of token ids (required)
+  bool positions = false;                          // embedding: a learned position embedding added (up to T positions)
+  SequencePoolMode mode = SequencePoolMode::mean;  // sequence_pool: (T, C) -> (C) by the mean or the first position
+  SourcePosition position;                         // of the layer's table in the deck
 };
 
 struct RunSection {
