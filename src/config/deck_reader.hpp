@@ -146,6 +146,8 @@ class DeckReader {
   // One list of layers: model.layers (block_key empty) or the branch of the residual block at block_key. Fills in
   // default names (<type><index in the list>).
   void validate_layer_list(std::vector<LayerSpec>& layers, const std::string& list_key, const std::string& block_key);
+  // linear layers' tie: an existing embedding, out equal to its vocabulary (filled in when not given).
+  void validate_ties(const std::map<std::string, std::size_t>& index_by_name);
   // model.class_weights and model.label_smoothing: cross-entropy only, positive weights, smoothing in [0, 1).
   void validate_loss();
   // Intervals in steps or epochs, checkpoint.best_metric against the task, early stopping's keys.

@@ -22,6 +22,7 @@ const std::vector<SectionSpec>& schema() {
            {"loss", Kind::string, bind_field<&Config::model, &ModelSection::loss>},
            {"class_weights", Kind::number_array, bind_field<&Config::model, &ModelSection::class_weights>},
            {"label_smoothing", Kind::number, bind_field<&Config::model, &ModelSection::label_smoothing>},
+           {"init", Kind::string, bind_field<&Config::model, &ModelSection::init>},
        }},
       {"data",
        {
@@ -116,6 +117,7 @@ const std::vector<LayerFieldSpec>& layer_fields() {
       {"out", Kind::integer, bind_layer_field<&LayerSpec::out>},
       {"in", Kind::integer, bind_layer_field<&LayerSpec::in>},
       {"bias", Kind::boolean, bind_layer_field<&LayerSpec::bias>},
+      {"tie", Kind::string, bind_layer_field<&LayerSpec::tie>},
       {"p", Kind::number, bind_layer_field<&LayerSpec::p>},
       {"negative_slope", Kind::number, bind_layer_field<&LayerSpec::negative_slope>},
       {"approximate", Kind::string, bind_layer_field<&LayerSpec::approximate>},
@@ -132,6 +134,7 @@ const std::vector<LayerFieldSpec>& layer_fields() {
       {"dropout", Kind::number, bind_layer_field<&LayerSpec::dropout>},
       {"layers", Kind::layers, bind_no_layer_field},
       {"mlp_ratio", Kind::integer, bind_layer_field<&LayerSpec::mlp_ratio>},
+      {"mode", Kind::string, bind_layer_field<&LayerSpec::mode>},
   };
   return fields;
 }
@@ -139,7 +142,7 @@ const std::vector<LayerFieldSpec>& layer_fields() {
 const std::vector<LayerTypeSpec>& layer_types() {
   using enum LayerType;
   static const std::vector<LayerTypeSpec> types = {
-      {linear, {"out", "in", "bias"}},
+      {linear, {"out", "in", "bias", "tie"}},
       {relu, {}},
       {gelu, {"approximate"}},
       {tanh, {}},
@@ -159,6 +162,7 @@ const std::vector<LayerTypeSpec>& layer_types() {
       {attention, {"heads", "causal", "dropout"}},
       {residual, {"layers"}},
       {transformer_block, {"heads", "causal", "mlp_ratio"}},
+      {sequence_pool, {"mode"}},
   };
   return types;
 }

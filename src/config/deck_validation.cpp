@@ -310,10 +310,11 @@ void DeckReader::validate_layer_list(std::vector<LayerSpec>& layers, const std::
            "remove it; a " + type_word + " layer takes: " + join(accepted));
     }
     if (layer.type == LayerType::linear) {
-      if (!has("out"))
+      const bool has_out = has("out");
+      if (!has_out && layer.tie.empty())  // a tied head's out is its embedding's vocabulary (validate_ties)
         fail(location(table_key), table_key + " (linear) needs out, its number of output features",
              "add out = <number of output features>, e.g. out = 64");
-      check_integer(key_of("out"), layer.out, 1);
+      if (has_out) check_integer(key_of("out"), layer.out, 1);
       check_integer(key_of("in"), layer.in, 0);
     }
     if (layer.type == LayerType::embedding) {
@@ -378,6 +379,44 @@ void DeckReader::validate_layer_list(std::vector<LayerSpec>& layers, const std::
                ? "give every layer a unique name; a layer without a name is called <type><index>, e.g. linear0"
                : "give every layer of the block a unique name; a layer without a name is called <type><index in "
                  "the block>, e.g. linear0");
+    }
+  }
+  validate_ties(index_by_name);
+}
+
+// linear's tie: the name of an embedding whose table (vocabulary, width) becomes the layer's weight, so the layer has
+// one output per token id (its out, given or not). The width is checked by the model, which knows the layer's input.
+void DeckReader::validate_ties(const std::map<std::string, std::size_t>& index_by_name) {
+  auto& layers = config_.model.layers;
+  for (std::size_t index = 0; index < layers.size(); ++index) {
+    LayerSpec& layer = layers[index];
+    if (layer.type != LayerType::linear || layer.tie.empty()) continue;
+    const std::string key = layer_key(index, "tie");
+    const auto found = index_by_name.find(layer.tie);
+    std::string embeddings;
+    for (const LayerSpec& other : layers)
+      if (other.type == LayerType::embedding) embeddings += (embeddings.empty() ? "'" : ", '") + other.name + "'";
+    const std::string what_to_do =
+        embeddings.empty() ? "remove tie: only an embedding's table can be tied, and the model has no embedding"
+                           : "name an embedding layer: " + embeddings;
+    if (found == index_by_name.end())
+      fail(location(key), key + " = " + toml_string(layer.tie) + " names no layer of the model", what_to_do);
+    const LayerSpec& embedding = layers[found->second];
+    if (embedding.type != LayerType::embedding)
+      fail(location(key),
+           key + " = " + toml_string(layer.tie) + " names a " + std::string(word_of(embedding.type)) +
+               " layer; a linear layer can tie its weight only to an embedding's table",
+           what_to_do);
+    const auto& given = layer_keys_given_[index];
+    if (std::find(given.begin(), given.end(), "out") == given.end()) {
+      layer.out = embedding.vocabulary;
+    } else if (layer.out != embedding.vocabulary) {
+      fail(
+          location(layer_key(index, "out")),
+          layer_key(index, "out") + " = " + std::to_string(layer.out) + ", but the tied embedding '" + layer.tie +
+              "' has vocabulary = " + std::to_string(embedding.vocabulary) +
+              ": a tied layer has one output per row of the table",
+          "set out = " + std::to_string(embedding.vocabulary) + " or remove it (a tied layer's out is the vocabulary)");
     }
   }
 }

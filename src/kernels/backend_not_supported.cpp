@@ -34,6 +34,12 @@ void Backend::embedding_forward(const std::int32_t*, const void*, std::int64_t, 
 void Backend::embedding_backward(const std::int32_t*, const TensorView&, std::int64_t, void*, bool) {
   not_supported(*this, "embedding");
 }
+void Backend::sequence_pool_forward(SequencePooling, std::int64_t, const TensorView&, const TensorView&) {
+  not_supported(*this, "sequence pooling");
+}
+void Backend::sequence_pool_backward(SequencePooling, std::int64_t, const TensorView&, const TensorView&) {
+  not_supported(*this, "sequence pooling");
+}
 void Backend::convolution_forward(const SpatialGeometry&, const TensorView&, const TensorView&, const void*,
                                   const TensorView&) {
   not_supported(*this, "convolution (conv2d/conv3d)");

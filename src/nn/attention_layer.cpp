@@ -1,6 +1,7 @@
 // Multi-head self-attention on a sequence (T, C), GPT-2's block: the packed projection qkv = x W_attn^T + b_attn
 // (c_attn, W_attn (3C, C)), the backend's fused attention per (sequence, head), and the output projection
 // y = a W_proj^T + b_proj (c_proj, W_proj (C, C)). The products read the working copy of the weights, as Linear does.
+#include <algorithm>
 #include <cmath>
 
 #include "hpctrain/config/run_config.hpp"
@@ -23,6 +24,7 @@ class Attention final : public Layer {
         heads_(heads),
         causal_(causal) {}
   [[nodiscard]] std::string type() const override { return "attention"; }
+  [[nodiscard]] bool ends_with_projection() const override { return true; }
 
   // Named as GPT-2's modules (checkpoints hold /model/<layer>/c_attn.weight ...: PyTorch's <layer>.c_attn.weight).
   [[nodiscard]] std::vector<ParameterSpec> parameters() const override {
@@ -31,10 +33,19 @@ class Attention final : public Layer {
             {"c_proj.weight", {width_, width_}},
             {"c_proj.bias", {width_}}};
   }
-  // PyTorch's nn.Linear default for both projections; both have fan_in C, so one call draws the four tensors (each
-  // from its own stream, as a linear layer's weight and bias).
-  void initialize(float* host_master, std::uint64_t seed, std::uint32_t layer_index) const override {
-    nn_detail::fill_uniform(host_master, parameters(), seed, layer_index, width_);
+  // pytorch: nn.Linear's default for both projections; both have fan_in C, so one call draws the four tensors (each
+  // from its own stream, as a linear layer's weight and bias). gpt2: weights normal(0, std), c_proj's at the
+  // residual projections' std when the layer ends a residual branch (as in a transformer_block), biases 0.
+  void initialize(float* host_master, std::uint64_t seed, std::uint32_t layer_index,
+                  const Initialization& init) const override {
+    if (init.scheme == InitScheme::pytorch)
+      return nn_detail::fill_uniform(host_master, parameters(), seed, layer_index, width_);
+    const std::int64_t c = width_;
+    nn_detail::fill_normal(host_master, 3 * c * c, seed, nn_detail::init_stream(layer_index, 0), init.std);
+    std::fill_n(host_master + 3 * c * c, 3 * c, 0.0f);
+    nn_detail::fill_normal(host_master + 3 * c * c + 3 * c, c * c, seed, nn_detail::init_stream(layer_index, 2),
+                           residual_output() ? init.projection_std : init.std);
+    std::fill_n(host_master + 4 * c * c + 3 * c, c, 0.0f);
   }
 
   // The row log-sum-exp of each (head, position): master elements (f32, or f64 with f64 storage: what the kernel

@@ -98,7 +98,9 @@ class Convolution final : public Layer {
     if (bias_) specs.push_back({"bias", {geometry_.out_channels}});
     return specs;
   }
-  void initialize(float* host_master, std::uint64_t seed, std::uint32_t layer_index) const override {
+  // PyTorch's default under both schemes (GPT-2 has no convolutions).
+  void initialize(float* host_master, std::uint64_t seed, std::uint32_t layer_index,
+                  const Initialization&) const override {
     fill_uniform(host_master, parameters(), seed, layer_index, weight_cols());
   }
 
@@ -199,10 +201,10 @@ class GroupNorm final : public Layer {
   [[nodiscard]] std::vector<ParameterSpec> parameters() const override {
     return {{"weight", {channels()}}, {"bias", {channels()}}};
   }
-  void initialize(float* host_master, std::uint64_t, std::uint32_t) const override {
-    for (std::int64_t c = 0; c < channels(); ++c) {
-      host_master[c] = 1.0f;               // gamma
-      host_master[channels() + c] = 0.0f;  // beta
+  void initialize(float* host_master, std::uint64_t, std::uint32_t, const Initialization&) const override {
+    for (std::int64_t c = 0; c < channels(); ++c) {  // both schemes
+      host_master[c] = 1.0f;                         // gamma
+      host_master[channels() + c] = 0.0f;            // beta
     }
   }
   // saved(0): (rows, groups) means, saved(groups): (rows, groups) reciprocal standard deviations.

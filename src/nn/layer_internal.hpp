@@ -26,6 +26,14 @@ inline TensorView last_axis(const TensorView& view, std::int64_t width) {
 void fill_uniform(float* host_master, const std::vector<ParameterSpec>& parameters, std::uint64_t seed,
                   std::uint32_t layer_index, std::int64_t fan_in);
 
+// normal(0, std) by Box-Muller on pairs of the counter-based uniforms of stream `stream` (`count` values), the same
+// values on every rank count.
+void fill_normal(float* values, std::int64_t count, std::uint64_t seed, std::uint32_t stream, double std);
+// The stream of parameter p of layer `layer_index` (each tensor its own).
+constexpr std::uint32_t init_stream(std::uint32_t layer_index, std::size_t parameter) {
+  return layer_index * 8 + static_cast<std::uint32_t>(parameter);
+}
+
 // conv2d/3d, max/avg pooling 2d/3d, global_avgpool, flatten, groupnorm; null for other types.
 std::unique_ptr<Layer> make_spatial_layer(const LayerSpec& spec, const SampleShape& input_shape,
                                           const std::string& deck_location, SpatialLayout layout);

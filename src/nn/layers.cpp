@@ -27,12 +27,15 @@ class Linear final : public Layer {
  public:
   // A sample of any shape is read flattened: (C, H, W) images arrive as C*H*W features. A sequence (T, C) is read
   // per position: (rows * T, C) x W^T.
-  Linear(std::string name, const SampleShape& in, std::int64_t out, bool bias, bool sequence)
+  // tie: an embedding whose table is the weight (the model binds it; see tied_layer).
+  Linear(std::string name, const SampleShape& in, std::int64_t out, bool bias, bool sequence, std::string tie)
       : Layer(std::move(name), in, last_axis_output(in, out, sequence)),
         bias_(bias),
         in_(sequence ? in.back() : shape_size(in)),
-        out_(out) {}
+        out_(out),
+        tie_(std::move(tie)) {}
   [[nodiscard]] std::string type() const override { return "linear"; }
+  [[nodiscard]] const std::string& tied_layer() const override { return tie_; }
 
   [[nodiscard]] std::vector<ParameterSpec> parameters() const override {
     std::vector<ParameterSpec> specs{{"weight", {out_, in_}}};
@@ -40,11 +43,17 @@ class Linear final : public Layer {
     return specs;
   }
 
-  void initialize(float* host_master, std::uint64_t seed, std::uint32_t layer_index) const override {
-    nn_detail::fill_uniform(host_master, parameters(), seed, layer_index, in_);
+  void initialize(float* host_master, std::uint64_t seed, std::uint32_t layer_index,
+                  const Initialization& init) const override {
+    if (init.scheme == InitScheme::pytorch)
+      return nn_detail::fill_uniform(host_master, parameters(), seed, layer_index, in_);
+    nn_detail::fill_normal(host_master, out_ * in_, seed, nn_detail::init_stream(layer_index, 0),
+                           residual_output() ? init.projection_std : init.std);
+    if (bias_) std::fill_n(host_master + out_ * in_, out_, 0.0f);
   }
   [[nodiscard]] bool skips_input_gradient() const override { return true; }
   [[nodiscard]] bool takes_activation() const override { return true; }
+  [[nodiscard]] bool ends_with_projection() const override { return true; }
 
   void forward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView& y) override {
     // (rows, out) = (rows, in) x (out, in)^T + bias
@@ -74,6 +83,7 @@ class Linear final : public Layer {
   [[nodiscard]] TensorView weight() const { return matrix(working(0), working_dtype(), out_, in_); }
   bool bias_;
   std::int64_t in_, out_;  // features of a row (of a position, on a sequence)
+  std::string tie_;
 };
 
 class ActivationLayer final : public Layer {
@@ -139,10 +149,10 @@ class LayerNorm final : public Layer {
   [[nodiscard]] std::vector<ParameterSpec> parameters() const override {
     return {{"weight", {width_}}, {"bias", {width_}}};
   }
-  void initialize(float* host_master, std::uint64_t, std::uint32_t) const override {
-    for (std::int64_t i = 0; i < width_; ++i) {
-      host_master[i] = 1.0f;           // gamma
-      host_master[width_ + i] = 0.0f;  // beta
+  void initialize(float* host_master, std::uint64_t, std::uint32_t, const Initialization&) const override {
+    for (std::int64_t i = 0; i < width_; ++i) {  // both schemes
+      host_master[i] = 1.0f;                     // gamma
+      host_master[width_ + i] = 0.0f;            // beta
     }
   }
   // mean and rstd of each normalised row: positions() blocks of each
@@ -180,19 +190,14 @@ class Embedding final : public Layer {
     if (positions_) specs.push_back({"position", {sequence(), width_}});
     return specs;
   }
-  void initialize(float* host_master, std::uint64_t seed, std::uint32_t layer_index) const override {
-    // Box-Muller on pairs of each tensor's counter-based uniforms: the same values on every rank count.
+  void initialize(float* host_master, std::uint64_t seed, std::uint32_t layer_index,
+                  const Initialization& init) const override {
     std::int64_t position = 0;
     const auto specs = parameters();
-    for (std::size_t p = 0; p < specs.size(); ++p) {
-      const std::uint32_t stream = layer_index * 8 + static_cast<std::uint32_t>(p);
+    for (std::size_t p = 0; p < specs.size(); ++p) {  // normal(0, 1) (PyTorch) or normal(0, 0.02) (GPT-2)
       const std::int64_t count = shape_size(specs[p].shape);
-      for (std::int64_t i = 0; i < count; ++i) {
-        const auto index = static_cast<std::uint64_t>(i);
-        const double u1 = 1.0 - random_uniform(seed, RngPurpose::init, stream, 2 * index);  // (0, 1]
-        const double u2 = random_uniform(seed, RngPurpose::init, stream, 2 * index + 1);
-        host_master[position + i] = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
-      }
+      nn_detail::fill_normal(host_master + position, count, seed, nn_detail::init_stream(layer_index, p),
+                             init.scheme == InitScheme::pytorch ? 1.0 : init.std);
       position += count;
     }
   }
@@ -206,7 +211,8 @@ class Embedding final : public Layer {
   }
   void backward(const StepContext& context, std::uint32_t, const TensorView&, const TensorView&, const TensorView& dy,
                 const TensorView&, bool accumulate) override {
-    context.backend->embedding_backward(ids_, last_axis(dy, width_), vocabulary_, gradient(0), accumulate);
+    context.backend->embedding_backward(ids_, last_axis(dy, width_), vocabulary_, gradient(0),
+                                        accumulates(0, accumulate));
     // d position (T * C) = the column sums of dy seen as (rows, T * C)
     if (positions_) context.backend->bias_gradient(dy, gradient(1), master_dtype(), accumulate);
   }
@@ -216,6 +222,25 @@ class Embedding final : public Layer {
   std::int64_t vocabulary_, width_;
   bool positions_;                     // a learned position embedding, (T, C)
   const std::int32_t* ids_ = nullptr;  // (rows, T) backend memory, the model's token input
+};
+
+// (T, C) -> (C): the mean over the positions, or the first position (a class token), for an encoder's classifier.
+class SequencePool final : public Layer {
+ public:
+  SequencePool(std::string name, const SampleShape& in, SequencePooling mode)
+      : Layer(std::move(name), in, SampleShape{in.back()}), mode_(mode) {}
+  [[nodiscard]] std::string type() const override { return "sequence_pool"; }
+  void forward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView& y) override {
+    context.backend->sequence_pool_forward(mode_, sequence(), x, y);
+  }
+  void backward(const StepContext& context, std::uint32_t, const TensorView&, const TensorView&, const TensorView& dy,
+                const TensorView& dx, bool) override {
+    if (dx.data != nullptr) context.backend->sequence_pool_backward(mode_, sequence(), dy, dx);
+  }
+
+ private:
+  [[nodiscard]] std::int64_t sequence() const { return input_shape().front(); }
+  SequencePooling mode_;
 };
 
 }  // namespace
@@ -240,11 +265,20 @@ void fill_uniform(float* host_master, const std::vector<ParameterSpec>& paramete
   for (std::size_t p = 0; p < parameters.size(); ++p) {
     std::int64_t count = 1;
     for (auto extent : parameters[p].shape) count *= extent;
-    const std::uint32_t stream = layer_index * 8 + static_cast<std::uint32_t>(p);
+    const std::uint32_t stream = init_stream(layer_index, p);
     for (std::int64_t i = 0; i < count; ++i)
       host_master[position + i] =
           (2.0f * random_uniform(seed, RngPurpose::init, stream, static_cast<std::uint64_t>(i)) - 1.0f) * bound;
     position += count;
+  }
+}
+
+void fill_normal(float* values, std::int64_t count, std::uint64_t seed, std::uint32_t stream, double std) {
+  for (std::int64_t i = 0; i < count; ++i) {
+    const auto index = static_cast<std::uint64_t>(i);
+    const double u1 = 1.0 - random_uniform(seed, RngPurpose::init, stream, 2 * index);  // (0, 1]
+    const double u2 = random_uniform(seed, RngPurpose::init, stream, 2 * index + 1);
+    values[i] = static_cast<float>(std * (std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2)));
   }
 }
 }  // namespace nn_detail
@@ -259,7 +293,7 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const SampleShape& inpu
                                     << input_width << " arrive"
                                     << (spec.in != 0 ? " (from the data or the previous layer)" : ""),
                       "set 'in' to " + std::to_string(input_width) + " or remove it (it is inferred)");
-      return std::make_unique<Linear>(spec.name, input_shape, spec.out, spec.bias, sequence);
+      return std::make_unique<Linear>(spec.name, input_shape, spec.out, spec.bias, sequence, spec.tie);
     case LayerType::relu:
       return std::make_unique<ActivationLayer>(spec.name, input_shape, Activation::relu, 0.0f, "relu");
     case LayerType::gelu:
@@ -283,6 +317,13 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const SampleShape& inpu
       return std::make_unique<Embedding>(spec.name, input_shape.front(), spec.vocabulary, spec.out, spec.positions);
     case LayerType::attention:
       return nn_detail::make_attention_layer(spec, input_shape, deck_location, sequence);
+    case LayerType::sequence_pool:
+      HPCTRAIN_VERIFY(sequence && input_shape.size() == 2, InputError,
+                      deck_location << ": layer '" << spec.name << "' (sequence_pool) receives samples of shape "
+                                    << batch_shape_text(input_shape) << ", not a sequence (T, C)",
+                      "put sequence_pool after the layers that act on a sequence (after an embedding)");
+      return std::make_unique<SequencePool>(
+          spec.name, input_shape, spec.mode == SequencePoolMode::mean ? SequencePooling::mean : SequencePooling::first);
     default:  // the spatial layers
       return nn_detail::make_spatial_layer(spec, input_shape, deck_location, layout);
   }

@@ -2,6 +2,7 @@
 #include "hpctrain/nn/model.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <iomanip>
 #include <sstream>
@@ -14,7 +15,11 @@ namespace hpctrain {
 
 Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& backend, ModelBuffers buffers,
              const std::string& deck_path)
-    : backend_(backend), buffers_(buffers), input_shape_(input_shape), input_width_(shape_size(input_shape)) {
+    : backend_(backend),
+      buffers_(buffers),
+      input_shape_(input_shape),
+      input_width_(shape_size(input_shape)),
+      init_scheme_(spec.init) {
   // Buffers are BackendBuffers: an allocation that fails part way through set-up frees what was allocated before.
   HPCTRAIN_ASSERT(!spec.layers.empty(), "a model needs layers");
   HPCTRAIN_ASSERT(buffers_.max_rows > 0, "max_rows must be positive");
@@ -59,22 +64,33 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
   std::int64_t widest = input_width_;
   std::int64_t saved_rows_blocks = 0;
   std::int64_t saved_activation_elements = 0, workspace_elements = 0;  // per row, activation dtype
-  for (const auto& layer : layers_) {
-    const auto specs = layer->parameters();
-    if (!specs.empty()) parameter_count_ = align(parameter_count_);
+  // A tied weight (linear's tie) is the earlier embedding's table: no tensor of its own, the table's slot bound twice.
+  std::vector<bool> shares_first(layers_.size(), false);  // layer i's first tensor is also a later layer's
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& layer = *layers_[i];
+    const auto specs = layer.parameters();
+    const std::size_t tied = tied_owner(i);
+    if (specs.size() > (tied < i ? 1 : 0)) parameter_count_ = align(parameter_count_);
     parameter_begin_.push_back(parameter_count_);
-    for (const ParameterSpec& parameter : specs) {
-      std::int64_t count = 1;
-      for (auto extent : parameter.shape) count *= extent;
+    slots_.emplace_back();
+    for (std::size_t p = 0; p < specs.size(); ++p) {
+      const ParameterSpec& parameter = specs[p];
+      const std::int64_t count = shape_size(parameter.shape);
+      if (p == 0 && tied < i) {
+        slots_.back().push_back({slots_[tied].front().offset, count, true});
+        shares_first[tied] = true;
+        continue;
+      }
       parameter_count_ = align(parameter_count_);
-      entries_.push_back({layer->name(), layer->type(), parameter.name, parameter.shape, parameter_count_, count});
+      entries_.push_back({layer.name(), layer.type(), parameter.name, parameter.shape, parameter_count_, count});
+      slots_.back().push_back({parameter_count_, count, false});
       parameter_count_ += count;
       trainable_parameters_ += count;
     }
-    saved_rows_blocks += layer->saved_per_row();
-    saved_activation_elements += layer->saved_activations_per_row();
-    workspace_elements = std::max(workspace_elements, layer->backward_workspace_per_row());
-    widest = std::max(widest, layer->output_width());
+    saved_rows_blocks += layer.saved_per_row();
+    saved_activation_elements += layer.saved_activations_per_row();
+    workspace_elements = std::max(workspace_elements, layer.backward_workspace_per_row());
+    widest = std::max(widest, layer.output_width());
   }
   parameter_begin_.push_back(parameter_count_);
   padded_ = parameter_count_ != trainable_parameters_;
@@ -155,16 +171,17 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
     memory_.activations += static_cast<std::size_t>(buffers_.max_rows * input_width_) * sizeof(std::int32_t);
 
   // Hand each layer its views.
-  std::size_t entry = 0;
   std::int64_t saved_block = 0, saved_activation_block = 0;
-  for (auto& layer : layers_) {
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    auto& layer = layers_[i];
     ParameterBinding binding{master_.data,
                              gradients_.data,
                              keep_working_copy ? working_.data : master_.data,
                              buffers_.master_dtype,
                              keep_working_copy ? buffers_.activation_dtype : buffers_.master_dtype,
-                             {}};
-    for (std::size_t p = 0; p < layer->parameters().size(); ++p) binding.offsets.push_back(entries_[entry++].offset);
+                             {},
+                             {shares_first[i]}};
+    for (const TensorSlot& slot : slots_[i]) binding.offsets.push_back(slot.offset);
     layer->bind(std::move(binding));
     if (layer->saved_per_row() > 0) {
       layer->bind_saved(saved_.as<char>() + saved_block * buffers_.max_rows * static_cast<std::int64_t>(master_size),
@@ -205,6 +222,15 @@ void Model::build_layers(const ModelSection& spec, const std::string& deck_path,
     } else
       add_layer(layer_spec, location, layout, shape, sequence);
   }
+  // GPT-2's initialisation scales the projection that ends each residual branch (a linear or attention layer whose
+  // output is added back) by 1 / sqrt(the number of branches).
+  residual_branches_ = blocks_.size();
+  for (const ResidualBlock& block : blocks_)
+    for (std::size_t j = block.close; j-- > block.open + 1;) {
+      if (layers_[j]->parameters().empty()) continue;
+      if (layers_[j]->ends_with_projection()) layers_[j]->set_residual_output(true);
+      break;
+    }
 }
 
 void Model::add_layer(const LayerSpec& spec, const std::string& location, SpatialLayout layout, SampleShape& shape,
@@ -214,6 +240,7 @@ void Model::add_layer(const LayerSpec& spec, const std::string& location, Spatia
                            << " of the model; it reads the token ids of the data, so it must come first",
                   "move the embedding to the top of model.layers");
   layers_.push_back(make_layer(spec, shape, location, layout, sequence));
+  check_tie(layers_.size() - 1, location);
   const Layer& layer = *layers_.back();
   sequence = sequence || layer.reads_token_ids();
   if (sequence && layer.output_shape().size() != 2) sequence = false;  // flatten ends the sequence
@@ -249,6 +276,35 @@ void Model::add_residual_block(const LayerSpec& spec, const std::string& locatio
                       "), or move the layers that change the shape out of the block");
   layers_.push_back(std::make_unique<nn_detail::ResidualClose>(spec.name, shape));
   blocks_.push_back({open, layers_.size() - 1});
+}
+
+std::size_t Model::tied_owner(std::size_t index) const {
+  const std::string& owner = layers_[index]->tied_layer();
+  if (owner.empty()) return layers_.size();
+  for (std::size_t i = 0; i < index; ++i)
+    if (layers_[i]->name() == owner) return i;
+  return layers_.size();
+}
+
+// The deck checks that tie names an embedding and that out is its vocabulary (config/deck_validation.cpp); here: that
+// the embedding comes first (it always does) and that the layer's input is as wide as the table.
+void Model::check_tie(std::size_t index, const std::string& location) const {
+  const Layer& layer = *layers_[index];
+  if (layer.tied_layer().empty()) return;
+  const std::size_t owner = tied_owner(index);
+  HPCTRAIN_VERIFY(owner < index && layers_[owner]->reads_token_ids(), InputError,
+                  location << ": layer '" << layer.name() << "' ties its weight to '" << layer.tied_layer()
+                           << "', which is not an embedding layer before it",
+                  "name the model's embedding layer in tie, or remove tie");
+  const auto table = layers_[owner]->parameters().front().shape;
+  const auto weight = layer.parameters().front().shape;
+  HPCTRAIN_VERIFY(table == weight, InputError,
+                  location << ": layer '" << layer.name() << "' ties its weight to the table of embedding '"
+                           << layer.tied_layer() << "', of shape (" << table[0] << ", " << table[1]
+                           << "), but its weight is (" << weight[0] << ", " << weight[1] << "): " << weight[1]
+                           << " input features arrive and the table rows have " << table[1],
+                  "make the layers before it output " + std::to_string(table[1]) +
+                      " features per position (the embedding's out), or remove tie");
 }
 
 // Channels-last when the backend prefers it, the model has a conv stack on image/volume input, every layer that sees a
@@ -303,26 +359,21 @@ TensorView Model::working_copy() const {
 }
 
 void Model::initialize(std::uint64_t seed) {
+  Initialization init{init_scheme_};
+  if (residual_branches_ > 0) init.projection_std = init.std / std::sqrt(static_cast<double>(residual_branches_));
   // Initialise in fp32 on the host (the generator's output is fp32), then convert to the master dtype.
   std::vector<float> host(static_cast<std::size_t>(parameter_count_));
-  if (!padded_) {
-    for (std::size_t i = 0; i < layers_.size(); ++i)
-      layers_[i]->initialize(host.data() + parameter_begin_[i], seed, static_cast<std::uint32_t>(i));
-  } else {
-    // A layer initialises its tensors back to back: into a contiguous block, then into their padded places.
-    std::size_t entry = 0;
-    for (std::size_t i = 0; i < layers_.size(); ++i) {
-      const std::size_t tensors = layers_[i]->parameters().size();
-      std::int64_t total = 0;
-      for (std::size_t t = 0; t < tensors; ++t) total += entries_[entry + t].count;
-      std::vector<float> block(static_cast<std::size_t>(total));
-      layers_[i]->initialize(block.data(), seed, static_cast<std::uint32_t>(i));
-      std::int64_t from = 0;
-      for (std::size_t t = 0; t < tensors; ++t, ++entry) {
-        const ParameterEntry& tensor = entries_[entry];
-        std::copy_n(block.begin() + from, tensor.count, host.begin() + tensor.offset);
-        from += tensor.count;
-      }
+  // A layer initialises its tensors back to back: into a contiguous block, then into their (padded) places; a tied
+  // tensor keeps its owner's values.
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    std::int64_t total = 0;
+    for (const TensorSlot& slot : slots_[i]) total += slot.count;
+    std::vector<float> block(static_cast<std::size_t>(total));
+    layers_[i]->initialize(block.data(), seed, static_cast<std::uint32_t>(i), init);
+    std::int64_t from = 0;
+    for (const TensorSlot& slot : slots_[i]) {
+      if (!slot.tied) std::copy_n(block.begin() + from, slot.count, host.begin() + slot.offset);
+      from += slot.count;
     }
   }
   if (buffers_.master_dtype == DType::f32) {
@@ -421,6 +472,10 @@ std::string Model::summary() const {
   if (padded_)
     os << " (tensors at " << parameter_alignment_ << "-byte offsets: flat buffers of " << parameter_count_
        << " elements)";
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    if (const std::size_t owner = tied_owner(i); owner < i)
+      os << "\n  layer '" << layers_[i]->name() << "' uses the table of '" << layers_[owner]->name()
+         << "' as its weight (tied: one parameter)";
   if (const auto pairs = std::count(folded_.begin(), folded_.end(), true); pairs > 0)
     os << "\n  " << pairs << " linear + relu pair(s) run as one product each (relu in the product's epilogue)";
   if (const std::string loss = loss_->options_text(); !loss.empty()) os << "\n  loss: " << loss;

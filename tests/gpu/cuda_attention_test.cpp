@@ -1,8 +1,8 @@
 // The CUDA backend's sequence kernels against the CPU backend (the reference, itself checked against an f64 reference
 // in tests/unit/attention_kernels_test.cpp): fused attention forward (output, row log-sum-exp) and backward, causal
 // and not, sequences that are not multiples of the 64-row tiles, head_dim 64 and smaller; the embedding lookup and its
-// gradient (repeated ids, accumulate on and off). Random inputs, outputs poisoned with NaN, tolerances per storage
-// dtype; the backward must give identical results on two runs. Skips (77) without a GPU;
+// gradient (repeated ids, accumulate on and off); sequence pooling (mean, first). Random inputs, outputs poisoned with
+// NaN, tolerances per storage dtype; the backward must give identical results on two runs. Skips (77) without a GPU;
 // HPCTRAIN_GPU_TEST_SELF_CHECK=1 runs it CPU against CPU.
 #include <gtest/gtest.h>
 
@@ -118,6 +118,29 @@ TEST_F(CudaVsCpu, EmbeddingForwardAndBackward) {
       }
     }
   }
+}
+
+// Sequence pooling: the same fp32 additions in position order on both backends, so identical results.
+TEST_F(CudaVsCpu, SequencePoolForwardAndBackward) {
+  const std::int64_t rows = 9, sequence = 77, channels = 40;
+  for (DType dtype : gpu_dtypes)
+    for (const SequencePooling mode : {SequencePooling::mean, SequencePooling::first}) {
+      const std::string where = std::string(dtype_name(dtype)) + (mode == SequencePooling::mean ? " mean" : " first");
+      auto x = pair(dtype, rows, sequence * channels);
+      x.randomize(41);
+      auto y = pair(dtype, rows, channels);
+      y.poison();
+      cpu->sequence_pool_forward(mode, sequence, x.cpu(), y.cpu());
+      gpu->sequence_pool_forward(mode, sequence, x.gpu(), y.gpu());
+      EXPECT_LE(y.difference(), 1e-6) << "forward, " << where;
+      auto dy = pair(dtype, rows, channels);
+      dy.randomize(43);
+      auto dx = pair(dtype, rows, sequence * channels);
+      dx.poison();
+      cpu->sequence_pool_backward(mode, sequence, dy.cpu(), dx.cpu());
+      gpu->sequence_pool_backward(mode, sequence, dy.gpu(), dx.gpu());
+      EXPECT_TRUE(dx.identical()) << "backward, " << where;
+    }
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // against a naive f64 reference that forms the whole T x T probability matrix, in every storage dtype, causal and not,
 // with sequences that are not a multiple of the 64-position tile (and T = 1), head_dim 16 and 64, several heads and
 // sequences; the backward also against central finite differences in f64; results bit-identical for different OpenMP
-// thread counts; the embedding lookup and its gradient (repeated ids, accumulate on and off) against references.
+// thread counts; the embedding lookup and its gradient (repeated ids, accumulate on and off) and sequence pooling
+// (mean, first) against references.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -369,6 +370,47 @@ TEST_F(EmbeddingKernels, BackwardIsBitIdenticalForAnyThreadCount) {
   }
   omp_set_num_threads(saved_threads);
   EXPECT_EQ(std::memcmp(results[0].data(), results[1].data(), results[0].size() * sizeof(double)), 0);
+}
+
+// Sequence pooling: (rows, T * C) -> (rows, C) by the mean over positions or the first position, and its backward,
+// against f64 references, with T = 1, 7 and 130 (a large T: the mean's fp32 sum), outputs poisoned.
+class SequencePoolKernels : public AttentionKernels {};
+
+TEST_F(SequencePoolKernels, ForwardAndBackwardMatchReferences) {
+  const std::int64_t rows = 5, channels = 12;
+  for (const DType dtype : all_dtypes)
+    for (const std::int64_t sequence : {1, 7, 130})
+      for (const SequencePooling mode : {SequencePooling::mean, SequencePooling::first}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " T = " + std::to_string(sequence) +
+                     (mode == SequencePooling::mean ? " mean" : " first"));
+        TestTensor x(*backend, dtype, rows, sequence * channels), y(*backend, dtype, rows, channels);
+        const auto input = x.randomize(31 + static_cast<std::uint64_t>(sequence));
+        y.poison();
+        backend->sequence_pool_forward(mode, sequence, x.view(), y.view());
+        std::vector<double> want(static_cast<std::size_t>(rows * channels), 0.0);
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (std::int64_t c = 0; c < channels; ++c) {
+            double& value = want[static_cast<std::size_t>(r * channels + c)];
+            for (std::int64_t t = 0; t < (mode == SequencePooling::mean ? sequence : 1); ++t)
+              value += input[static_cast<std::size_t>(r * sequence * channels + t * channels + c)];
+            if (mode == SequencePooling::mean) value /= static_cast<double>(sequence);
+          }
+        EXPECT_LE(relative_error(y.get(), want), tolerance(dtype));
+
+        TestTensor dy(*backend, dtype, rows, channels), dx(*backend, dtype, rows, sequence * channels);
+        const auto gradient = dy.randomize(37);
+        dx.poison();
+        backend->sequence_pool_backward(mode, sequence, dy.view(), dx.view());
+        std::vector<double> want_dx(dx.size());
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (std::int64_t t = 0; t < sequence; ++t)
+            for (std::int64_t c = 0; c < channels; ++c) {
+              const double g = gradient[static_cast<std::size_t>(r * channels + c)];
+              want_dx[static_cast<std::size_t>((r * sequence + t) * channels + c)] =
+                  mode == SequencePooling::mean ? g / static_cast<double>(sequence) : (t == 0 ? g : 0.0);
+            }
+        EXPECT_LE(relative_error(dx.get(), want_dx), tolerance(dtype));
+      }
 }
 
 }  // namespace

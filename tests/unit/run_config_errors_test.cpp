@@ -256,7 +256,7 @@ TEST(RunConfigErrors, Layers) {
       {"[[model.layers]]\ntype = \"conv\"\n",
        "decks/test.toml:6:1: model.layers[0].type must be one of linear, relu, gelu, tanh, leaky_relu, layernorm, "
        "dropout, conv2d, conv3d, maxpool2d, maxpool3d, avgpool2d, avgpool3d, global_avgpool, flatten, groupnorm, "
-       "embedding, attention, residual, transformer_block (got "
+       "embedding, attention, residual, transformer_block, sequence_pool (got "
        "\"conv\")"},
       {"[[model.layers]]\ntype = \"attention\"\ncausal = false\n",
        "decks/test.toml:5:1: model.layers[0] (attention) needs heads"},

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hpctrain/config/run_config.hpp"
+#include "hpctrain/core/error.hpp"
 #include "hpctrain/kernels/backend.hpp"
 #include "hpctrain/nn/model.hpp"
 
@@ -61,6 +62,7 @@ struct SequenceModel {
         batch(random_batch(sequence)) {
     model.initialize(3);
     backend->copy_to_backend(model.token_ids(), batch.ids.data(), batch.ids.size() * sizeof(std::int32_t));
+    if (model.positions() == 1) batch.targets = {0, 2, 1}, batch.counted = rows;  // pooled: one label per row
     backend->copy_to_backend(model.loss().answers(), batch.targets.data(), batch.targets.size() * sizeof(std::int32_t));
   }
   // The mean loss over the counted positions; with_gradient: its gradient over the output, then backward.
@@ -203,6 +205,86 @@ TEST(SequenceModel, TransformerBlockGradientsMatchCentralDifferences) {
                                       "h0.c_proj:linear", "h0:add", "layernorm0:layernorm", "linear7:linear"}));
   EXPECT_EQ(test.model.layer(7).output_width(), 7 * 2 * width);  // c_fc: mlp_ratio x C per position
   EXPECT_LT(worst_gradient_error(test), 1e-5);
+}
+
+TEST(SequenceModel, GradientsMatchCentralDifferences) {
+  SequenceModel test({layer(LayerType::embedding, width), layer(LayerType::layernorm), layer(LayerType::linear, 6),
+                      layer(LayerType::gelu), layer(LayerType::dropout), layer(LayerType::linear, vocabulary)});
+  EXPECT_LT(worst_gradient_error(test), 1e-5);
+}
+
+LayerSpec tied_head(bool bias) {
+  LayerSpec head = layer(LayerType::linear, vocabulary);
+  head.tie = "embedding" + std::to_string(width);
+  head.bias = bias;
+  return head;
+}
+
+// GPT-2's LM head: the linear layer's weight is the embedding's table, one tensor that both gradients go into.
+TEST(SequenceModel, TiedHeadIsOneParameterWithBothGradients) {
+  for (const bool bias : {true, false}) {
+    SCOPED_TRACE(bias ? "with bias" : "without bias");
+    SequenceModel test({layer(LayerType::embedding, width), layer(LayerType::layernorm), tied_head(bias)});
+    const auto& entries = test.model.parameter_entries();
+    ASSERT_EQ(entries.size(), bias ? 5u : 4u);  // table, position, gamma, beta (, the head's bias)
+    EXPECT_EQ(entries.front().layer, "embedding4");
+    EXPECT_EQ(entries.front().name, "weight");
+    EXPECT_EQ(test.model.trainable_parameters(),
+              vocabulary * width + positions * width + 2 * width + (bias ? vocabulary : 0));
+    EXPECT_NE(test.model.summary().find("uses the table of 'embedding4' as its weight"), std::string::npos);
+    EXPECT_LT(worst_gradient_error(test), 1e-5);
+  }
+}
+
+// Micro-batches: the head adds into the shared slot too (a second backward doubles the gradient), and each slot is
+// final when after_layer says so (the table, written by the head and the embedding, only at the end: begin 0).
+TEST(SequenceModel, TiedGradientAccumulatesAndIsFinalLast) {
+  SequenceModel test({layer(LayerType::embedding, width), layer(LayerType::layernorm), tied_head(true)});
+  test.loss(true);
+  const auto* gradients = static_cast<const double*>(test.model.gradients());
+  const std::vector<double> once(gradients, gradients + test.model.parameter_count());
+  std::vector<std::pair<std::int64_t, std::vector<double>>> reported;
+  test.model.backward(test.context, true, [&](std::int64_t begin) {
+    reported.emplace_back(begin, std::vector<double>(gradients + begin, gradients + test.model.parameter_count()));
+  });
+  ASSERT_FALSE(reported.empty());
+  EXPECT_EQ(reported.back().first, 0);
+  for (const auto& [begin, values] : reported)
+    for (std::size_t i = 0; i < values.size(); ++i)
+      ASSERT_EQ(values[i], gradients[begin + static_cast<std::int64_t>(i)])
+          << "changed after after_layer(" << begin << "): element " << begin + i;
+  double worst = 0.0, norm = 0.0;
+  for (std::int64_t i = 0; i < test.model.parameter_count(); ++i) {
+    worst = std::max(worst, std::abs(gradients[i] - 2 * once[static_cast<std::size_t>(i)]));
+    norm = std::max(norm, std::abs(once[static_cast<std::size_t>(i)]));
+  }
+  EXPECT_GT(norm, 0.0);
+  EXPECT_LT(worst / norm, 1e-13);
+}
+
+// An encoder's classifier: the sequence pooled (mean or first position) into one vector per sample.
+TEST(SequenceModel, SequencePoolGradientsMatchCentralDifferences) {
+  for (const SequencePoolMode mode : {SequencePoolMode::mean, SequencePoolMode::first}) {
+    SCOPED_TRACE(word_of(mode));
+    LayerSpec pool = layer(LayerType::sequence_pool);
+    pool.mode = mode;
+    SequenceModel test({layer(LayerType::embedding, width), layer(LayerType::linear, 6), layer(LayerType::gelu), pool,
+                        layer(LayerType::linear, 3)});
+    ASSERT_EQ(test.model.positions(), 1);
+    ASSERT_EQ(test.model.layer(3).output_shape(), SampleShape{6});
+    EXPECT_LT(worst_gradient_error(test), 1e-5);
+  }
+}
+
+// The shapes the deck cannot check: the head's input must be as wide as the table's rows.
+TEST(SequenceModel, TiedHeadOfTheWrongWidthIsRefused) {
+  try {
+    SequenceModel test({layer(LayerType::embedding, width), layer(LayerType::linear, 3), tied_head(true)});
+    FAIL() << "a tied head reading 3 features from a table of width 4 was accepted";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("input features arrive and the table rows have 4"), std::string::npos)
+        << error.what();
+  }
 }
 
 }  // namespace

@@ -24,6 +24,10 @@ enum class CheckpointSignal { usr1, usr2, term, interrupt, hangup };
 enum class BestMetric { none, loss, accuracy, top5_accuracy, mae, mse, r2 };
 // A gelu layer's form (PyTorch's nn.GELU(approximate=...)): the exact erf form, or the tanh approximation (GPT-2's).
 enum class GeluApproximation { none, tanh };
+// How the model's parameters start (model.init): PyTorch's defaults per layer, or GPT-2's scheme.
+enum class InitScheme { pytorch, gpt2 };
+// A sequence_pool layer's reduction of (T, C) to (C): the mean over positions, or the first position.
+enum class SequencePoolMode { mean, first };
 enum class LayerType {
   linear,
   relu,
@@ -45,6 +49,7 @@ enum class LayerType {
   attention,
   residual,
   transformer_block,
+  sequence_pool,
 };
 
 // The deck's words of an enumeration, indexed by the enum's value.
@@ -66,10 +71,12 @@ HPCTRAIN_CHOICE_WORDS(PrecisionMode, {"fp32", "bf16", "fp16"});
 HPCTRAIN_CHOICE_WORDS(CheckpointSignal, {"USR1", "USR2", "TERM", "INT", "HUP"});
 HPCTRAIN_CHOICE_WORDS(BestMetric, {"none", "loss", "accuracy", "top5_accuracy", "mae", "mse", "r2"});
 HPCTRAIN_CHOICE_WORDS(GeluApproximation, {"none", "tanh"});
-HPCTRAIN_CHOICE_WORDS(LayerType, {"linear",    "relu",      "gelu",      "tanh",           "leaky_relu",
-                                  "layernorm", "dropout",   "conv2d",    "conv3d",         "maxpool2d",
-                                  "maxpool3d", "avgpool2d", "avgpool3d", "global_avgpool", "flatten",
-                                  "groupnorm", "embedding", "attention", "residual",       "transformer_block"});
+HPCTRAIN_CHOICE_WORDS(InitScheme, {"pytorch", "gpt2"});
+HPCTRAIN_CHOICE_WORDS(SequencePoolMode, {"mean", "first"});
+HPCTRAIN_CHOICE_WORDS(LayerType, {"linear", "relu", "gelu", "tanh", "leaky_relu", "layernorm", "dropout", "conv2d",
+                                  "conv3d", "maxpool2d", "maxpool3d", "avgpool2d", "avgpool3d", "global_avgpool",
+                                  "flatten", "groupnorm", "embedding", "attention", "residual", "transformer_block",
+                                  "sequence_pool"});
 #undef HPCTRAIN_CHOICE_WORDS
 
 template <class Choice>

@@ -21,12 +21,13 @@ struct SourcePosition {
 
 struct LayerSpec {
   LayerType type = LayerType::linear;
-  std::string name;              // unique; default "<type><index>" e.g. "linear0"
-  std::int64_t out = 0;          // linear: output features; conv: output channels (required)
-  std::int64_t in = 0;           // linear: expected input features; 0 = inferred from the previous layer or the data
-  bool bias = true;              // linear, conv
-  double p = 0.5;                // dropout probability
-  double negative_slope = 0.01;  // leaky_relu
+  std::string name;      // unique; default "<type><index>" e.g. "linear0"
+  std::int64_t out = 0;  // linear: output features; conv: output channels (required)
+  std::int64_t in = 0;   // linear: expected input features; 0 = inferred from the previous layer or the data
+  bool bias = true;      // linear, conv
+  std::string tie;       // linear: the name of an embedding layer whose table is this layer's weight (GPT-2's LM head)
+  double p = 0.5;        // dropout probability
+  double negative_slope = 0.01;                             // leaky_relu
   GeluApproximation approximate = GeluApproximation::none;  // gelu
   double eps = 1e-5;                                        // layernorm, groupnorm
   // conv and pooling windows: one value for every spatial axis, or one per axis ((H, W) or (D, H, W)).
@@ -44,8 +45,9 @@ struct LayerSpec {
   // empty, no residual inside. Its layers' names are their own (unique within the block); the model calls them
   // "<block name>.<layer name>" (see Model).
   std::vector<LayerSpec> layers;
-  std::int64_t mlp_ratio = 4;  // transformer_block: the MLP's hidden width over C (GPT-2: 4)
-  SourcePosition position;     // of the layer's table in the deck
+  std::int64_t mlp_ratio = 4;                      // transformer_block: the MLP's hidden width over C (GPT-2: 4)
+  SequencePoolMode mode = SequencePoolMode::mean;  // sequence_pool: (T, C) -> (C) by the mean or the first position
+  SourcePosition position;                         // of the layer's table in the deck
 };
 
 struct RunSection {
@@ -64,6 +66,7 @@ struct ModelSection {
   // each target spread evenly over all classes.
   std::vector<double> class_weights;
   double label_smoothing = 0.0;
+  InitScheme init = InitScheme::pytorch;  // pytorch: each layer's PyTorch default; gpt2: GPT-2's normal(0, 0.02) scheme
 };
 
 struct DataSection {

@@ -102,6 +102,8 @@ struct SpatialGeometry {
 };
 
 enum class PoolingKind : std::uint8_t { max, average };
+// Pooling of a sequence into one vector (encoders): the mean over the positions, or the first position (a class token).
+enum class SequencePooling : std::uint8_t { mean, first };
 
 // Multi-head self-attention over sequences stored as rows: a batch of `batch` sequences of `sequence` positions is
 // batch * sequence rows. The packed projection qkv has 3 * heads * head_dim columns per row: [q | k | v], head h at
@@ -245,6 +247,16 @@ class Backend {
   // on scheduling (deterministic: no floating-point atomics whose order changes the result).
   virtual void embedding_backward(const std::int32_t* ids, const TensorView& dy, std::int64_t vocabulary, void* dtable,
                                   bool accumulate);
+
+  // Sequences stored as rows of (sequence, channels) values, channels = x.cols / sequence (position-major, as the
+  // embedding's output): y (rows, channels) = the mean over the positions (summed in position order in fp32, fp64 for
+  // f64, then divided by sequence) or position 0 (first). x and y in the activation dtype.
+  virtual void sequence_pool_forward(SequencePooling mode, std::int64_t sequence, const TensorView& x,
+                                     const TensorView& y);
+  // dx (rows, sequence * channels), overwritten: dy / sequence at every position (mean), or dy at position 0 and zero
+  // at the others (first). dx must not alias dy.
+  virtual void sequence_pool_backward(SequencePooling mode, std::int64_t sequence, const TensorView& dy,
+                                      const TensorView& dx);
 
   // ---- losses (fp32 math; fp64 for f64) ----
   // Softmax cross-entropy on integer labels (backend memory, one per row, in [0, cols)).

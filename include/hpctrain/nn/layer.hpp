@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/config/choices.hpp"
 #include "hpctrain/kernels/backend.hpp"
 
 namespace hpctrain {
@@ -37,6 +38,20 @@ struct ParameterBinding {
   DType master_dtype = DType::f32;
   DType working_dtype = DType::f32;
   std::vector<std::int64_t> offsets;
+  // Per parameter (may be shorter than offsets: false beyond): the tensor is also a later layer's (a tied weight),
+  // whose backward runs first and writes its gradient slot, so this layer always adds into it.
+  std::vector<bool> shared;
+};
+
+// How Model::initialize asks a layer to fill its parameters (deck: model.init). pytorch: each layer's PyTorch default.
+// gpt2 (GPT-2's _init_weights): linear and embedding weights (the position table too) normal(0, std), biases 0,
+// normalisation layers weight 1 and bias 0; a residual output projection (Layer::residual_output) normal(0,
+// projection_std), std / sqrt(the model's residual branches), GPT-2's 1 / sqrt(2 x layers). Layers without a GPT-2
+// form (convolutions) keep their PyTorch default.
+struct Initialization {
+  InitScheme scheme = InitScheme::pytorch;
+  double std = 0.02;
+  double projection_std = 0.02;
 };
 
 // One sample's shape without the batch axis: (F) for feature vectors, (C, H, W) for images, (C, D, H, W) for volumes.
@@ -68,9 +83,24 @@ class Layer {
   [[nodiscard]] virtual bool skips_input_gradient() const { return false; }
 
   [[nodiscard]] virtual std::vector<ParameterSpec> parameters() const { return {}; }
+  // Linear with `tie`: the name of the earlier layer (an embedding) whose first parameter is also this layer's first
+  // parameter (one tensor, bound to both; its initialisation is the owner's). Empty: every parameter is the layer's
+  // own.
+  [[nodiscard]] virtual const std::string& tied_layer() const {
+    static const std::string none;
+    return none;
+  }
   void bind(ParameterBinding binding) { binding_ = std::move(binding); }
-  // Fill the master parameters (host memory, laid out as bind() says) the way PyTorch initialises this layer.
-  virtual void initialize(float* host_master, std::uint64_t seed, std::uint32_t layer_index) const {}
+  // Fill the master parameters (host memory, the layer's tensors back to back in parameters() order) as `init` says;
+  // each tensor draws from its own counter-based stream, so the values do not depend on the rank count.
+  virtual void initialize(float* /*host_master*/, std::uint64_t /*seed*/, std::uint32_t /*layer_index*/,
+                          const Initialization& /*init*/) const {}
+  // Whether the layer ends a residual branch with a projection (the model marks them; gpt2 scales their weights).
+  // Whether the layer's output comes from a weight matrix (linear, attention's c_proj): the projection that GPT-2's
+  // initialisation scales when it ends a residual branch.
+  [[nodiscard]] virtual bool ends_with_projection() const { return false; }
+  [[nodiscard]] bool residual_output() const { return residual_output_; }
+  void set_residual_output(bool value) { residual_output_ = value; }
   // Per-row statistics kept between forward and backward (layernorm), in master elements per row.
   [[nodiscard]] virtual std::int64_t saved_per_row() const { return 0; }
   // saved: (saved_per_row, max_rows) master elements reserved for this layer.
@@ -130,6 +160,11 @@ class Layer {
     return offset(binding_.working, binding_.working_dtype, index);
   }
   [[nodiscard]] DType master_dtype() const { return binding_.master_dtype; }
+  // Whether the backward adds into parameter `index`'s gradient: when told to (micro-batches), or always for a tensor
+  // a later layer shares (see ParameterBinding::shared).
+  [[nodiscard]] bool accumulates(std::size_t index, bool accumulate) const {
+    return accumulate || (index < binding_.shared.size() && binding_.shared[index]);
+  }
   [[nodiscard]] DType working_dtype() const { return binding_.working_dtype; }
   [[nodiscard]] void* saved_activations() const { return saved_activations_; }
   [[nodiscard]] void* backward_workspace() const { return backward_workspace_; }
@@ -151,6 +186,7 @@ class Layer {
   std::int64_t saved_max_rows_ = 0;
   void* saved_activations_ = nullptr;
   void* backward_workspace_ = nullptr;
+  bool residual_output_ = false;
 };
 
 // Build a layer from its deck entry; input_shape is what flows into it (one sample), in `layout` order (spatial layers

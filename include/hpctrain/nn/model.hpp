@@ -89,7 +89,8 @@ class Model {
   [[nodiscard]] void* gradients() const { return gradients_.data; }
   [[nodiscard]] TensorView working_copy() const;  // data == nullptr when the matrix products read the master directly
 
-  // PyTorch-style initialisation from the counter-based generator, identical for every rank count.
+  // Initialisation from the counter-based generator as model.init says (PyTorch's defaults, or GPT-2's scheme),
+  // identical for every rank count.
   void initialize(std::uint64_t seed);
   // Refresh the 16-bit working copy from the master parameters (the optimizer does this itself after each step).
   void refresh_working_copy();
@@ -140,14 +141,27 @@ class Model {
   // What layer `index` reads: the previous layer's output, or for layer 0 the input (converted, if channels-last).
   [[nodiscard]] TensorView layer_input(std::size_t index, std::int64_t rows) const;
   [[nodiscard]] std::int64_t layer_parameters(std::size_t index) const;
+  // The index of the layer whose first tensor layer `index` ties to (Layer::tied_layer); layer_count() when none.
+  [[nodiscard]] std::size_t tied_owner(std::size_t index) const;
+  void check_tie(std::size_t index, const std::string& location) const;
 
   Backend& backend_;
   ModelBuffers buffers_;
   SampleShape input_shape_;
   std::int64_t input_width_;
+  InitScheme init_scheme_;
+  // Residual branches of the model (GPT-2: 2 x layers); gpt2 draws the weights of their output projections (the layers
+  // marked Layer::residual_output) from normal(0, 0.02 / sqrt(residual_branches_)).
+  std::size_t residual_branches_ = 0;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<ParameterEntry> entries_;
   std::vector<std::int64_t> parameter_begin_;
+  // Per layer, per ParameterSpec: where the tensor lives; tied: another layer's tensor (the layer's own values unused).
+  struct TensorSlot {
+    std::int64_t offset = 0, count = 0;
+    bool tied = false;
+  };
+  std::vector<std::vector<TensorSlot>> slots_;
   std::int64_t parameter_count_ = 0;
   std::int64_t trainable_parameters_ = 0;
   bool padded_ = false;  // some tensor starts after a gap (see the constructor)

@@ -426,7 +426,8 @@ class CpuBackend final : public Backend {
     cpu::convert_layout(channels, from, x, y);
   }
 
-  // ---- sequences: fused attention and embedding (cpu_attention.cpp, cpu_embedding.cpp) ----
+  // ---- sequences: fused attention, embedding, pooling (cpu_attention.cpp, cpu_embedding.cpp, cpu_sequence_pool.cpp)
+  // ----
   void attention_forward(const AttentionGeometry& geometry, const TensorView& qkv, const TensorView& out,
                          void* lse) override {
     attention_.forward(geometry, qkv, out, lse);
@@ -442,6 +443,14 @@ class CpuBackend final : public Backend {
   void embedding_backward(const std::int32_t* ids, const TensorView& dy, std::int64_t vocabulary, void* dtable,
                           bool accumulate) override {
     embedding_.backward(ids, dy, vocabulary, dtable, accumulate);
+  }
+  void sequence_pool_forward(SequencePooling mode, std::int64_t sequence, const TensorView& x,
+                             const TensorView& y) override {
+    cpu::sequence_pool_forward(mode, sequence, x, y);
+  }
+  void sequence_pool_backward(SequencePooling mode, std::int64_t sequence, const TensorView& dy,
+                              const TensorView& dx) override {
+    cpu::sequence_pool_backward(mode, sequence, dy, dx);
   }
 
   // ---- losses ----

@@ -1,6 +1,6 @@
 // Sequence kernels of the CPU backend (transformers): fused multi-head attention in tiles with an online softmax
-// (cpu_attention.cpp) and the embedding lookup with its deterministic gradient (cpu_embedding.cpp). Private to
-// src/kernels/cpu.
+// (cpu_attention.cpp), the embedding lookup with its deterministic gradient (cpu_embedding.cpp) and the pooling of a
+// sequence into one vector (cpu_sequence_pool.cpp). Private to src/kernels/cpu.
 #pragma once
 
 #include <cstdint>
@@ -36,5 +36,9 @@ class CpuEmbedding {
   ScratchBuffer rows_by_id_;  // (rows) the rows sorted by id, stably
   ScratchBuffer id_starts_;   // (vocabulary + 1) where each id's rows begin in rows_by_id_
 };
+
+// The contracts of Backend::sequence_pool_forward/backward (cpu_sequence_pool.cpp).
+void sequence_pool_forward(SequencePooling mode, std::int64_t sequence, const TensorView& x, const TensorView& y);
+void sequence_pool_backward(SequencePooling mode, std::int64_t sequence, const TensorView& dy, const TensorView& dx);
 
 }  // namespace hpctrain::cpu

@@ -272,6 +272,34 @@ __global__ void embedding_forward_kernel(const std::int32_t* ids, const float* t
   }
 }
 
+// One thread per (row, channel): the positions added in order in fp32, then divided (the CPU backend's order).
+template <class T>
+__global__ void sequence_pool_forward_kernel(SequencePooling mode, const T* x, T* y, std::int64_t rows,
+                                             std::int64_t sequence, std::int64_t channels) {
+  for (std::int64_t index = global_thread(); index < rows * channels; index += grid_threads()) {
+    const std::int64_t row = index / channels, c = index % channels;
+    const T* source = x + row * sequence * channels + c;
+    float value = load(source[0]);
+    if (mode == SequencePooling::mean) {
+      for (std::int64_t t = 1; t < sequence; ++t) value += load(source[t * channels]);
+      value /= static_cast<float>(sequence);
+    }
+    y[index] = store<T>(value);
+  }
+}
+
+template <class T>
+__global__ void sequence_pool_backward_kernel(SequencePooling mode, const T* dy, T* dx, std::int64_t rows,
+                                              std::int64_t sequence, std::int64_t channels) {
+  const std::int64_t cols = sequence * channels;
+  for (std::int64_t index = global_thread(); index < rows * cols; index += grid_threads()) {
+    const std::int64_t row = index / cols, t = index % cols / channels, c = index % channels;
+    const float gradient = load(dy[row * channels + c]);
+    dx[index] =
+        store<T>(mode == SequencePooling::mean ? gradient / static_cast<float>(sequence) : (t == 0 ? gradient : 0.0f));
+  }
+}
+
 __global__ void iota_kernel(std::int32_t* values, std::int64_t count) {
   for (std::int64_t index = global_thread(); index < count; index += grid_threads())
     values[index] = static_cast<std::int32_t>(index);
@@ -350,6 +378,30 @@ void attention_backward(cudaStream_t stream, SequenceScratch& scratch, const Att
     HPCTRAIN_CUDA_CHECK_LAUNCH();
     attention_dq_kernel<T>
         <<<attention_grid(geometry), query_tile, 0, stream>>>(geometry, q, gradient, lse, delta, result);
+    HPCTRAIN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void sequence_pool_forward(cudaStream_t stream, SequencePooling mode, std::int64_t sequence, const TensorView& x,
+                           const TensorView& y) {
+  HPCTRAIN_ASSERT(sequence >= 1 && x.cols == sequence * y.cols && x.rows == y.rows && x.dtype == y.dtype,
+                  "sequence_pool_forward: " << x.rows << " x " << x.cols << " for " << sequence << " positions");
+  if (y.size() == 0) return;
+  dispatch_storage(y.dtype, "sequence_pool_forward", [&]<class T>() {
+    sequence_pool_forward_kernel<T><<<grid_for(y.size()), block_threads, 0, stream>>>(
+        mode, static_cast<const T*>(x.data), static_cast<T*>(y.data), y.rows, sequence, y.cols);
+    HPCTRAIN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void sequence_pool_backward(cudaStream_t stream, SequencePooling mode, std::int64_t sequence, const TensorView& dy,
+                            const TensorView& dx) {
+  HPCTRAIN_ASSERT(sequence >= 1 && dx.cols == sequence * dy.cols && dx.rows == dy.rows && dx.dtype == dy.dtype,
+                  "sequence_pool_backward: " << dx.rows << " x " << dx.cols << " for " << sequence << " positions");
+  if (dx.size() == 0) return;
+  dispatch_storage(dx.dtype, "sequence_pool_backward", [&]<class T>() {
+    sequence_pool_backward_kernel<T><<<grid_for(dx.size()), block_threads, 0, stream>>>(
+        mode, static_cast<const T*>(dy.data), static_cast<T*>(dx.data), dx.rows, sequence, dy.cols);
     HPCTRAIN_CUDA_CHECK_LAUNCH();
   });
 }

@@ -1,5 +1,6 @@
-// Sequence kernels of the CUDA backend: fused attention (forward, backward) and the embedding lookup (forward,
-// backward), with the contracts of Backend::attention_* and Backend::embedding_*. Private to src/kernels/cuda.
+// Sequence kernels of the CUDA backend: fused attention (forward, backward), the embedding lookup (forward, backward)
+// and sequence pooling, with the contracts of Backend::attention_*, Backend::embedding_* and
+// Backend::sequence_pool_*. Private to src/kernels/cuda.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -28,5 +29,10 @@ void embedding_forward(cudaStream_t stream, const std::int32_t* ids, const float
                        const TensorView& y, const float* positions = nullptr, std::int64_t sequence = 0);
 void embedding_backward(cudaStream_t stream, SequenceScratch& scratch, const std::int32_t* ids, const TensorView& dy,
                         std::int64_t vocabulary, float* dtable, bool accumulate);
+
+void sequence_pool_forward(cudaStream_t stream, SequencePooling mode, std::int64_t sequence, const TensorView& x,
+                           const TensorView& y);
+void sequence_pool_backward(cudaStream_t stream, SequencePooling mode, std::int64_t sequence, const TensorView& dy,
+                            const TensorView& dx);
 
 }  // namespace hpctrain::cuda

@@ -8,7 +8,7 @@
 //   cuda_gemm        cuBLASLt products (bias and bias-gradient epilogues)
 //   cuda_convolution cuDNN convolutions;  cuda_spatial  pooling and groupnorm entry points
 //   cuda_timeline    --profile phases on CUDA events and NVTX ranges
-//   cuda_attention   fused attention and the embedding lookup (fp32 FMAs, no tensor cores yet)
+//   cuda_attention   fused attention, the embedding lookup, sequence pooling (fp32 FMAs, no tensor cores yet)
 // The kernels are thin loops around the HPCTRAIN_HD arithmetic of kernels/math.hpp, so they compute the CPU backend's
 // formulas (tests/gpu/cuda_kernels_test.cpp compares the two on the same inputs).
 //
@@ -332,6 +332,14 @@ class CudaBackend final : public Backend {
   void embedding_backward(const std::int32_t* ids, const TensorView& dy, std::int64_t vocabulary, void* dtable,
                           bool accumulate) override {
     cuda::embedding_backward(stream_, sequence_scratch_, ids, dy, vocabulary, static_cast<float*>(dtable), accumulate);
+  }
+  void sequence_pool_forward(SequencePooling mode, std::int64_t sequence, const TensorView& x,
+                             const TensorView& y) override {
+    cuda::sequence_pool_forward(stream_, mode, sequence, x, y);
+  }
+  void sequence_pool_backward(SequencePooling mode, std::int64_t sequence, const TensorView& dy,
+                              const TensorView& dx) override {
+    cuda::sequence_pool_backward(stream_, mode, sequence, dy, dx);
   }
 
   void softmax_cross_entropy(const TensorView& logits, const std::int32_t* labels, const float* grad_scale,
