@@ -304,7 +304,7 @@ class CudaBackend final : public Backend {
 
   // ---- convolutional networks (cuda_convolution.cu: cuDNN; cuda_spatial.cu: own kernels) ----
   // 16-bit models run their conv stacks channels-last (cuda/convolution_layout.hpp), fp32 ones channels-first; every
-  // spatial operation takes both layouts (group normalisation through channels-first copies).
+  // spatial operation takes both layouts.
   [[nodiscard]] SpatialLayout preferred_spatial_layout(DType activations) const override {
     return cuda::have_convolutions() ? cuda::convolution_layout(activations) : SpatialLayout::channels_first;
   }
@@ -349,40 +349,21 @@ class CudaBackend final : public Backend {
                             const std::int32_t* argmax, const TensorView& dx) override {
     cuda::pooling_backward(stream_, PoolingKind::max, geometry, x, dy, dx, argmax);
   }
-  // Channels-last rows are normalised as channels-first copies (layout_copies_), then converted back.
   void groupnorm_forward(std::int64_t channels, std::int64_t groups, SpatialLayout layout, const TensorView& x,
                          const void* gamma, const void* beta, float eps, const TensorView& y, void* mean,
                          void* rstd) override {
-    const bool last = layout == SpatialLayout::channels_last;
-    const TensorView xs = last ? channels_first_copy(channels, x, layout_copies_[0]) : x;
-    const TensorView ys = last ? scratch_like(y, layout_copies_[1]) : y;
-    cuda::groupnorm_forward(stream_, rows_.partials, channels, groups, xs, static_cast<const float*>(gamma),
-                            static_cast<const float*>(beta), eps, ys, static_cast<float*>(mean),
+    cuda::require_device_storage(x.dtype, "groupnorm_forward");
+    cuda::groupnorm_forward(stream_, rows_.partials, channels, groups, layout, x, static_cast<const float*>(gamma),
+                            static_cast<const float*>(beta), eps, y, static_cast<float*>(mean),
                             static_cast<float*>(rstd));
-    if (last) cuda::convert_spatial_layout(stream_, channels, SpatialLayout::channels_first, ys, y);
   }
   void groupnorm_backward(std::int64_t channels, std::int64_t groups, SpatialLayout layout, const TensorView& x,
                           const TensorView& dy, const void* gamma, const void* mean, const void* rstd,
                           const TensorView& dx, void* dgamma, void* dbeta, bool accumulate) override {
-    const bool last = layout == SpatialLayout::channels_last;
-    const TensorView xs = last ? channels_first_copy(channels, x, layout_copies_[0]) : x;
-    const TensorView dys = last ? channels_first_copy(channels, dy, layout_copies_[1]) : dy;
-    const TensorView dxs = last && dx.data != nullptr ? scratch_like(dx, layout_copies_[2]) : dx;
-    cuda::groupnorm_backward(stream_, rows_.partials, channels, groups, xs, dys, static_cast<const float*>(gamma),
-                             static_cast<const float*>(mean), static_cast<const float*>(rstd), dxs,
+    cuda::require_device_storage(x.dtype, "groupnorm_backward");
+    cuda::groupnorm_backward(stream_, rows_.partials, channels, groups, layout, x, dy, static_cast<const float*>(gamma),
+                             static_cast<const float*>(mean), static_cast<const float*>(rstd), dx,
                              static_cast<float*>(dgamma), static_cast<float*>(dbeta), accumulate);
-    if (last && dx.data != nullptr)
-      cuda::convert_spatial_layout(stream_, channels, SpatialLayout::channels_first, dxs, dx);
-  }
-  // A view of `like`'s shape in `buffer` (grow-only: the warm-up steps size it).
-  static TensorView scratch_like(const TensorView& like, cuda::DeviceScratch& buffer) {
-    return {buffer.reserve(std::max<std::size_t>(like.bytes(), 1)), like.dtype, like.rows, like.cols};
-  }
-  TensorView channels_first_copy(std::int64_t channels, const TensorView& x, cuda::DeviceScratch& buffer) {
-    cuda::require_device_storage(x.dtype, "groupnorm");
-    const TensorView copy = scratch_like(x, buffer);
-    cuda::convert_spatial_layout(stream_, channels, SpatialLayout::channels_last, x, copy);
-    return copy;
   }
   // Convolutions need cuDNN (a build without it keeps the NotSupported defaults and refuses spatial decks).
   [[nodiscard]] bool has_spatial_operations() const override { return cuda::have_convolutions(); }
@@ -564,7 +545,6 @@ class CudaBackend final : public Backend {
   cuda::RowScratch rows_;                   // per-row loss results, reduction partials
   cuda::DeviceScratch statistics_scratch_;  // (chunks) partial sums + (chunks) flags
   cuda::SequenceScratch sequence_scratch_;  // attention backward's row sums, embedding sort
-  cuda::DeviceScratch layout_copies_[3];    // channels-first copies for groupnorm of channels-last rows
 };
 
 CudaBackend& as_cuda(Backend& backend) {

@@ -9,8 +9,9 @@
 //   (tests/unit/spatial_taps_test.cpp). Indices are 32-bit with precomputed divisors (kernel_math::FastDivisor) below
 //   2^31 elements, 64-bit beyond.
 // - Channels-last rows ((sample, position, channel): the layout of 16-bit conv stacks): pooling runs on them directly
-//   (the per-element functions with the channel count as stride); group normalisation runs on channels-first copies
-//   (transpose_rows, the backend's scratch).
+//   (the per-element functions with the channel count as stride); group normalisation addresses each (sample, group)
+//   block as strided runs of the group's channels, its parameter gradients are column sums over (sample, position)
+//   rows.
 // - Group normalisation (channels-first): the (sample, group) blocks are contiguous segments, cut into chunks of a
 //   2-D grid (cuda_normalization.cu), so a few large groups still fill the GPU; gamma/beta gradients are two-pass sums
 //   over (sample, channel) planes. Fixed-order reductions (deterministic), in a different order than the CPU's loops,
@@ -254,25 +255,31 @@ void pooling_backward(cudaStream_t stream, PoolingKind kind, const SpatialGeomet
 }
 
 void groupnorm_forward(cudaStream_t stream, DeviceScratch& scratch, std::int64_t channels, std::int64_t groups,
-                       const TensorView& x, const float* gamma, const float* beta, float eps, const TensorView& y,
-                       float* mean, float* rstd) {
+                       SpatialLayout layout, const TensorView& x, const float* gamma, const float* beta, float eps,
+                       const TensorView& y, float* mean, float* rstd) {
   check_groups(channels, groups, x, "groupnorm_forward");
   HPCTRAIN_ASSERT(x.dtype == y.dtype && x.rows == y.rows && x.cols == y.cols, "groupnorm_forward: y shape");
   const std::int64_t spatial = x.cols / channels, group_channels = channels / groups;
-  normalize_forward(stream, scratch, {x.rows * groups, group_channels * spatial, groups, group_channels, spatial}, x,
-                    gamma, beta, eps, y, mean, rstd);
+  normalize_forward(stream, scratch,
+                    {x.rows * groups, group_channels * spatial, groups, group_channels, spatial,
+                     layout == SpatialLayout::channels_last},
+                    x, gamma, beta, eps, y, mean, rstd);
 }
 
 void groupnorm_backward(cudaStream_t stream, DeviceScratch& scratch, std::int64_t channels, std::int64_t groups,
-                        const TensorView& x, const TensorView& dy, const float* gamma, const float* mean,
-                        const float* rstd, const TensorView& dx, float* dgamma, float* dbeta, bool accumulate) {
+                        SpatialLayout layout, const TensorView& x, const TensorView& dy, const float* gamma,
+                        const float* mean, const float* rstd, const TensorView& dx, float* dgamma, float* dbeta,
+                        bool accumulate) {
   check_groups(channels, groups, x, "groupnorm_backward");
   HPCTRAIN_ASSERT(x.dtype == dy.dtype && x.rows == dy.rows && x.cols == dy.cols && dx.data != dy.data,
                   "groupnorm_backward: shapes, or dx aliasing dy");
   const std::int64_t spatial = x.cols / channels, group_channels = channels / groups;
-  channel_parameter_gradients(stream, scratch, x.rows, channels, groups, x, dy, mean, rstd, dgamma, dbeta, accumulate);
+  const bool channels_last = layout == SpatialLayout::channels_last;
+  channel_parameter_gradients(stream, scratch, x.rows, channels, groups, x, dy, mean, rstd, dgamma, dbeta, accumulate,
+                              channels_last);
   if (dx.data == nullptr || x.rows == 0) return;
-  normalize_backward_data(stream, scratch, {x.rows * groups, group_channels * spatial, groups, group_channels, spatial},
+  normalize_backward_data(stream, scratch,
+                          {x.rows * groups, group_channels * spatial, groups, group_channels, spatial, channels_last},
                           x, dy, gamma, mean, rstd, dx);
 }
 

@@ -64,12 +64,13 @@ void transpose_rows(cudaStream_t stream, std::int64_t rows, std::int64_t a, std:
 // Backend::convert_spatial_layout: rows of `channels` channels from layout `from` into the other one.
 void convert_spatial_layout(cudaStream_t stream, std::int64_t channels, SpatialLayout from, const TensorView& x,
                             const TensorView& y);
-// Channels-first rows only (the backend hands channels-last rows over as channels-first copies).
+// Either layout (channels-first: contiguous (sample, group) blocks; channels-last: strided runs of a group's channels).
 void groupnorm_forward(cudaStream_t stream, DeviceScratch& scratch, std::int64_t channels, std::int64_t groups,
-                       const TensorView& x, const float* gamma, const float* beta, float eps, const TensorView& y,
-                       float* mean, float* rstd);
+                       SpatialLayout layout, const TensorView& x, const float* gamma, const float* beta, float eps,
+                       const TensorView& y, float* mean, float* rstd);
 void groupnorm_backward(cudaStream_t stream, DeviceScratch& scratch, std::int64_t channels, std::int64_t groups,
-                        const TensorView& x, const TensorView& dy, const float* gamma, const float* mean,
-                        const float* rstd, const TensorView& dx, float* dgamma, float* dbeta, bool accumulate);
+                        SpatialLayout layout, const TensorView& x, const TensorView& dy, const float* gamma,
+                        const float* mean, const float* rstd, const TensorView& dx, float* dgamma, float* dbeta,
+                        bool accumulate);
 
 }  // namespace hpctrain::cuda
