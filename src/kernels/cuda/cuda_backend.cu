@@ -212,6 +212,11 @@ class CudaBackend final : public Backend {
         if (choice.aux_ld > 0) folded_aux_[pre.data] = {choice, y.rows, y.cols};
         return;
       }
+      // No algorithm writes relu's mask here: relu in the epilogue without one (its backward then reads y).
+      using E = cuda::CudaGemm::Epilogue;
+      if (kind == Activation::relu && choice.aux_ld > 0 &&
+          gemm_->run_activated(x, weight, y, converted_bias, bias != nullptr ? E::relu_bias : E::relu, nullptr, 0))
+        return;
     }
     if (kind != Activation::relu) {
       gemm_->run(x, false, weight, true, pre, converted_bias, false);
