@@ -3,7 +3,9 @@
 # the CPU backend (and one large shape per kernel, the fused and copy-stream paths, graph slots), compute-sanitizer
 # (memcheck, racecheck, synccheck) where installed, the device gradient all-reduce on 1 and 2 ranks (with a captured
 # graph and the trainer's teardown order), 20 training steps on run.device = cuda against the same deck on the CPU
-# (fp32 and bf16, 1 rank; fp32 on 2 ranks; with class weights and label smoothing), 20 steps of CNNs the same way, an fp16 loss-scale trajectory against the
+# (fp32 and bf16, 1 rank; fp32 on 2 ranks; with class weights and label smoothing; linear + relu / gelu(tanh) pairs
+# folded into the products' epilogues forward and backward), 20 steps of CNNs the same way (16-bit ones channels-last,
+# fp32 ones channels-first, each row checking the layout its run reports), an fp16 loss-scale trajectory against the
 # CPU's, a bf16 deck of odd widths with batches over 8 MiB, CUDA graphs with evaluation, a checkpoint and --resume
 # against the eager run bit for bit, predict/evaluate on cuda against the CPU, two identical runs diffed, --profile phases from CUDA events, the throughput of a
 # GEMM-bound bf16 MLP against the cuBLASLt ceiling and its PyTorch twin (bench/torch_twin.py, when torch with CUDA is
@@ -109,16 +111,24 @@ gtest_row() { # gtest_row NAME PROGRAM TIMEOUT [ARGS...]
     "$( ((status == 124)) && echo "timeout ${limit}s; ")$(grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\] [0-9]+ test' "$log" | tr -s ' ' | tr '\n' ' ')"
   ((status != 0 && status != 77)) && grep -E "Failure|Expected|Which is|error|FAILED" "$log" | head -40
 }
-gtest_row "cuda kernels vs CPU" cuda_kernels_test 240
+spatial_tests='CudaVsCpu.Convolution*:CudaVsCpu.Pooling*:CudaVsCpu.Groupnorm*:CudaVsCpu.SpatialLayout*'
+gtest_row "cuda kernels vs CPU" cuda_kernels_test 240 --gtest_filter="-$spatial_tests"
+# Issue 15, item 11: convolutions (bias fused, mixed-precision weight gradients), pooling, groupnorm and the layout
+# conversion in both layouts, bf16/fp16/fp32, poisoned outputs, against the CPU in the same layout.
+gtest_row "conv/pool/groupnorm channels-last and -first vs CPU" cuda_kernels_test 180 --gtest_filter="$spatial_tests"
 # Issue 16: fused attention (forward, deterministic backward) and the embedding lookup/gradient against the CPU.
 gtest_row "attention, embedding vs CPU" cuda_attention_test 120
 # >= 70,000 rows / >= 4,096 columns per kernel, BGRADB, uploads, graph slots, scratch growing after a capture,
 # bookkeeping replays, event timing, TF32
 gtest_row "large shapes, fused, uploads, graphs" cuda_paths_test 240 \
-  --gtest_filter=-CudaPaths.LinearWithReluFoldedIntoTheProduct
+  --gtest_filter=-CudaPaths.LinearWithReluFoldedIntoTheProduct:CudaPaths.LinearActivationPairs*
 # Issue 15, item 9: linear + relu in one product (RELU_BIAS / RELU epilogue, and the odd-shape fallback) against the
 # CPU, a NaN row kept NaN. The training rows below run it too (their decks pair linear and relu).
 gtest_row "linear+relu epilogue vs CPU" cuda_paths_test 120 --gtest_filter=CudaPaths.LinearWithReluFoldedIntoTheProduct
+# Issue 15, item 9: the pairs' forward with aux (RELU_AUX_BIAS mask, GELU_AUX_BIAS input) and their backward in the
+# next product (DRELU, DGELU), fp32/bf16/fp16, widths taking each path, NaN rows kept NaN, against the CPU.
+gtest_row "linear+relu/gelu(tanh) backward epilogues vs CPU" cuda_paths_test 180 \
+  --gtest_filter='CudaPaths.LinearActivationPairs*'
 
 # ---- 2. device gradient all-reduce (NCCL, or through the host when ranks share a GPU) ----
 if program=$(find_program device_allreduce_mpi_test); then
@@ -202,6 +212,26 @@ else
   compare_losses "train 20 steps, fp32, 2 ranks cuda" cpu-fp32.log cuda-2ranks.log 1e-3 "$seconds"
   grep -o "gradients all-reduced with [^,]*" cuda-2ranks.log | head -1
 fi
+# Issue 15, item 9: a deck of linear + relu and linear + gelu(tanh) pairs, each followed by a linear layer (forward
+# epilogues RELU_AUX_BIAS / GELU_AUX_BIAS, backward DRELU / DGELU); the log must say the pairs were folded.
+pairs='model.layers=[{type="linear", out=256}, {type="relu"}, {type="linear", out=128}, {type="gelu", approximate="tanh"}, {type="linear", out=64}, {type="relu"}, {type="linear", out=3}]'
+for mode in fp32 bf16; do
+  tolerance=1e-3
+  [[ $mode == bf16 ]] && tolerance=3e-2
+  name="linear+relu/gelu(tanh) pairs, $mode, cuda vs cpu"
+  train cpu-pairs-$mode.log 1 --set run.device=cpu --set precision.mode=$mode --set "$pairs" --output cpu-pairs-$mode || true
+  status=0
+  timed seconds train cuda-pairs-$mode.log 1 --set run.device=cuda --set precision.mode=$mode --set "$pairs" \
+    --output cuda-pairs-$mode || status=$?
+  if ((status != 0)); then
+    record "$name" FAIL "$seconds" "exit $status: $(grep 'error' cuda-pairs-$mode.log | head -1)"
+    tail -20 cuda-pairs-$mode.log
+  elif ! grep -q "3 linear + activation pair(s)" cuda-pairs-$mode.log; then
+    record "$name" FAIL "$seconds" "the log does not report 3 folded pairs"
+  else
+    compare_losses "$name" cpu-pairs-$mode.log cuda-pairs-$mode.log $tolerance "$seconds"
+  fi
+done
 # Class weights and label smoothing (the smoothed cross-entropy kernel, the per-step sum of the labels' weights).
 weighted=(--set "model.class_weights=[0.5,2.0,1.25]" --set model.label_smoothing=0.1)
 train cpu-weighted.log 1 --set run.device=cpu "${weighted[@]}" --output cpu-weighted || true
@@ -245,17 +275,27 @@ cnn() { # cnn DECK DATA DEVICE MODE: 20 steps of a CNN deck (the inputs/ decks g
     sets+=(--set data.train="$2" --set data.validation="$2" --set train.epochs=0 --set train.steps=20)
   timeout 240 "$hpctrain" train "$1" "${sets[@]}" --output "out-$(basename "$1" .toml)-$3-$4"
 }
+# Issue 15, item 11: 16-bit models run their conv stacks channels-last on cuda (NHWC / NDHWC cuDNN descriptors, KRSC
+# filters, the fused bias, 16-bit inputs into fp32 weight gradients, channels-last pooling and groupnorm); fp32 ones
+# channels-first. Each row's name says the layout its cuda run must report (the model's summary line), checked too.
 for case in "cnn2d fp32 $root/inputs/cnn2d.toml images.h5 1e-3" "cnn2d bf16 $root/inputs/cnn2d.toml images.h5 3e-2" \
-  "cosmoflow-small fp32 $root/inputs/cosmoflow-small.toml volumes.h5 1e-3" "cnn-norm fp32 cnn-norm.toml images.h5 1e-3" \
+  "cosmoflow-small fp32 $root/inputs/cosmoflow-small.toml volumes.h5 1e-3" \
+  "cosmoflow-small bf16 $root/inputs/cosmoflow-small.toml volumes.h5 3e-2" "cnn-norm fp32 cnn-norm.toml images.h5 1e-3" \
   "cnn-norm fp16 cnn-norm.toml images.h5 3e-2"; do
   read -r log_name mode deck data tolerance <<<"$case"
-  name="$log_name $mode, cuda vs cpu"
+  layout=channels-first
+  [[ $mode != fp32 ]] && layout=channels-last
+  name="$log_name $mode $layout, cuda vs cpu"
   cnn "$deck" "$data" cpu "$mode" >"cnn-$log_name-cpu-$mode.log" 2>&1 || true
   status=0
   timed seconds cnn "$deck" "$data" cuda "$mode" >"cnn-$log_name-cuda-$mode.log" 2>&1 || status=$?
+  reported=channels-first
+  grep -q "conv layers run channels-last" "cnn-$log_name-cuda-$mode.log" && reported=channels-last
   if ((status != 0)); then
     record "$name" FAIL "$seconds" "exit $status: $(grep error "cnn-$log_name-cuda-$mode.log" | head -1)"
     tail -20 "cnn-$log_name-cuda-$mode.log"
+  elif [[ $reported != "$layout" ]]; then
+    record "$name" FAIL "$seconds" "the cuda run reports $reported"
   else
     compare_losses "$name" "cnn-$log_name-cpu-$mode.log" "cnn-$log_name-cuda-$mode.log" "$tolerance" "$seconds"
   fi

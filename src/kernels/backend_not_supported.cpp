@@ -94,4 +94,11 @@ void Backend::linear_activation_forward(const TensorView& x, const TensorView& w
   activation_forward(kind, alpha, pre, y);
 }
 
+void Backend::linear_activation_backward(const TensorView& dy, const TensorView& weight, Activation kind, float alpha,
+                                         const TensorView& pre, const TensorView& y, const TensorView& dx) {
+  gemm(dy, false, weight, false, dx, nullptr, false);
+  // relu's derivative from its output (exact, and the one input a fused forward always leaves valid).
+  activation_backward(kind, alpha, kind == Activation::relu ? y : pre, dx, dx);
+}
+
 }  // namespace hpctrain

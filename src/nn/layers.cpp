@@ -69,18 +69,29 @@ class Linear final : public Layer {
 
   void backward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView&, const TensorView& dy,
                 const TensorView& dx, bool accumulate) override {
-    Backend& backend = *context.backend;
-    // dW (out, in) (+)= dy^T (out, rows) x (rows, in), db (+)= column sums of dy (one product on CUDA)
-    const TensorView weight_gradient = matrix(gradient(0), master_dtype(), out_, in_);
-    backend.linear_weight_gradient(last_axis(dy, out_), last_axis(x, in_), weight_gradient,
-                                   bias_ ? gradient(1) : nullptr, accumulate);
+    parameter_gradients(context, x, dy, accumulate);
     // dx (rows, in) = dy (rows, out) x W (out, in); the first layer's input needs no gradient
     if (dx.data != nullptr)
-      backend.gemm(last_axis(dy, out_), false, weight(), false, last_axis(dx, in_), nullptr, false);
+      context.backend->gemm(last_axis(dy, out_), false, weight(), false, last_axis(dx, in_), nullptr, false);
+  }
+  bool backward_activated(const StepContext& context, const TensorView& x, const TensorView& dy, const TensorView& dx,
+                          bool accumulate, Activation kind, float alpha, const TensorView& pre,
+                          const TensorView& activated) override {
+    if (dx.data == nullptr) return false;
+    parameter_gradients(context, x, dy, accumulate);
+    context.backend->linear_activation_backward(last_axis(dy, out_), weight(), kind, alpha, last_axis(pre, in_),
+                                                last_axis(activated, in_), last_axis(dx, in_));
+    return true;
   }
 
  private:
   [[nodiscard]] TensorView weight() const { return matrix(working(0), working_dtype(), out_, in_); }
+  // dW (out, in) (+)= dy^T (out, rows) x (rows, in), db (+)= column sums of dy (one product on CUDA)
+  void parameter_gradients(const StepContext& context, const TensorView& x, const TensorView& dy, bool accumulate) {
+    const TensorView weight_gradient = matrix(gradient(0), master_dtype(), out_, in_);
+    context.backend->linear_weight_gradient(last_axis(dy, out_), last_axis(x, in_), weight_gradient,
+                                            bias_ ? gradient(1) : nullptr, accumulate);
+  }
   bool bias_;
   std::int64_t in_, out_;  // features of a row (of a position, on a sequence)
   std::string tie_;

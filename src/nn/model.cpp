@@ -28,16 +28,17 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
     layout_ = SpatialLayout::channels_last;
     build_layers(spec, deck_path, layout_);
   }
-  // Linear followed by an activation the backend folds into the product (CUDA: relu). Test hook: the pairing on the
-  // CPU backend, whose default composes the two operations (tests/cli/device_choice.sh checks results stay identical).
-  const bool fold_relu_anyway = std::getenv("HPCTRAIN_FOLD_LINEAR_RELU") != nullptr;
+  // Linear followed by an activation the backend folds into the product (CUDA: relu, gelu tanh). Test hook: the
+  // pairing on the CPU backend, whose defaults compose the operations (tests/cli/device_choice.sh checks results
+  // stay identical).
+  const bool fold_anyway = std::getenv("HPCTRAIN_FOLD_LINEAR_RELU") != nullptr;
   folded_.assign(layers_.size(), false);
   for (std::size_t i = 0; i + 1 < layers_.size(); ++i) {
     Activation kind{};
     float alpha = 0.0f;
     if (layers_[i]->takes_activation() && layers_[i + 1]->activation(&kind, &alpha) &&
-        (backend_.fuses_linear_activation(kind) || (fold_relu_anyway && kind == Activation::relu))) {
-      HPCTRAIN_ASSERT(kind == Activation::relu, "only relu's backward can run on its output");
+        (backend_.fuses_linear_activation(kind) ||
+         (fold_anyway && (kind == Activation::relu || kind == Activation::gelu_tanh)))) {
       folded_[i] = true;
       ++i;  // the activation is taken; it cannot start a pair
     }
@@ -310,8 +311,8 @@ void Model::check_tie(std::size_t index, const std::string& location) const {
 // Channels-last when the backend prefers it, the model has a conv stack on image/volume input, every layer that sees a
 // spatial sample can take that layout, and the output is flat (so losses, targets and predictions never see it).
 bool Model::channels_last_pays_off() const {
-  if (backend_.preferred_spatial_layout() != SpatialLayout::channels_last || input_shape_.size() < 3 ||
-      layers_.back()->output_shape().size() != 1)
+  if (backend_.preferred_spatial_layout(buffers_.activation_dtype) != SpatialLayout::channels_last ||
+      input_shape_.size() < 3 || layers_.back()->output_shape().size() != 1)
     return false;
   bool spatial_operations = false;
   for (const auto& layer : layers_) {
@@ -433,13 +434,28 @@ void Model::backward(const StepContext& context, bool accumulate,
   for (std::size_t i = layers_.size(); i-- > 0;) {
     Layer& layer = *layers_[i];
     const TensorView y{activation(i + 1), dtype, context.rows, layer.output_width()};
-    // A folded relu's input (the pre-activation) may be unwritten: its derivative is read from its output instead.
-    const TensorView x = i > 0 && folded_[i - 1] ? y : layer_input(i, context.rows);
+    Activation kind{};
+    float alpha = 0.0f;
+    // A folded relu's input (the pre-activation) may hold something else: its derivative is read from its output.
+    const bool folded_relu = i > 0 && folded_[i - 1] && layer.activation(&kind, &alpha) && kind == Activation::relu;
+    const TensorView x = folded_relu ? y : layer_input(i, context.rows);
     TensorView dx{nullptr, dtype, context.rows, layer.input_width()};
     if (layer.in_place_backward()) {
       dx.data = dy.data;
     } else if (!(i == 0 && layer.skips_input_gradient())) {  // the model's input needs no gradient
       dx.data = dy.data == scratch_[0].data ? scratch_[1].data : scratch_[0].data;
+    }
+    // A linear layer after a folded pair runs that pair's activation backward in its input-gradient product (CUDA:
+    // DRELU/DGELU epilogues reading what the pair's forward left in the pre-activation buffer).
+    if (i >= 2 && folded_[i - 2] && layers_[i - 1]->activation(&kind, &alpha)) {
+      const TensorView pre{activations_[i - 1].data, dtype, context.rows, layers_[i - 2]->output_width()};
+      if (layer.backward_activated(context, x, dy, dx, accumulate, kind, alpha, pre, layer_input(i, context.rows))) {
+        HPCTRAIN_ASSERT(parameter_begin_[i] == parameter_begin_[i - 1], "an activation layer with parameters");
+        if (after_layer && parameter_begin_[i + 1] > parameter_begin_[i]) after_layer(parameter_begin_[i]);
+        dy = dx;
+        --i;  // the activation's backward is done
+        continue;
+      }
     }
     layer.backward(context, static_cast<std::uint32_t>(i), x, y, dy, dx, accumulate);
     if (after_layer && parameter_begin_[i + 1] > parameter_begin_[i]) after_layer(parameter_begin_[i]);
@@ -477,7 +493,9 @@ std::string Model::summary() const {
       os << "\n  layer '" << layers_[i]->name() << "' uses the table of '" << layers_[owner]->name()
          << "' as its weight (tied: one parameter)";
   if (const auto pairs = std::count(folded_.begin(), folded_.end(), true); pairs > 0)
-    os << "\n  " << pairs << " linear + relu pair(s) run as one product each (relu in the product's epilogue)";
+    os << "\n  " << pairs
+       << " linear + activation pair(s) run as one product each (the activation in the product's epilogue, its "
+          "backward in the next linear layer's when there is one)";
   if (const std::string loss = loss_->options_text(); !loss.empty()) os << "\n  loss: " << loss;
   if (layout_ == SpatialLayout::channels_last)
     os << "\n  conv layers run channels-last (the " << backend_.name()

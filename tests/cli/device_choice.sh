@@ -4,7 +4,8 @@
 # - "cuda" without a GPU (or in a CPU-only build) stops every rank with one message; "auto" falls back to the CPU;
 # - HPCTRAIN_DEFERRED_READBACK=1 defers on the CPU backend: on 2 ranks, with loss-scaler skips, evaluation and
 #   checkpoints in between, every metrics row and the checkpoints equal those of the per-step read-back;
-# - linear + relu paired as the CUDA backend folds them gives the same training bit for bit;
+# - linear + relu and linear + gelu(tanh) paired as the CUDA backend folds them (the activation in the product, its
+#   backward in the next linear layer's input-gradient product) gives the same training bit for bit;
 # - a rank with more threads than cores gets a start-up warning.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
@@ -74,16 +75,18 @@ for name in kept:
 print(f"checkpoints {kept} identical")
 PY
 
-# Linear + relu folded into one product (issue 15, item 9; the CUDA backend's RELU_BIAS epilogue): the model runs the
-# relu's backward on its output. HPCTRAIN_FOLD_LINEAR_RELU=1 pairs the layers on the CPU backend too (its default
-# composes the product and the relu): every metrics row and the final checkpoint must equal the unpaired run's.
-relu_layers='model.layers=[{type="linear", out=32}, {type="relu"}, {type="linear", out=32}, {type="relu"}, {type="linear", out=3}]'
+# Linear + relu and linear + gelu(tanh) folded into one product (issue 15, item 9; the CUDA backend's RELU_AUX_BIAS and
+# GELU_AUX_BIAS epilogues), their backward into the next linear layer's input-gradient product (DRELU, DGELU): the
+# model runs them through Backend::linear_activation_forward/backward. HPCTRAIN_FOLD_LINEAR_RELU=1 pairs the layers on
+# the CPU backend too (its defaults compose the operations): every metrics row and the final checkpoint must equal
+# the unpaired run's.
+relu_layers='model.layers=[{type="linear", out=32}, {type="relu"}, {type="linear", out=32}, {type="gelu", approximate="tanh"}, {type="linear", out=3}]'
 run_ranks 2 train deck.toml --set "$relu_layers" --set train.steps=30 --output relu-plain >relu-plain.log 2>&1 ||
   { cat relu-plain.log >&2; fail "relu run"; }
 HPCTRAIN_FOLD_LINEAR_RELU=1 run_ranks 2 train deck.toml --set "$relu_layers" --set train.steps=30 --output relu-folded \
   >relu-folded.log 2>&1 || { cat relu-folded.log >&2; fail "relu run, folded"; }
-grep -q "2 linear + relu pair(s) run as one product" relu-folded.log || fail "the hook did not pair the layers"
-$PYTHON - <<'PY' && pass "linear + relu paired (relu backward on its output): metrics and checkpoint identical" ||
+grep -q "2 linear + activation pair(s) run as one product" relu-folded.log || fail "the hook did not pair the layers"
+$PYTHON - <<'PY' && pass "linear + relu, linear + gelu(tanh) paired (backward in the next product): metrics and checkpoint identical" ||
 import h5py, numpy as np
 a, b = h5py.File("relu-plain/metrics.h5", "r"), h5py.File("relu-folded/metrics.h5", "r")
 for group in ("train", "eval"):
@@ -97,7 +100,7 @@ def compare(name, item):
         assert np.array_equal(item[()], y[name][()]), name
 x.visititems(compare)
 PY
-  fail "pairing linear and relu changed the results"
+  fail "pairing linear and its activation changed the results"
 
 # More threads than cores in a rank's affinity mask (what srun without --cpus-per-task gives each rank since Slurm
 # 22.05): one start-up warning that names the rank; none when the threads fit. taskset gives the rank one core.

@@ -438,74 +438,110 @@ TEST_F(CudaVsCpu, HasSpatialOperationsWithCudnn) {
 #endif
 }
 
+// Both layouts (issue 15, item 11: 16-bit models run channels-last, NHWC / NDHWC descriptors and KRSC filters, the
+// bias fused into the forward where cuDNN takes IMPLICIT_PRECOMP_GEMM, 16-bit inputs into fp32 weight gradients),
+// poisoned outputs, against the CPU in the same layout.
 TEST_F(CudaVsCpu, ConvolutionForwardAndBackward) {
   if (!gpu->has_spatial_operations()) GTEST_SKIP() << "built without cuDNN";
-  for (const SpatialGeometry& g : {convolution_2d(), convolution_3d()})
-    for (DType dtype : gpu_dtypes)
-      for (bool with_bias : {false, true})
-        for (bool accumulate : {false, true}) {
-          const std::int64_t rows = 3;
-          const std::int64_t weights = g.out_channels * g.in_channels / g.groups * g.kernel_size();
-          auto x = pair(dtype, rows, g.in_channels * g.input_size());
-          auto y = pair(dtype, rows, g.out_channels * g.output_size());
-          auto dy = pair(dtype, rows, g.out_channels * g.output_size());
-          auto dx = pair(dtype, rows, g.in_channels * g.input_size());
-          auto w = pair(dtype, g.out_channels, weights / g.out_channels);
-          x.randomize(71);
-          dy.randomize(72);
-          w.randomize(73, -0.5, 0.5);
-          y.poison();
-          dx.poison();
-          auto bias = array(random_floats(static_cast<std::size_t>(g.out_channels), 74));
-          const auto count = static_cast<std::size_t>(weights);
-          auto dw = array(accumulate ? random_floats(count, 75) : std::vector<float>(count, nan_float));
-          auto dbias = array(accumulate ? random_floats(static_cast<std::size_t>(g.out_channels), 76)
-                                        : std::vector<float>(static_cast<std::size_t>(g.out_channels), nan_float));
-          const std::string where = std::to_string(g.dimensions) + "-D " + dtype_name(dtype) + " bias " +
-                                    std::to_string(with_bias) + " accumulate " + std::to_string(accumulate);
-          cpu->convolution_forward(g, x.cpu(), w.cpu(), with_bias ? bias.cpu() : nullptr, y.cpu());
-          gpu->convolution_forward(g, x.gpu(), w.gpu(), with_bias ? bias.gpu() : nullptr, y.gpu());
-          EXPECT_LE(y.difference(), tolerance(dtype)) << where;
-          cpu->convolution_backward_data(g, dy.cpu(), w.cpu(), dx.cpu());
-          gpu->convolution_backward_data(g, dy.gpu(), w.gpu(), dx.gpu());
-          EXPECT_LE(dx.difference(), tolerance(dtype)) << where;
-          const TensorView dw_cpu{dw.cpu(), DType::f32, g.out_channels, weights / g.out_channels};
-          const TensorView dw_gpu{dw.gpu(), DType::f32, g.out_channels, weights / g.out_channels};
-          cpu->convolution_backward_weights(g, x.cpu(), dy.cpu(), dw_cpu, with_bias ? dbias.cpu() : nullptr,
-                                            accumulate);
-          gpu->convolution_backward_weights(g, x.gpu(), dy.gpu(), dw_gpu, with_bias ? dbias.gpu() : nullptr,
-                                            accumulate);
-          EXPECT_LE(dw.difference(), gradient_tolerance(dtype)) << where;
-          if (with_bias) EXPECT_LE(dbias.difference(), gradient_tolerance(dtype)) << where;
-        }
+  for (SpatialGeometry g : {convolution_2d(), convolution_3d()})
+    for (SpatialLayout layout : {SpatialLayout::channels_first, SpatialLayout::channels_last})
+      for (DType dtype : gpu_dtypes)
+        for (bool with_bias : {false, true})
+          for (bool accumulate : {false, true}) {
+            g.layout = layout;
+            const std::int64_t rows = 3;
+            const std::int64_t weights = g.out_channels * g.in_channels / g.groups * g.kernel_size();
+            auto x = pair(dtype, rows, g.in_channels * g.input_size());
+            auto y = pair(dtype, rows, g.out_channels * g.output_size());
+            auto dy = pair(dtype, rows, g.out_channels * g.output_size());
+            auto dx = pair(dtype, rows, g.in_channels * g.input_size());
+            auto w = pair(dtype, g.out_channels, weights / g.out_channels);
+            x.randomize(71);
+            dy.randomize(72);
+            w.randomize(73, -0.5, 0.5);
+            y.poison();
+            dx.poison();
+            auto bias = array(random_floats(static_cast<std::size_t>(g.out_channels), 74));
+            const auto count = static_cast<std::size_t>(weights);
+            auto dw = array(accumulate ? random_floats(count, 75) : std::vector<float>(count, nan_float));
+            auto dbias = array(accumulate ? random_floats(static_cast<std::size_t>(g.out_channels), 76)
+                                          : std::vector<float>(static_cast<std::size_t>(g.out_channels), nan_float));
+            const std::string where = std::to_string(g.dimensions) + "-D " + dtype_name(dtype) +
+                                      (layout == SpatialLayout::channels_last ? " channels-last" : " channels-first") +
+                                      " bias " + std::to_string(with_bias) + " accumulate " +
+                                      std::to_string(accumulate);
+            cpu->convolution_forward(g, x.cpu(), w.cpu(), with_bias ? bias.cpu() : nullptr, y.cpu());
+            gpu->convolution_forward(g, x.gpu(), w.gpu(), with_bias ? bias.gpu() : nullptr, y.gpu());
+            EXPECT_LE(y.difference(), tolerance(dtype)) << where;
+            cpu->convolution_backward_data(g, dy.cpu(), w.cpu(), dx.cpu());
+            gpu->convolution_backward_data(g, dy.gpu(), w.gpu(), dx.gpu());
+            EXPECT_LE(dx.difference(), tolerance(dtype)) << where;
+            const TensorView dw_cpu{dw.cpu(), DType::f32, g.out_channels, weights / g.out_channels};
+            const TensorView dw_gpu{dw.gpu(), DType::f32, g.out_channels, weights / g.out_channels};
+            cpu->convolution_backward_weights(g, x.cpu(), dy.cpu(), dw_cpu, with_bias ? dbias.cpu() : nullptr,
+                                              accumulate);
+            gpu->convolution_backward_weights(g, x.gpu(), dy.gpu(), dw_gpu, with_bias ? dbias.gpu() : nullptr,
+                                              accumulate);
+            EXPECT_LE(dw.difference(), gradient_tolerance(dtype)) << where;
+            if (with_bias) EXPECT_LE(dbias.difference(), gradient_tolerance(dtype)) << where;
+          }
 }
 
 // Weights are views at any offset of the flat parameter buffers: an element off 16-byte alignment.
 TEST_F(CudaVsCpu, ConvolutionOnUnalignedWeights) {
   if (!gpu->has_spatial_operations()) GTEST_SKIP() << "built without cuDNN";
-  const SpatialGeometry g = convolution_2d();
+  SpatialGeometry g = convolution_2d();
   const std::int64_t rows = 2, per_out = g.in_channels / g.groups * g.kernel_size();
-  for (DType dtype : gpu_dtypes) {
-    auto x = pair(dtype, rows, g.in_channels * g.input_size()), y = pair(dtype, rows, g.out_channels * g.output_size());
-    auto w = pair(dtype, 1, g.out_channels * per_out + 1);
-    x.randomize(81);
-    w.randomize(82, -0.5, 0.5);
-    y.poison();
-    const auto shifted = [&](const TensorView& all) {
-      return TensorView{static_cast<char*>(all.data) + dtype_size(dtype), dtype, g.out_channels, per_out};
-    };
-    cpu->convolution_forward(g, x.cpu(), shifted(w.cpu()), nullptr, y.cpu());
-    gpu->convolution_forward(g, x.gpu(), shifted(w.gpu()), nullptr, y.gpu());
-    EXPECT_LE(y.difference(), tolerance(dtype)) << dtype_name(dtype);
-    const std::size_t count = static_cast<std::size_t>(g.out_channels * per_out) + 1;
-    auto dw = array(random_floats(count, 83));
-    auto dy = pair(dtype, rows, g.out_channels * g.output_size());
-    dy.randomize(84);
-    const auto shifted_gradient = [&](float* all) { return TensorView{all + 1, DType::f32, g.out_channels, per_out}; };
-    cpu->convolution_backward_weights(g, x.cpu(), dy.cpu(), shifted_gradient(dw.cpu()), nullptr, true);
-    gpu->convolution_backward_weights(g, x.gpu(), dy.gpu(), shifted_gradient(dw.gpu()), nullptr, true);
-    EXPECT_LE(dw.difference(), gradient_tolerance(dtype)) << dtype_name(dtype);
+  for (SpatialLayout layout : {SpatialLayout::channels_first, SpatialLayout::channels_last})
+    for (DType dtype : gpu_dtypes) {
+      g.layout = layout;
+      auto x = pair(dtype, rows, g.in_channels * g.input_size()),
+           y = pair(dtype, rows, g.out_channels * g.output_size());
+      auto w = pair(dtype, 1, g.out_channels * per_out + 1);
+      x.randomize(81);
+      w.randomize(82, -0.5, 0.5);
+      y.poison();
+      const auto shifted = [&](const TensorView& all) {
+        return TensorView{static_cast<char*>(all.data) + dtype_size(dtype), dtype, g.out_channels, per_out};
+      };
+      cpu->convolution_forward(g, x.cpu(), shifted(w.cpu()), nullptr, y.cpu());
+      gpu->convolution_forward(g, x.gpu(), shifted(w.gpu()), nullptr, y.gpu());
+      EXPECT_LE(y.difference(), tolerance(dtype)) << dtype_name(dtype) << " layout " << static_cast<int>(layout);
+      const std::size_t count = static_cast<std::size_t>(g.out_channels * per_out) + 1;
+      auto dw = array(random_floats(count, 83));
+      auto dy = pair(dtype, rows, g.out_channels * g.output_size());
+      dy.randomize(84);
+      const auto shifted_gradient = [&](float* all) {
+        return TensorView{all + 1, DType::f32, g.out_channels, per_out};
+      };
+      cpu->convolution_backward_weights(g, x.cpu(), dy.cpu(), shifted_gradient(dw.cpu()), nullptr, true);
+      gpu->convolution_backward_weights(g, x.gpu(), dy.gpu(), shifted_gradient(dw.gpu()), nullptr, true);
+      EXPECT_LE(dw.difference(), gradient_tolerance(dtype))
+          << dtype_name(dtype) << " layout " << static_cast<int>(layout);
+    }
+}
+
+// The layout the model runs conv stacks in (channels-last for 16-bit with cuDNN), and the conversion it runs on the
+// way in and at flatten, bit for bit (a permutation).
+TEST_F(CudaVsCpu, SpatialLayoutChoiceAndConversion) {
+  if (!self_check()) {
+    const bool cudnn = gpu->has_spatial_operations();
+    EXPECT_EQ(gpu->preferred_spatial_layout(DType::bf16),
+              cudnn ? SpatialLayout::channels_last : SpatialLayout::channels_first);
+    EXPECT_EQ(gpu->preferred_spatial_layout(DType::f16),
+              cudnn ? SpatialLayout::channels_last : SpatialLayout::channels_first);
+    EXPECT_EQ(gpu->preferred_spatial_layout(DType::f32), SpatialLayout::channels_first);
   }
+  const std::int64_t rows = 5, channels = 6, positions = 7 * 9;
+  for (DType dtype : gpu_dtypes)
+    for (SpatialLayout from : {SpatialLayout::channels_first, SpatialLayout::channels_last}) {
+      auto x = pair(dtype, rows, channels * positions), y = pair(dtype, rows, channels * positions);
+      x.randomize(111);
+      y.poison();
+      cpu->convert_spatial_layout(channels, from, x.cpu(), y.cpu());
+      gpu->convert_spatial_layout(channels, from, x.gpu(), y.gpu());
+      EXPECT_TRUE(y.identical()) << dtype_name(dtype) << " from " << static_cast<int>(from);
+    }
 }
 
 SpatialGeometry pooling(int dimensions, std::array<std::int64_t, 3> input, std::int64_t kernel, std::int64_t stride,
@@ -522,72 +558,77 @@ TEST_F(CudaVsCpu, PoolingForwardAndBackward) {
   global.output = {1, 1, 0};
   const SpatialGeometry geometries[] = {pooling(2, {9, 8, 0}, 3, 2, 1), pooling(3, {4, 4, 6}, 2, 2, 0),
                                         pooling(3, {5, 4, 5}, 3, 2, 1), global};
-  for (const SpatialGeometry& g : geometries)
-    for (PoolingKind kind : {PoolingKind::max, PoolingKind::average})
-      for (DType dtype : gpu_dtypes) {
-        const std::int64_t rows = 4;
-        auto x = pair(dtype, rows, g.in_channels * g.input_size()),
-             dx = pair(dtype, rows, g.in_channels * g.input_size());
-        auto y = pair(dtype, rows, g.out_channels * g.output_size()),
-             dy = pair(dtype, rows, g.out_channels * g.output_size());
-        // Quarter steps: windows hold ties, so the first-maximum rule is exercised.
-        auto values = x.randomize(91, -2.0, 2.0);
-        for (double& value : values) value = std::round(value * 4.0) / 4.0;
-        x.set(values);
-        dy.randomize(92);
-        y.poison();
-        dx.poison();
-        const std::string where = std::to_string(g.dimensions) + "-D kernel " + std::to_string(g.kernel[0]) +
-                                  (kind == PoolingKind::max ? " max " : " average ") + dtype_name(dtype);
-        cpu->pooling_forward(kind, g, x.cpu(), y.cpu());
-        gpu->pooling_forward(kind, g, x.gpu(), y.gpu());
-        cpu->pooling_backward(kind, g, x.cpu(), dy.cpu(), dx.cpu());
-        gpu->pooling_backward(kind, g, x.gpu(), dy.gpu(), dx.gpu());
-        if (kind == PoolingKind::max) {  // a choice and the same additions in the same order: bit for bit
-          EXPECT_TRUE(y.identical()) << where;
-          EXPECT_TRUE(dx.identical()) << where;
-        } else {
-          EXPECT_LE(y.difference(), tolerance(dtype)) << where;
-          EXPECT_LE(dx.difference(), tolerance(dtype)) << where;
+  for (SpatialGeometry g : geometries)
+    for (SpatialLayout layout : {SpatialLayout::channels_first, SpatialLayout::channels_last})
+      for (PoolingKind kind : {PoolingKind::max, PoolingKind::average})
+        for (DType dtype : gpu_dtypes) {
+          g.layout = layout;
+          const std::int64_t rows = 4;
+          auto x = pair(dtype, rows, g.in_channels * g.input_size()),
+               dx = pair(dtype, rows, g.in_channels * g.input_size());
+          auto y = pair(dtype, rows, g.out_channels * g.output_size()),
+               dy = pair(dtype, rows, g.out_channels * g.output_size());
+          // Quarter steps: windows hold ties, so the first-maximum rule is exercised.
+          auto values = x.randomize(91, -2.0, 2.0);
+          for (double& value : values) value = std::round(value * 4.0) / 4.0;
+          x.set(values);
+          dy.randomize(92);
+          y.poison();
+          dx.poison();
+          const std::string where = std::to_string(g.dimensions) + "-D kernel " + std::to_string(g.kernel[0]) +
+                                    (kind == PoolingKind::max ? " max " : " average ") + dtype_name(dtype) +
+                                    (layout == SpatialLayout::channels_last ? " channels-last" : "");
+          cpu->pooling_forward(kind, g, x.cpu(), y.cpu());
+          gpu->pooling_forward(kind, g, x.gpu(), y.gpu());
+          cpu->pooling_backward(kind, g, x.cpu(), dy.cpu(), dx.cpu());
+          gpu->pooling_backward(kind, g, x.gpu(), dy.gpu(), dx.gpu());
+          if (kind == PoolingKind::max) {  // a choice and the same additions in the same order: bit for bit
+            EXPECT_TRUE(y.identical()) << where;
+            EXPECT_TRUE(dx.identical()) << where;
+          } else {
+            EXPECT_LE(y.difference(), tolerance(dtype)) << where;
+            EXPECT_LE(dx.difference(), tolerance(dtype)) << where;
+          }
         }
-      }
 }
 
 TEST_F(CudaVsCpu, GroupnormForwardAndBackward) {
   const std::int64_t rows = 5, channels = 8, spatial = 37;
-  for (DType dtype : gpu_dtypes)
-    for (std::int64_t groups : {1, 4, 8})
-      for (bool accumulate : {false, true}) {
-        const std::int64_t cols = channels * spatial;
-        auto x = pair(dtype, rows, cols), y = pair(dtype, rows, cols), dy = pair(dtype, rows, cols),
-             dx = pair(dtype, rows, cols);
-        x.randomize(101, -2.0, 3.0);
-        dy.randomize(102);
-        y.poison();
-        dx.poison();
-        const auto c = static_cast<std::size_t>(channels), blocks = static_cast<std::size_t>(rows * groups);
-        auto gamma = array(random_floats(c, 103, 0.5, 1.5));
-        auto beta = array(random_floats(c, 104));
-        auto mean = array(std::vector<float>(blocks, nan_float));
-        auto rstd = array(std::vector<float>(blocks, nan_float));
-        auto dgamma = array(accumulate ? random_floats(c, 105) : std::vector<float>(c, nan_float));
-        auto dbeta = array(accumulate ? random_floats(c, 106) : std::vector<float>(c, nan_float));
-        const std::string where = std::string(dtype_name(dtype)) + " groups " + std::to_string(groups);
-        cpu->groupnorm_forward(channels, groups, SpatialLayout::channels_first, x.cpu(), gamma.cpu(), beta.cpu(), 1e-5f,
-                               y.cpu(), mean.cpu(), rstd.cpu());
-        gpu->groupnorm_forward(channels, groups, SpatialLayout::channels_first, x.gpu(), gamma.gpu(), beta.gpu(), 1e-5f,
-                               y.gpu(), mean.gpu(), rstd.gpu());
-        EXPECT_LE(y.difference(), tolerance(dtype)) << where;
-        EXPECT_LE(mean.difference(), 1e-5) << where;
-        EXPECT_LE(rstd.difference(), 1e-5) << where;
-        cpu->groupnorm_backward(channels, groups, SpatialLayout::channels_first, x.cpu(), dy.cpu(), gamma.cpu(),
-                                mean.cpu(), rstd.cpu(), dx.cpu(), dgamma.cpu(), dbeta.cpu(), accumulate);
-        gpu->groupnorm_backward(channels, groups, SpatialLayout::channels_first, x.gpu(), dy.gpu(), gamma.gpu(),
-                                mean.gpu(), rstd.gpu(), dx.gpu(), dgamma.gpu(), dbeta.gpu(), accumulate);
-        EXPECT_LE(dx.difference(), tolerance(dtype)) << where;
-        EXPECT_LE(dgamma.difference(), 1e-5) << where;
-        EXPECT_LE(dbeta.difference(), 1e-5) << where;
-      }
+  for (SpatialLayout layout : {SpatialLayout::channels_first, SpatialLayout::channels_last})
+    for (DType dtype : gpu_dtypes)
+      for (std::int64_t groups : {1, 4, 8})
+        for (bool accumulate : {false, true}) {
+          const std::int64_t cols = channels * spatial;
+          auto x = pair(dtype, rows, cols), y = pair(dtype, rows, cols), dy = pair(dtype, rows, cols),
+               dx = pair(dtype, rows, cols);
+          x.randomize(101, -2.0, 3.0);
+          dy.randomize(102);
+          y.poison();
+          dx.poison();
+          const auto c = static_cast<std::size_t>(channels), blocks = static_cast<std::size_t>(rows * groups);
+          auto gamma = array(random_floats(c, 103, 0.5, 1.5));
+          auto beta = array(random_floats(c, 104));
+          auto mean = array(std::vector<float>(blocks, nan_float));
+          auto rstd = array(std::vector<float>(blocks, nan_float));
+          auto dgamma = array(accumulate ? random_floats(c, 105) : std::vector<float>(c, nan_float));
+          auto dbeta = array(accumulate ? random_floats(c, 106) : std::vector<float>(c, nan_float));
+          const std::string where = std::string(dtype_name(dtype)) + " groups " + std::to_string(groups) +
+                                    (layout == SpatialLayout::channels_last ? " channels-last" : "");
+          cpu->groupnorm_forward(channels, groups, layout, x.cpu(), gamma.cpu(), beta.cpu(), 1e-5f, y.cpu(), mean.cpu(),
+                                 rstd.cpu());
+          gpu->groupnorm_forward(channels, groups, layout, x.gpu(), gamma.gpu(), beta.gpu(), 1e-5f, y.gpu(), mean.gpu(),
+                                 rstd.gpu());
+          EXPECT_LE(y.difference(), tolerance(dtype)) << where;
+          EXPECT_LE(mean.difference(), 1e-5) << where;
+          EXPECT_LE(rstd.difference(), 1e-5) << where;
+          cpu->groupnorm_backward(channels, groups, layout, x.cpu(), dy.cpu(), gamma.cpu(), mean.cpu(), rstd.cpu(),
+                                  dx.cpu(), dgamma.cpu(), dbeta.cpu(), accumulate);
+          gpu->groupnorm_backward(channels, groups, layout, x.gpu(), dy.gpu(), gamma.gpu(), mean.gpu(), rstd.gpu(),
+                                  dx.gpu(), dgamma.gpu(), dbeta.gpu(), accumulate);
+          EXPECT_LE(dx.difference(), tolerance(dtype)) << where;
+          EXPECT_LE(dgamma.difference(), 1e-5) << where;
+          EXPECT_LE(dbeta.difference(), 1e-5) << where;
+        }
 }
 
 TEST_F(CudaVsCpu, Fp64IsRefusedClearly) {

@@ -1,13 +1,16 @@
 // The CUDA backend's paths beyond the per-kernel comparisons of cuda_kernels_test.cpp (issue 15): one large shape per
 // kernel (>= 70,000 rows or >= 4,096 columns: the two-pass and segmented reductions, 32-bit index arithmetic), the
-// bias gradient folded into the weight-gradient product, linear + relu folded into the forward product, batch uploads
+// bias gradient folded into the weight-gradient product, linear + relu / gelu(tanh) folded into the forward product
+// and their backward into the next layer's input-gradient product, batch uploads
 // on the copy stream, graph slots and scratch that grows after a capture, step bookkeeping replayed by a graph, phase
 // timing on events, TF32. Against the CPU backend with the tolerances of cuda_kernels_test; skips (77) without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "cuda_test_support.hpp"
@@ -177,6 +180,7 @@ TEST_F(CudaPaths, LargeGemmAndFusedBiasGradient) {
 TEST_F(CudaPaths, LinearWithReluFoldedIntoTheProduct) {
   EXPECT_TRUE(gpu->fuses_linear_activation(Activation::relu) || self_check());
   EXPECT_FALSE(gpu->fuses_linear_activation(Activation::gelu)) << "cuBLASLt's GELU is the tanh approximation";
+  EXPECT_TRUE(gpu->fuses_linear_activation(Activation::gelu_tanh) || self_check());
   struct Shape {
     std::int64_t rows, in, out;
   };
@@ -206,6 +210,77 @@ TEST_F(CudaPaths, LinearWithReluFoldedIntoTheProduct) {
         EXPECT_LE(y.difference(), tolerance(dtype))
             << dtype_name(dtype) << " " << shape.rows << "x" << shape.in << "->" << shape.out << " bias " << with_bias;
       }
+}
+
+// Issue 15, item 9: linear + relu and linear + gelu(tanh) pairs forward (RELU_AUX[_BIAS] writing the mask, GELU_AUX
+// [_BIAS] writing the gelu input into `pre`) and the activation's backward folded into the next linear layer's
+// input-gradient product (DRELU, DGELU reading them), against the CPU's composed operations. Widths that take each
+// path: 256 (mask / aux), 129 (relu mask with a padded leading dimension; gelu composed: not a multiple of 8), 8 and 4
+// (relu's mask fits only for some dtypes: otherwise RELU_BIAS and relu's backward on its output). NaN rows: a NaN
+// input row stays NaN through the forward, a NaN row of dy leaves NaN in its dx row (the CPU's 0 * NaN makes all of
+// it NaN; DRELU may write 0 where the mask is 0, so at least one NaN is required, not all).
+TEST_F(CudaPaths, LinearActivationPairsForwardAndBackwardFoldedIntoTheProducts) {
+  struct Shape {
+    std::int64_t rows, in, width, next;
+  };
+  for (const Activation kind : {Activation::relu, Activation::gelu_tanh})
+    for (const Shape shape : {Shape{1000, 64, 256, 128}, Shape{333, 37, 129, 40}, Shape{500, 16, 8, 24},
+                              Shape{500, 16, 4, 24}, Shape{many_rows, 64, 512, 64}})
+      for (DType dtype : gpu_dtypes)
+        for (bool with_bias : {true, false}) {
+          // The large shape once per activation (bf16, bias): its CPU reference dominates the run time.
+          if (shape.rows == many_rows && (dtype != DType::bf16 || !with_bias)) continue;
+          const std::string what = std::string(kind == Activation::relu ? "relu " : "gelu(tanh) ") + dtype_name(dtype) +
+                                   " " + std::to_string(shape.rows) + "x" + std::to_string(shape.in) + "->" +
+                                   std::to_string(shape.width) + "->" + std::to_string(shape.next) +
+                                   (with_bias ? " bias" : "");
+          auto x = pair(dtype, shape.rows, shape.in), w = pair(dtype, shape.width, shape.in);
+          auto w_next = pair(dtype, shape.next, shape.width), dy = pair(dtype, shape.rows, shape.next);
+          auto pre = pair(dtype, shape.rows, shape.width), y = pair(dtype, shape.rows, shape.width);
+          auto dx = pair(dtype, shape.rows, shape.width);
+          std::vector<double> inputs = x.randomize(30);
+          for (std::int64_t k = 0; k < shape.in; ++k) inputs[static_cast<std::size_t>(7 * shape.in + k)] = NAN;
+          x.set(inputs);
+          w.randomize(31);
+          w_next.randomize(32);
+          std::vector<double> gradients = dy.randomize(33);
+          for (std::int64_t k = 0; k < shape.next; ++k) gradients[static_cast<std::size_t>(9 * shape.next + k)] = NAN;
+          dy.set(gradients);
+          pre.poison();
+          y.poison();
+          dx.poison();
+          auto bias = array(random_floats(static_cast<std::size_t>(shape.width), 34));
+          const void* cpu_bias = with_bias ? bias.cpu() : nullptr;
+          const void* gpu_bias = with_bias ? bias.gpu() : nullptr;
+          const auto both = [&] {
+            cpu->linear_activation_forward(x.cpu(), w.cpu(), cpu_bias, kind, 0.0f, pre.cpu(), y.cpu());
+            gpu->linear_activation_forward(x.gpu(), w.gpu(), gpu_bias, kind, 0.0f, pre.gpu(), y.gpu());
+            cpu->linear_activation_backward(dy.cpu(), w_next.cpu(), kind, 0.0f, pre.cpu(), y.cpu(), dx.cpu());
+            gpu->linear_activation_backward(dy.gpu(), w_next.gpu(), kind, 0.0f, pre.gpu(), y.gpu(), dx.gpu());
+          };
+          both();
+          const auto forward_row = static_cast<std::size_t>(7 * shape.width);
+          for (double value : y.gpu_values(forward_row, forward_row + static_cast<std::size_t>(shape.width)))
+            ASSERT_TRUE(std::isnan(value)) << what << ": the NaN input row lost its NaN: " << value;
+          const auto backward_row = static_cast<std::size_t>(9 * shape.width);
+          const auto row = dx.gpu_values(backward_row, backward_row + static_cast<std::size_t>(shape.width));
+          EXPECT_TRUE(std::any_of(row.begin(), row.end(), [](double value) { return std::isnan(value); }))
+              << what << ": the NaN row of dy left no NaN in dx";
+          // The comparison without the NaN rows: the same finite values on both sides, outputs poisoned again.
+          x.randomize(30);
+          dy.randomize(33);
+          pre.poison();
+          y.poison();
+          dx.poison();
+          both();
+          // cuBLASLt's GELU may evaluate tanh with the hardware approximation (about 2^-11 relative): fp32 gets
+          // 5e-4 there, still far below what a wrong derivative or a misread aux gives.
+          const double bound = kind == Activation::gelu_tanh ? std::max(tolerance(dtype), 5e-4) : tolerance(dtype);
+          EXPECT_LE(y.difference(), bound) << what;
+          // gelu's pre-activation is its input (the aux, or the composed product); relu's may hold the mask.
+          if (kind == Activation::gelu_tanh) EXPECT_LE(pre.difference(), tolerance(dtype)) << what;
+          EXPECT_LE(dx.difference(), 2 * bound) << what;
+        }
 }
 
 TEST_F(CudaPaths, LargeGroupnormAndPooling) {
@@ -268,22 +343,25 @@ TEST_F(CudaPaths, MaxPoolingWithKeptArgmaxEqualsTheCpu) {
   g.padding = {1, 1};
   g.dilation = {1, 1};
   g.output = {17, 15};
-  for (DType dtype : gpu_dtypes) {
-    const std::int64_t rows = 5, in_cols = 3 * 33 * 30, out_cols = 3 * 17 * 15;
-    auto x = pair(dtype, rows, in_cols), y = pair(dtype, rows, out_cols), dx = pair(dtype, rows, in_cols);
-    auto values = random_values(static_cast<std::size_t>(rows * in_cols), 31, -4.0, 4.0);
-    for (double& value : values) value = std::round(value);
-    x.set(values);
-    y.poison();
-    dx.poison();
-    auto argmax = array(std::vector<std::int32_t>(static_cast<std::size_t>(rows * out_cols), -7));
-    cpu->max_pooling_forward(g, x.cpu(), y.cpu(), argmax.cpu());
-    gpu->max_pooling_forward(g, x.gpu(), y.gpu(), argmax.gpu());
-    EXPECT_TRUE(y.identical()) << dtype_name(dtype);
-    cpu->max_pooling_backward(g, x.cpu(), y.cpu(), argmax.cpu(), dx.cpu());
-    gpu->max_pooling_backward(g, x.gpu(), y.gpu(), argmax.gpu(), dx.gpu());
-    EXPECT_TRUE(dx.identical()) << dtype_name(dtype);
-  }
+  // Both layouts: 16-bit conv stacks run channels-last (issue 15, item 11).
+  for (SpatialLayout layout : {SpatialLayout::channels_first, SpatialLayout::channels_last})
+    for (DType dtype : gpu_dtypes) {
+      g.layout = layout;
+      const std::int64_t rows = 5, in_cols = 3 * 33 * 30, out_cols = 3 * 17 * 15;
+      auto x = pair(dtype, rows, in_cols), y = pair(dtype, rows, out_cols), dx = pair(dtype, rows, in_cols);
+      auto values = random_values(static_cast<std::size_t>(rows * in_cols), 31, -4.0, 4.0);
+      for (double& value : values) value = std::round(value);
+      x.set(values);
+      y.poison();
+      dx.poison();
+      auto argmax = array(std::vector<std::int32_t>(static_cast<std::size_t>(rows * out_cols), -7));
+      cpu->max_pooling_forward(g, x.cpu(), y.cpu(), argmax.cpu());
+      gpu->max_pooling_forward(g, x.gpu(), y.gpu(), argmax.gpu());
+      EXPECT_TRUE(y.identical()) << dtype_name(dtype) << " layout " << static_cast<int>(layout);
+      cpu->max_pooling_backward(g, x.cpu(), y.cpu(), argmax.cpu(), dx.cpu());
+      gpu->max_pooling_backward(g, x.gpu(), y.gpu(), argmax.gpu(), dx.gpu());
+      EXPECT_TRUE(dx.identical()) << dtype_name(dtype) << " layout " << static_cast<int>(layout);
+    }
 }
 
 TEST_F(CudaMachinery, DeviceIdentityAndLayout) {

@@ -2,7 +2,8 @@
 // grow-only scratch that retires instead of freeing (a captured graph may still point at it), the polling host wait
 // that lets NCCL errors through, cuDNN's algorithm choice under a workspace cap, the shape-only reduction plans,
 // the 32-bit division by a fixed divisor the kernels use, the communicator's teardown rule, and the shared-GPU
-// decision by device UUID, and which activation the forward product folds in.
+// decision by device UUID, which activation the linear products fold in (and the aux they leave), and the
+// convolutions' formats (channels-last for 16-bit models, descriptor strides, the fused bias's algorithm).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -10,10 +11,12 @@
 #include <map>
 #include <random>
 #include <stdexcept>
+#include <tuple>
 #include <vector>
 
 #include "hpctrain/dist/gradient_allreduce.hpp"
 #include "hpctrain/kernels/cuda/algorithm_choice.hpp"
+#include "hpctrain/kernels/cuda/convolution_layout.hpp"
 #include "hpctrain/kernels/cuda/host_wait.hpp"
 #include "hpctrain/kernels/cuda/launch_plan.hpp"
 #include "hpctrain/kernels/cuda/linear_epilogue.hpp"
@@ -219,15 +222,45 @@ DeviceUuid uuid(unsigned char tag) {
   return id;
 }
 
-// ---- item 9: which activation goes into the forward product's epilogue ----
-TEST(LinearEpilogue, OnlyReluIsFoldedAndTheExactGeluIsNot) {
-  EXPECT_EQ(cuda::linear_epilogue(Activation::relu, true), cuda::LinearEpilogue::relu_bias);
-  EXPECT_EQ(cuda::linear_epilogue(Activation::relu, false), cuda::LinearEpilogue::relu);
-  for (bool bias : {true, false})
-    for (Activation kind : {Activation::gelu, Activation::gelu_tanh, Activation::tanh, Activation::leaky_relu})
-      EXPECT_EQ(cuda::linear_epilogue(kind, bias), cuda::LinearEpilogue::none) << static_cast<int>(kind);
-  // Why relu only: its backward may read the output instead of the unwritten pre-activation, bit for bit, NaN and -0
-  // included; GELU's derivative (and leaky_relu's with alpha <= 0) cannot be recovered from the output.
+// ---- item 9: which activation goes into the products' epilogues, and what the forward leaves for the backward ----
+TEST(LinearEpilogue, ReluAndTanhGeluAreFoldedAndTheExactGeluIsNot) {
+  using cuda::LinearEpilogue;
+  EXPECT_TRUE(cuda::folds_activation(Activation::relu));
+  EXPECT_TRUE(cuda::folds_activation(Activation::gelu_tanh));
+  for (Activation kind : {Activation::gelu, Activation::tanh, Activation::leaky_relu}) {
+    EXPECT_FALSE(cuda::folds_activation(kind)) << static_cast<int>(kind);
+    for (bool bias : {true, false})
+      for (std::int64_t width : {1, 8, 256, 1000})
+        EXPECT_EQ(cuda::linear_epilogue(kind, bias, width, 2).epilogue, LinearEpilogue::none) << static_cast<int>(kind);
+  }
+  // relu: the mask when a row of bits (a multiple of 128) fits in a row of the pre-activation buffer.
+  const auto wide = cuda::linear_epilogue(Activation::relu, true, 256, 2);
+  EXPECT_EQ(wide.epilogue, LinearEpilogue::relu_aux_bias);
+  EXPECT_EQ(wide.aux_ld, 256);
+  EXPECT_EQ(wide.aux_bytes_per_row, 32u);
+  const auto odd = cuda::linear_epilogue(Activation::relu, false, 129, 2);
+  EXPECT_EQ(odd.epilogue, LinearEpilogue::relu_aux);
+  EXPECT_EQ(odd.aux_ld, 256);  // cuBLASLt: divisible by 128, >= the rows of its output
+  EXPECT_EQ(odd.aux_bytes_per_row, 32u);
+  for (const auto& [width, bytes, masked] : std::vector<std::tuple<std::int64_t, std::size_t, bool>>{
+           {8, 2, true}, {7, 2, false}, {4, 4, true}, {3, 4, false}, {1, 2, false}, {127, 2, true}}) {
+    const auto choice = cuda::linear_epilogue(Activation::relu, true, width, bytes);
+    EXPECT_EQ(choice.epilogue, masked ? LinearEpilogue::relu_aux_bias : LinearEpilogue::relu_bias) << width;
+    EXPECT_LE(choice.aux_bytes_per_row, static_cast<std::size_t>(width) * bytes) << width;
+    EXPECT_EQ(cuda::activation_gradient_epilogue(choice.epilogue),
+              masked ? cuda::ActivationGradientEpilogue::drelu : cuda::ActivationGradientEpilogue::none);
+  }
+  // gelu(tanh): its input as aux, in the pre-activation's own layout, when the width is a multiple of 8.
+  const auto gelu = cuda::linear_epilogue(Activation::gelu_tanh, true, 64, 2);
+  EXPECT_EQ(gelu.epilogue, LinearEpilogue::gelu_aux_bias);
+  EXPECT_EQ(gelu.aux_ld, 64);
+  EXPECT_EQ(gelu.aux_bytes_per_row, 128u);
+  EXPECT_EQ(cuda::activation_gradient_epilogue(gelu.epilogue), cuda::ActivationGradientEpilogue::dgelu);
+  EXPECT_EQ(cuda::linear_epilogue(Activation::gelu_tanh, false, 64, 4).epilogue, LinearEpilogue::gelu_aux);
+  EXPECT_EQ(cuda::linear_epilogue(Activation::gelu_tanh, true, 60, 4).epilogue, LinearEpilogue::none);
+  EXPECT_EQ(cuda::linear_epilogue(Activation::relu, true, 0, 4).epilogue, LinearEpilogue::none);
+  // Why relu may skip the mask: its backward may read the output instead of the pre-activation, bit for bit, NaN
+  // and -0 included; GELU's derivative (and leaky_relu's with alpha <= 0) cannot be recovered from the output.
   for (float x : {-2.0f, -0.0f, 0.0f, 1e-30f, 3.0f, std::numeric_limits<float>::quiet_NaN()})
     EXPECT_EQ(kernel_math::relu_derivative(x), kernel_math::relu_derivative(kernel_math::relu(x))) << x;
   EXPECT_NE(kernel_math::gelu_derivative(-0.5), kernel_math::gelu_derivative(kernel_math::gelu(-0.5)));
@@ -244,6 +277,66 @@ TEST(SharedDevice, DecidedByUuidsNotByCounting) {
   EXPECT_TRUE(ranks_share_a_device({uuid(9), uuid(9)}));
   EXPECT_FALSE(ranks_share_a_device({uuid(9)}));
   EXPECT_FALSE(ranks_share_a_device({}));
+}
+
+// ---- item 11: 16-bit convolutions channels-last, their descriptors, the fused bias's algorithm ----
+TEST(ConvolutionLayout, SixteenBitModelsRunChannelsLastAndFp32KeepsChannelsFirst) {
+  EXPECT_EQ(cuda::convolution_layout(DType::bf16), SpatialLayout::channels_last);
+  EXPECT_EQ(cuda::convolution_layout(DType::f16), SpatialLayout::channels_last);
+  EXPECT_EQ(cuda::convolution_layout(DType::f32), SpatialLayout::channels_first);
+  EXPECT_TRUE(cuda::mixed_weight_gradient(DType::bf16));
+  EXPECT_TRUE(cuda::mixed_weight_gradient(DType::f16));
+  EXPECT_FALSE(cuda::mixed_weight_gradient(DType::f32));
+}
+
+// The strides name where element (n, c, d, h, w) lives: checked against the layouts' index formulas.
+TEST(ConvolutionLayout, DescriptorStridesAddressBothLayouts) {
+  const std::int64_t channels = 3;
+  for (int dimensions : {2, 3}) {
+    const std::array<std::int64_t, 3> spatial{4, 5, dimensions == 3 ? 6 : 1};
+    const std::int64_t positions = spatial[0] * spatial[1] * spatial[2];
+    for (SpatialLayout layout : {SpatialLayout::channels_first, SpatialLayout::channels_last}) {
+      const auto strides = cuda::tensor_strides(layout, channels, spatial, dimensions);
+      for (std::int64_t n = 0; n < 2; ++n)
+        for (std::int64_t c = 0; c < channels; ++c)
+          for (std::int64_t p = 0; p < positions; ++p) {
+            std::int64_t position[3] = {p / (spatial[1] * spatial[2]), p / spatial[2] % spatial[1], p % spatial[2]};
+            if (dimensions == 2) position[0] = p / spatial[1], position[1] = p % spatial[1];
+            std::int64_t offset = n * strides[0] + c * strides[1];
+            for (int axis = 0; axis < dimensions; ++axis)
+              offset += position[axis] * strides[static_cast<std::size_t>(2 + axis)];
+            const std::int64_t want = layout == SpatialLayout::channels_first ? (n * channels + c) * positions + p
+                                                                              : (n * positions + p) * channels + c;
+            ASSERT_EQ(offset, want) << dimensions << "-D " << (layout == SpatialLayout::channels_last ? "NHWC" : "NCHW")
+                                    << " n " << n << " c " << c << " p " << p;
+          }
+    }
+  }
+}
+
+TEST(ConvolutionLayout, TheFusedBiasTakesItsAlgorithmOnlyWhenItIsUsable) {
+  constexpr int precomp = 1, other = 6;  // made-up enum values
+  const std::size_t cap = 64u << 20;
+  const std::vector<cuda::AlgorithmCandidate> offered{{other, true, true, true, 0}, {precomp, true, true, true, 1024}};
+  EXPECT_EQ(cuda::choose_algorithm(offered, cap).index, 0);
+  EXPECT_EQ(cuda::choose_algorithm(offered, cap, precomp).index, 1);
+  const std::vector<cuda::AlgorithmCandidate> too_big{{other, true, true, true, 0},
+                                                      {precomp, true, true, true, cap + 1}};
+  EXPECT_EQ(cuda::choose_algorithm(too_big, cap, precomp).index, -1);
+  const std::vector<cuda::AlgorithmCandidate> absent{{other, true, true, true, 0}};
+  EXPECT_EQ(cuda::choose_algorithm(absent, cap, precomp).index, -1);
+  // The preference gives up nothing: not determinism.
+  const auto taken = cuda::choose_algorithm_preferring(offered, cap, precomp);
+  EXPECT_TRUE(taken.preferred_taken);
+  EXPECT_EQ(taken.choice.index, 1);
+  const std::vector<cuda::AlgorithmCandidate> racy{{other, true, true, true, 0}, {precomp, true, true, false, 0}};
+  const auto kept = cuda::choose_algorithm_preferring(racy, cap, precomp);
+  EXPECT_FALSE(kept.preferred_taken);
+  EXPECT_EQ(kept.choice.index, 0);
+  EXPECT_TRUE(kept.choice.deterministic);
+  const std::vector<cuda::AlgorithmCandidate> all_racy{{other, true, true, false, 0}, {precomp, true, true, false, 0}};
+  EXPECT_TRUE(cuda::choose_algorithm_preferring(all_racy, cap, precomp).preferred_taken);
+  EXPECT_FALSE(cuda::choose_algorithm_preferring(too_big, cap, precomp).preferred_taken);
 }
 
 }  // namespace

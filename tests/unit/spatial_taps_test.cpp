@@ -77,6 +77,43 @@ void check(Backend& cpu, const SpatialGeometry& g, PoolingKind kind, const std::
   EXPECT_EQ(bits(dx_element), bits(dx_cpu)) << where;
 }
 
+// Channels-last rows (the CUDA backend's 16-bit conv stacks): the same functions with the channel count as stride,
+// pointed at a channel's first element, against the CPU backend's channels-last loops.
+template <class T>
+void check_channels_last(Backend& cpu, SpatialGeometry g, PoolingKind kind, const std::string& where) {
+  g.layout = SpatialLayout::channels_last;
+  const std::int64_t rows = 3, channels = g.in_channels, in_size = g.input_size(), out_size = g.output_size();
+  const auto x = values<T>(static_cast<std::size_t>(rows * channels * in_size), 13, true);
+  const auto dy = values<T>(static_cast<std::size_t>(rows * channels * out_size), 17, false);
+  std::vector<T> y_cpu(dy.size()), dx_cpu(x.size()), y_element(dy.size()), dx_element(x.size());
+  const DType type = dtype_of<T>();
+  const TensorView xv{const_cast<T*>(x.data()), type, rows, channels * in_size};
+  const TensorView dyv{const_cast<T*>(dy.data()), type, rows, channels * out_size};
+  cpu.pooling_forward(kind, g, xv, {y_cpu.data(), type, rows, channels * out_size});
+  cpu.pooling_backward(kind, g, xv, dyv, {dx_cpu.data(), type, rows, channels * in_size});
+  const spatial::Box b = spatial::box_of(g);
+  const bool max_pooling = kind == PoolingKind::max;
+  for (std::int64_t n = 0; n < rows; ++n)
+    for (std::int64_t c = 0; c < channels; ++c) {
+      const T* in = x.data() + n * in_size * channels + c;
+      const T* gradient = dy.data() + n * out_size * channels + c;
+      for (std::int64_t o = 0; o < out_size; ++o)
+        y_element[static_cast<std::size_t>((n * out_size + o) * channels + c)] = spatial::pooling_output_at(
+            max_pooling, b, in, o / (b.out[2] * b.out[1]), o / b.out[2] % b.out[1], o % b.out[2], channels);
+      for (std::int64_t i = 0; i < in_size; ++i) {
+        const std::int64_t position[3] = {i / (b.in[2] * b.in[1]), i / b.in[2] % b.in[1], i % b.in[2]};
+        dx_element[static_cast<std::size_t>((n * in_size + i) * channels + c)] = spatial::pooling_input_gradient_at(
+            max_pooling, b, gradient, i, position,
+            [&](std::int64_t od, std::int64_t oh, std::int64_t ow) {
+              return spatial::window_argmax(b, in, od, oh, ow, channels);
+            },
+            channels);
+      }
+    }
+  EXPECT_EQ(bits(y_element), bits(y_cpu)) << where << " channels-last";
+  EXPECT_EQ(bits(dx_element), bits(dx_cpu)) << where << " channels-last";
+}
+
 TEST(SpatialTaps, PoolingElementsEqualTheCpuLoopsBitForBit) {
   const auto cpu = make_cpu_backend();
   const SpatialGeometry geometries[] = {
@@ -88,6 +125,8 @@ TEST(SpatialTaps, PoolingElementsEqualTheCpuLoopsBitForBit) {
       const std::string where = test_support::describe(g) + (kind == PoolingKind::max ? " max" : " average");
       check<float>(*cpu, g, kind, where + " f32");
       check<bf16>(*cpu, g, kind, where + " bf16");
+      check_channels_last<float>(*cpu, g, kind, where + " f32");
+      check_channels_last<bf16>(*cpu, g, kind, where + " bf16");
     }
 }
 

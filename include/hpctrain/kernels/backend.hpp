@@ -220,8 +220,11 @@ class Backend {
   virtual void groupnorm_backward(std::int64_t channels, std::int64_t groups, SpatialLayout layout, const TensorView& x,
                                   const TensorView& dy, const void* gamma, const void* mean, const void* rstd,
                                   const TensorView& dx, void* dgamma, void* dbeta, bool accumulate);
-  // The layout this backend's spatial operations run fastest on (the model converts to it when it builds a conv stack).
-  [[nodiscard]] virtual SpatialLayout preferred_spatial_layout() const { return SpatialLayout::channels_first; }
+  // The layout this backend's spatial operations run fastest on for activations of `dtype` (the model converts to it
+  // when it builds a conv stack). CUDA: channels-last for 16-bit activations (cuDNN's tensor-core layout).
+  [[nodiscard]] virtual SpatialLayout preferred_spatial_layout(DType /*activations*/) const {
+    return SpatialLayout::channels_first;
+  }
   // Rows of `channels` channels of x.cols / channels elements each, from layout `from` into the other layout: a
   // transpose of each row between (C, S) and (S, C). y must not alias x.
   virtual void convert_spatial_layout(std::int64_t channels, SpatialLayout from, const TensorView& x,
@@ -346,14 +349,21 @@ class Backend {
   // gradients. CUDA folds the bias gradient into the product's epilogue (CUBLASLT_EPILOGUE_BGRADB).
   virtual void linear_weight_gradient(const TensorView& dy, const TensorView& x, const TensorView& dweight, void* dbias,
                                       bool accumulate);
-  // Whether linear_activation_forward folds `kind` into the product (CUDA: relu, see cuda/linear_epilogue.hpp). Then
-  // the pre-activation is not written and the model runs the activation's backward on its output. The CPU: never.
+  // Whether linear_activation_forward folds `kind` into the product (CUDA: relu and gelu_tanh, see
+  // cuda/linear_epilogue.hpp). Then a relu's pre-activation may hold something else (the model runs relu's backward
+  // on its output), any other activation's pre-activation is written. The CPU: never.
   [[nodiscard]] virtual bool fuses_linear_activation(Activation /*kind*/) const { return false; }
   // y = f(x weight^T + bias) (weight (out, in), bias in master dtype or null): a linear layer and the activation
   // after it. The default composes gemm into `pre` and activation_forward from it; a backend that fuses `kind` may
-  // leave `pre` unwritten.
+  // leave in `pre` what its linear_activation_backward reads instead.
   virtual void linear_activation_forward(const TensorView& x, const TensorView& weight, const void* bias,
                                          Activation kind, float alpha, const TensorView& pre, const TensorView& y);
+  // dx = f'(pre) * (dy weight) (weight (out, in), dx overwritten): the input gradient of a linear layer whose input
+  // y = f(pre) came from linear_activation_forward (pre and y as given there), with f's backward. The default
+  // composes gemm and activation_backward (relu on y, the others on pre); CUDA folds f' into the product's epilogue
+  // (DRELU/DGELU) when its forward left the mask or pre-activation for it.
+  virtual void linear_activation_backward(const TensorView& dy, const TensorView& weight, Activation kind, float alpha,
+                                          const TensorView& pre, const TensorView& y, const TensorView& dx);
 
   // ---- step bookkeeping in backend memory (what a captured step replays without the host) ----
   // base + slot * stride <- source, and the reverse, `slot` read from backend memory at run (replay) time;

@@ -87,12 +87,15 @@ HPCTRAIN_HD void for_each_output(const Box& b, Visit visit) {
 
 // The first largest input of a window (a NaN counts as largest, so NaN propagates as in PyTorch); -1 when no tap
 // lands inside the input. Max pooling's forward and its backward (which recomputes it instead of storing indices).
+// stride: elements between neighbouring positions of one channel (1 channels-first; the channel count channels-last,
+// `in` then pointing at the channel's first element); offsets stay in positions.
 template <class T>
-HPCTRAIN_HD std::int64_t window_argmax(const Box& b, const T* in, std::int64_t od, std::int64_t oh, std::int64_t ow) {
+HPCTRAIN_HD std::int64_t window_argmax(const Box& b, const T* in, std::int64_t od, std::int64_t oh, std::int64_t ow,
+                                       std::int64_t stride = 1) {
   std::int64_t best = -1;
   compute_t<T> best_value = 0;
   for_each_tap(b, od, oh, ow, [&](std::int64_t i, std::int64_t) {
-    const auto value = load(in[i]);
+    const auto value = load(in[i * stride]);
     const bool value_is_nan = value != value, best_is_nan = best_value != best_value;
     if (best < 0 || (!best_is_nan && (value > best_value || value_is_nan))) {
       best = i;
@@ -107,14 +110,14 @@ HPCTRAIN_HD std::int64_t window_argmax(const Box& b, const T* in, std::int64_t o
 // kernel size). The CUDA forward kernel runs this per output element.
 template <class T>
 HPCTRAIN_HD T pooling_output_at(bool max_pooling, const Box& b, const T* in, std::int64_t od, std::int64_t oh,
-                                std::int64_t ow) {
+                                std::int64_t ow, std::int64_t stride = 1) {
   using C = compute_t<T>;
   if (max_pooling) {
-    const std::int64_t best = window_argmax(b, in, od, oh, ow);
-    return best >= 0 ? in[best] : store<T>(-std::numeric_limits<C>::infinity());
+    const std::int64_t best = window_argmax(b, in, od, oh, ow, stride);
+    return best >= 0 ? in[best * stride] : store<T>(-std::numeric_limits<C>::infinity());
   }
   C sum = 0;
-  for_each_tap(b, od, oh, ow, [&](std::int64_t i, std::int64_t) { sum += load(in[i]); });
+  for_each_tap(b, od, oh, ow, [&](std::int64_t i, std::int64_t) { sum += load(in[i * stride]); });
   return store<T>(sum / static_cast<C>(b.kernel[0] * b.kernel[1] * b.kernel[2]));
 }
 // The same for output element o of one plane (its position decomposed here; the CUDA kernel passes it decomposed).
@@ -128,9 +131,10 @@ HPCTRAIN_HD T pooling_output(bool max_pooling, const Box& b, const T* in, std::i
 // size), rounded once. The CPU loops scatter every output's gradient in output order, so this gather makes the same
 // additions in the same order; the CUDA backward kernel runs it per input element (no atomics).
 // position: i's (d, h, w) in the plane. winner(od, oh, ow): the input offset a max window chose (its first maximum).
+// stride: as window_argmax's, for the gradient (channels-last: `gradient` points at the channel's first element).
 template <class T, class Winner>
 HPCTRAIN_HD T pooling_input_gradient_at(bool max_pooling, const Box& b, const T* gradient, std::int64_t i,
-                                        const std::int64_t (&position)[3], Winner winner) {
+                                        const std::int64_t (&position)[3], Winner winner, std::int64_t stride = 1) {
   using C = compute_t<T>;
   const C divisor = static_cast<C>(b.kernel[0] * b.kernel[1] * b.kernel[2]);
   // Along an axis, output o reads tap k at o * stride - padding + k * dilation: for each tap k, descending so that o
@@ -150,7 +154,7 @@ HPCTRAIN_HD T pooling_input_gradient_at(bool max_pooling, const Box& b, const T*
       for (std::int64_t kw = b.kernel[2] - 1; kw >= 0; --kw) {
         const std::int64_t ow = output_of(2, kw);
         if (ow < 0) continue;
-        const C upstream = load(gradient[(od * b.out[1] + oh) * b.out[2] + ow]);
+        const C upstream = load(gradient[((od * b.out[1] + oh) * b.out[2] + ow) * stride]);
         if (!max_pooling)
           sum += upstream / divisor;
         else if (winner(od, oh, ow) == i)

@@ -150,6 +150,14 @@ class Layer {
                                  const TensorView& /*y*/, Activation /*kind*/, float /*alpha*/) {
     return false;
   }
+  // Linear: backward with the input gradient multiplied by f' of the activation (kind, alpha) this layer reads, run
+  // by the linear layer before it with forward_activated: pre and activated are that activation's input and output
+  // (Backend::linear_activation_backward). False (nothing done): the layer has no such path.
+  virtual bool backward_activated(const StepContext& /*context*/, const TensorView& /*x*/, const TensorView& /*dy*/,
+                                  const TensorView& /*dx*/, bool /*accumulate*/, Activation /*kind*/, float /*alpha*/,
+                                  const TensorView& /*pre*/, const TensorView& /*activated*/) {
+    return false;
+  }
 
  protected:
   [[nodiscard]] void* master(std::size_t index) const { return offset(binding_.master, binding_.master_dtype, index); }

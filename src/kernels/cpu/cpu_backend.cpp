@@ -420,7 +420,9 @@ class CpuBackend final : public Backend {
   }
   // oneDNN's convolutions read channels-last activations directly at their best speed (and channels-first ones only
   // through a reorder per call, or its slower gemm-based kernels).
-  [[nodiscard]] SpatialLayout preferred_spatial_layout() const override { return preferred_layout_; }
+  [[nodiscard]] SpatialLayout preferred_spatial_layout(DType /*activations*/) const override {
+    return preferred_layout_;
+  }
   void convert_spatial_layout(std::int64_t channels, SpatialLayout from, const TensorView& x,
                               const TensorView& y) override {
     cpu::convert_layout(channels, from, x, y);

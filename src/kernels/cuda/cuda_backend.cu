@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cuda_attention.hpp"
@@ -34,6 +35,7 @@
 #include "cuda_spatial.hpp"
 #include "cuda_timeline.hpp"
 #include "hpctrain/kernels/backend.hpp"
+#include "hpctrain/kernels/cuda/convolution_layout.hpp"
 #include "hpctrain/kernels/cuda/cuda_backend.hpp"
 #include "hpctrain/kernels/cuda/cuda_check.hpp"
 #include "hpctrain/kernels/cuda/linear_epilogue.hpp"
@@ -190,19 +192,77 @@ class CudaBackend final : public Backend {
     Backend::linear_weight_gradient(dy, x, dweight, dbias, accumulate);
   }
 
-  // Linear + relu in one product (RELU_BIAS epilogue) into y, the pre-activation left unwritten (the model reads the
-  // relu's derivative from y); misaligned operands or no algorithm: the product into y and relu in place. Other
-  // activations (GELU included: cuBLASLt's is the tanh approximation) compose the two operations.
-  [[nodiscard]] bool fuses_linear_activation(Activation kind) const override {
-    return cuda::linear_epilogue(kind, false) != cuda::LinearEpilogue::none;
-  }
+  // Linear + relu or gelu(tanh) in one product (cuda/linear_epilogue.hpp chooses the epilogue and what it leaves in
+  // `pre`: relu's bit mask, gelu's input, or nothing). Misaligned operands or no algorithm: relu as the product into
+  // y and relu in place (pre unwritten), gelu as the two operations. Which pre buffers hold a mask is remembered for
+  // the backward (host state set in the forward's order, so a captured step replays the same choice).
+  [[nodiscard]] bool fuses_linear_activation(Activation kind) const override { return cuda::folds_activation(kind); }
   void linear_activation_forward(const TensorView& x, const TensorView& weight, const void* bias, Activation kind,
                                  float alpha, const TensorView& pre, const TensorView& y) override {
     if (!fuses_linear_activation(kind)) return Backend::linear_activation_forward(x, weight, bias, kind, alpha, pre, y);
+    check_same_shape(pre, y, "linear_activation_forward");
+    const cuda::EpilogueChoice choice = cuda::linear_epilogue(kind, bias != nullptr, y.cols, dtype_size(y.dtype));
+    folded_aux_.erase(pre.data);
     const void* converted_bias = output_bias(bias, y);
-    if (gemm_->run_with_relu(x, weight, y, converted_bias)) return;
+    if (choice.epilogue != cuda::LinearEpilogue::none) {
+      HPCTRAIN_ASSERT(choice.aux_bytes_per_row * static_cast<std::size_t>(y.rows) <= pre.bytes(),
+                      "linear_activation_forward: the epilogue's aux does not fit in the pre-activation");
+      if (gemm_->run_activated(x, weight, y, converted_bias, gemm_epilogue(choice.epilogue),
+                               choice.aux_ld > 0 ? pre.data : nullptr, choice.aux_ld)) {
+        if (choice.aux_ld > 0) folded_aux_[pre.data] = {choice, y.rows, y.cols};
+        return;
+      }
+      // No algorithm writes relu's mask here: relu in the epilogue without one (its backward then reads y).
+      using E = cuda::CudaGemm::Epilogue;
+      if (kind == Activation::relu && choice.aux_ld > 0 &&
+          gemm_->run_activated(x, weight, y, converted_bias, bias != nullptr ? E::relu_bias : E::relu, nullptr, 0))
+        return;
+    }
+    if (kind != Activation::relu) {
+      gemm_->run(x, false, weight, true, pre, converted_bias, false);
+      cuda::activation_forward(stream_, kind, alpha, pre, y);
+      return;
+    }
     gemm_->run(x, false, weight, true, y, converted_bias, false);
     cuda::activation_forward(stream_, kind, alpha, y, y);
+  }
+  // The activation's derivative in the product's epilogue (DRELU with the forward's mask, DGELU with its input) when
+  // the forward of this pre buffer and shape left one; otherwise the product and the activation's backward kernel.
+  void linear_activation_backward(const TensorView& dy, const TensorView& weight, Activation kind, float alpha,
+                                  const TensorView& pre, const TensorView& y, const TensorView& dx) override {
+    const auto found = folded_aux_.find(pre.data);
+    if (found != folded_aux_.end() && found->second.rows == dx.rows && found->second.cols == dx.cols) {
+      const cuda::ActivationGradientEpilogue epilogue =
+          cuda::activation_gradient_epilogue(found->second.choice.epilogue);
+      const bool matches = (epilogue == cuda::ActivationGradientEpilogue::drelu && kind == Activation::relu) ||
+                           (epilogue == cuda::ActivationGradientEpilogue::dgelu && kind == Activation::gelu_tanh);
+      using E = cuda::CudaGemm::Epilogue;
+      if (matches && gemm_->run_with_activation_gradient(
+                         dy, weight, dx, epilogue == cuda::ActivationGradientEpilogue::drelu ? E::drelu : E::dgelu,
+                         pre.data, found->second.choice.aux_ld))
+        return;
+    }
+    Backend::linear_activation_backward(dy, weight, kind, alpha, pre, y, dx);
+  }
+  static cuda::CudaGemm::Epilogue gemm_epilogue(cuda::LinearEpilogue epilogue) {
+    using E = cuda::CudaGemm::Epilogue;
+    switch (epilogue) {
+      case cuda::LinearEpilogue::relu:
+        return E::relu;
+      case cuda::LinearEpilogue::relu_bias:
+        return E::relu_bias;
+      case cuda::LinearEpilogue::relu_aux:
+        return E::relu_aux;
+      case cuda::LinearEpilogue::relu_aux_bias:
+        return E::relu_aux_bias;
+      case cuda::LinearEpilogue::gelu_aux:
+        return E::gelu_aux;
+      case cuda::LinearEpilogue::gelu_aux_bias:
+        return E::gelu_aux_bias;
+      case cuda::LinearEpilogue::none:
+        break;
+    }
+    return E::none;
   }
 
   // ---- element-wise ----
@@ -254,62 +314,67 @@ class CudaBackend final : public Backend {
   }
 
   // ---- convolutional networks (cuda_convolution.cu: cuDNN; cuda_spatial.cu: own kernels) ----
-  // Channels-first only: preferred_spatial_layout() keeps the default, so models never hand this backend another one.
+  // 16-bit models run their conv stacks channels-last (cuda/convolution_layout.hpp), fp32 ones channels-first; every
+  // spatial operation takes both layouts.
+  [[nodiscard]] SpatialLayout preferred_spatial_layout(DType activations) const override {
+    return cuda::have_convolutions() ? cuda::convolution_layout(activations) : SpatialLayout::channels_first;
+  }
+  void convert_spatial_layout(std::int64_t channels, SpatialLayout from, const TensorView& x,
+                              const TensorView& y) override {
+    cuda::require_device_storage(x.dtype, "convert_spatial_layout");
+    cuda::convert_spatial_layout(stream_, channels, from, x, y);
+  }
 #if defined(HPCTRAIN_HAVE_CUDNN)
   void convolution_forward(const SpatialGeometry& geometry, const TensorView& x, const TensorView& weight,
                            const void* bias, const TensorView& y) override {
-    require_channels_first(geometry.layout);
     convolution_->forward(geometry, x, weight, bias, y);
   }
   void convolution_backward_data(const SpatialGeometry& geometry, const TensorView& dy, const TensorView& weight,
                                  const TensorView& dx) override {
-    require_channels_first(geometry.layout);
     convolution_->backward_data(geometry, dy, weight, dx);
   }
   void convolution_backward_weights(const SpatialGeometry& geometry, const TensorView& x, const TensorView& dy,
                                     const TensorView& dweight, void* dbias, bool accumulate) override {
-    require_channels_first(geometry.layout);
+    // Channels-last: the bias gradient is a column sum over (sample, position) rows of channels.
+    if (geometry.layout == SpatialLayout::channels_last && dbias != nullptr && dy.rows > 0) {
+      cuda::require_device_storage(dy.dtype, "convolution_backward_weights");
+      cuda::channels_last_sums(stream_, rows_, dy, geometry.out_channels, static_cast<float*>(dbias), accumulate);
+      dbias = nullptr;
+    }
     convolution_->backward_weights(geometry, x, dy, dweight, dbias, accumulate);
   }
 #endif
   void pooling_forward(PoolingKind kind, const SpatialGeometry& geometry, const TensorView& x,
                        const TensorView& y) override {
-    require_channels_first(geometry.layout);
     cuda::pooling_forward(stream_, kind, geometry, x, y);
   }
   void pooling_backward(PoolingKind kind, const SpatialGeometry& geometry, const TensorView& x, const TensorView& dy,
                         const TensorView& dx) override {
-    require_channels_first(geometry.layout);
     cuda::pooling_backward(stream_, kind, geometry, x, dy, dx);
   }
   void max_pooling_forward(const SpatialGeometry& geometry, const TensorView& x, const TensorView& y,
                            std::int32_t* argmax) override {
-    require_channels_first(geometry.layout);
     cuda::pooling_forward(stream_, PoolingKind::max, geometry, x, y, argmax);
   }
   void max_pooling_backward(const SpatialGeometry& geometry, const TensorView& x, const TensorView& dy,
                             const std::int32_t* argmax, const TensorView& dx) override {
-    require_channels_first(geometry.layout);
     cuda::pooling_backward(stream_, PoolingKind::max, geometry, x, dy, dx, argmax);
   }
   void groupnorm_forward(std::int64_t channels, std::int64_t groups, SpatialLayout layout, const TensorView& x,
                          const void* gamma, const void* beta, float eps, const TensorView& y, void* mean,
                          void* rstd) override {
-    require_channels_first(layout);
-    cuda::groupnorm_forward(stream_, rows_.partials, channels, groups, x, static_cast<const float*>(gamma),
+    cuda::require_device_storage(x.dtype, "groupnorm_forward");
+    cuda::groupnorm_forward(stream_, rows_.partials, channels, groups, layout, x, static_cast<const float*>(gamma),
                             static_cast<const float*>(beta), eps, y, static_cast<float*>(mean),
                             static_cast<float*>(rstd));
   }
   void groupnorm_backward(std::int64_t channels, std::int64_t groups, SpatialLayout layout, const TensorView& x,
                           const TensorView& dy, const void* gamma, const void* mean, const void* rstd,
                           const TensorView& dx, void* dgamma, void* dbeta, bool accumulate) override {
-    require_channels_first(layout);
-    cuda::groupnorm_backward(stream_, rows_.partials, channels, groups, x, dy, static_cast<const float*>(gamma),
+    cuda::require_device_storage(x.dtype, "groupnorm_backward");
+    cuda::groupnorm_backward(stream_, rows_.partials, channels, groups, layout, x, dy, static_cast<const float*>(gamma),
                              static_cast<const float*>(mean), static_cast<const float*>(rstd), dx,
                              static_cast<float*>(dgamma), static_cast<float*>(dbeta), accumulate);
-  }
-  static void require_channels_first(SpatialLayout layout) {
-    HPCTRAIN_ASSERT(layout == SpatialLayout::channels_first, "the CUDA backend's spatial kernels are channels-first");
   }
   // Convolutions need cuDNN (a build without it keeps the NotSupported defaults and refuses spatial decks).
   [[nodiscard]] bool has_spatial_operations() const override { return cuda::have_convolutions(); }
@@ -490,9 +555,15 @@ class CudaBackend final : public Backend {
   CaptureSlot capture_slot_ = CaptureSlot::step;
   cudaGraphExec_t graphs_[2] = {nullptr, nullptr};  // by CaptureSlot
   cuda::DeviceScratch bias_scratch_;                // (cols) the bias in the gemm output's dtype
-  cuda::RowScratch rows_;                           // per-row loss results, reduction partials
-  cuda::DeviceScratch statistics_scratch_;          // (chunks) partial sums + (chunks) flags
-  cuda::SequenceScratch sequence_scratch_;          // attention backward's row sums, embedding sort
+  // Pre-activation buffers holding the aux a fused linear + activation forward wrote (by address), with its shape.
+  struct FoldedAux {
+    cuda::EpilogueChoice choice;
+    std::int64_t rows = 0, cols = 0;
+  };
+  std::unordered_map<const void*, FoldedAux> folded_aux_;
+  cuda::RowScratch rows_;                   // per-row loss results, reduction partials
+  cuda::DeviceScratch statistics_scratch_;  // (chunks) partial sums + (chunks) flags
+  cuda::SequenceScratch sequence_scratch_;  // attention backward's row sums, embedding sort
 };
 
 CudaBackend& as_cuda(Backend& backend) {

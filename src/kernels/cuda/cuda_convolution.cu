@@ -33,6 +33,7 @@
 #include "cuda_normalization.hpp"
 #include "cuda_spatial.hpp"
 #include "hpctrain/kernels/cuda/algorithm_choice.hpp"
+#include "hpctrain/kernels/cuda/convolution_layout.hpp"
 #include "hpctrain/kernels/cuda/cuda_check.hpp"
 #include "hpctrain/kernels/cuda/launch_plan.hpp"
 #include "hpctrain/kernels/math.hpp"
@@ -89,6 +90,7 @@ struct Key {
   std::int64_t rows = 0;
   DType dtype = DType::f32;
   Pass pass = Pass::forward;
+  bool bias = false;  // forward: with a bias (the plan then prefers the algorithm the fused bias needs)
   bool operator==(const Key&) const = default;
 };
 
@@ -100,7 +102,8 @@ struct KeyHash {
       hash ^= static_cast<std::size_t>(value) + 0x9e3779b97f4a7c15ull + (hash << 6) + (hash >> 2);
     };
     mix(key.rows);
-    mix(static_cast<std::int64_t>(key.dtype) | static_cast<std::int64_t>(key.pass) << 4);
+    mix(static_cast<std::int64_t>(key.dtype) | static_cast<std::int64_t>(key.pass) << 4 |
+        static_cast<std::int64_t>(key.bias) << 8);
     return hash;
   }
 };
@@ -121,7 +124,10 @@ struct Plan {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t convolution = nullptr;
-  bool widened = false;  // runs in fp32 on widened copies of 16-bit operands
+  bool widened = false;     // runs in fp32 on widened copies of 16-bit operands
+  bool mixed = false;       // weight gradient: 16-bit x and dy, fp32 filter gradient
+  bool fused_bias = false;  // forward: the bias in cudnnConvolutionBiasActivationForward (IMPLICIT_PRECOMP_GEMM)
+  cudnnTensorDescriptor_t bias = nullptr;  // (1, C, 1, 1[, 1]) in the data's dtype, with fused_bias
   cudnnConvolutionFwdAlgo_t forward_algorithm{};
   cudnnConvolutionBwdDataAlgo_t data_algorithm{};
   cudnnConvolutionBwdFilterAlgo_t filter_algorithm{};
@@ -137,16 +143,25 @@ struct Plan {
     if (x != nullptr) cudnnDestroyTensorDescriptor(x);
     if (y != nullptr) cudnnDestroyTensorDescriptor(y);
     if (w != nullptr) cudnnDestroyFilterDescriptor(w);
+    if (bias != nullptr) cudnnDestroyTensorDescriptor(bias);
     if (convolution != nullptr) cudnnDestroyConvolutionDescriptor(convolution);
   }
 };
 
 void set_tensor(cudnnTensorDescriptor_t descriptor, cudnnDataType_t type, std::int64_t rows, std::int64_t channels,
-                const std::array<std::int64_t, 3>& spatial, int dimensions) {
+                const std::array<std::int64_t, 3>& spatial, int dimensions, SpatialLayout layout) {
   int dims[5] = {static_cast<int>(rows), static_cast<int>(channels), 1, 1, 1};
   for (int axis = 0; axis < dimensions; ++axis)
     dims[2 + axis] = static_cast<int>(spatial[static_cast<std::size_t>(axis)]);
-  HPCTRAIN_CUDNN_CHECK(cudnnSetTensorNdDescriptorEx(descriptor, CUDNN_TENSOR_NCHW, type, 2 + dimensions, dims));
+  if (layout == SpatialLayout::channels_first) {
+    HPCTRAIN_CUDNN_CHECK(cudnnSetTensorNdDescriptorEx(descriptor, CUDNN_TENSOR_NCHW, type, 2 + dimensions, dims));
+    return;
+  }
+  // Channels-last: the same N, C, D, H, W dimensions, C fastest (cuda/convolution_layout.hpp).
+  const std::array<std::int64_t, 5> wide = tensor_strides(layout, channels, spatial, dimensions);
+  int strides[5];
+  for (std::size_t i = 0; i < 5; ++i) strides[i] = static_cast<int>(wide[i]);
+  HPCTRAIN_CUDNN_CHECK(cudnnSetTensorNdDescriptor(descriptor, type, 2 + dimensions, dims, strides));
 }
 
 // Whether an algorithm's math keeps the storage's precision: fp32 data must not go through TF32 (unless it holds
@@ -164,15 +179,17 @@ bool acceptable_math(cudnnMathType_t math, bool strict_fp32) {
 }
 
 // The heuristic's results as candidates for choose_algorithm (kernels/cuda/algorithm_choice.hpp).
+// preferred >= 0: that algorithm when it gives up nothing (choose_algorithm_preferring).
 template <class Perf>
-AlgorithmChoice choose(const std::vector<Perf>& results, int count, bool strict_fp32, std::size_t cap) {
+PreferredChoice choose(const std::vector<Perf>& results, int count, bool strict_fp32, std::size_t cap, int preferred) {
   std::vector<AlgorithmCandidate> candidates;
   for (int i = 0; i < count; ++i) {
     const Perf& r = results[static_cast<std::size_t>(i)];
     candidates.push_back({static_cast<int>(r.algo), r.status == CUDNN_STATUS_SUCCESS,
                           acceptable_math(r.mathType, strict_fp32), r.determinism == CUDNN_DETERMINISTIC, r.memory});
   }
-  return choose_algorithm(candidates, cap);
+  if (preferred < 0) return {choose_algorithm(candidates, cap), false};
+  return choose_algorithm_preferring(candidates, cap, preferred);
 }
 
 const char* pass_name(Pass pass) {
@@ -204,21 +221,26 @@ struct CudaConvolution::Impl {
   explicit Impl(cudaStream_t s) : stream(s) {}
   ~Impl() {
     plans.clear();
+    if (identity != nullptr) cudnnDestroyActivationDescriptor(identity);
     if (handle != nullptr) cudnnDestroy(handle);
   }
 
   // The cached plan of `key`, made on first use. widened: replace a 16-bit plan by one on widened fp32 copies (after
   // cuDNN refused to run the 16-bit algorithm its heuristic offered).
   Plan& plan(const Key& key, bool widened = false);
-  // Builds the plan's descriptors for data of `type`; false when cuDNN offers no acceptable algorithm.
-  bool try_plan(const Key& key, DType type, bool strict_fp32, Plan& plan);
+  // Builds the plan's descriptors for data of `type` (filter of `filter_type`: the weight gradient's may be fp32 for
+  // 16-bit data); false when cuDNN offers no acceptable algorithm.
+  bool try_plan(const Key& key, DType type, DType filter_type, bool strict_fp32, Plan& plan);
+  cudnnActivationDescriptor_t identity = nullptr;  // the fused bias's activation
+  GrowBuffer bias_copy;                            // the fp32 bias in the data's dtype, for the fused bias
 };
 
-bool CudaConvolution::Impl::try_plan(const Key& key, DType type, bool strict_fp32, Plan& p) {
+bool CudaConvolution::Impl::try_plan(const Key& key, DType type, DType filter_type, bool strict_fp32, Plan& p) {
   const SpatialGeometry& g = key.geometry;
   const cudnnDataType_t data = cudnn_type(type);
-  set_tensor(p.x, data, key.rows, g.in_channels, g.input, g.dimensions);
-  set_tensor(p.y, data, key.rows, g.out_channels, g.output, g.dimensions);
+  set_tensor(p.x, data, key.rows, g.in_channels, g.input, g.dimensions, g.layout);
+  set_tensor(p.y, data, key.rows, g.out_channels, g.output, g.dimensions, g.layout);
+  p.fused_bias = false;
   int filter[5] = {static_cast<int>(g.out_channels), static_cast<int>(g.in_channels / g.groups), 1, 1, 1};
   int pad[3], stride[3], dilation[3];
   for (int axis = 0; axis < g.dimensions; ++axis) {
@@ -228,8 +250,11 @@ bool CudaConvolution::Impl::try_plan(const Key& key, DType type, bool strict_fp3
     stride[axis] = static_cast<int>(g.stride[a]);
     dilation[axis] = static_cast<int>(g.dilation[a]);
   }
-  // The filter's dtype: the weight gradient is fp32 (that pass always runs on fp32 data).
-  HPCTRAIN_CUDNN_CHECK(cudnnSetFilterNdDescriptor(p.w, data, CUDNN_TENSOR_NCHW, 2 + g.dimensions, filter));
+  // Dimensions in K, C, spatial order; channels-last data takes K, spatial, C filters (the weights transposed).
+  const cudnnTensorFormat_t filter_format =
+      g.layout == SpatialLayout::channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  HPCTRAIN_CUDNN_CHECK(
+      cudnnSetFilterNdDescriptor(p.w, cudnn_type(filter_type), filter_format, 2 + g.dimensions, filter));
   HPCTRAIN_CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(p.convolution, g.dimensions, pad, stride, dilation,
                                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   HPCTRAIN_CUDNN_CHECK(cudnnSetConvolutionGroupCount(p.convolution, static_cast<int>(g.groups)));
@@ -247,7 +272,11 @@ bool CudaConvolution::Impl::try_plan(const Key& key, DType type, bool strict_fp3
                                                             results.data()),
                      p))
         return false;
-      p.choice = choose(results, count, strict_fp32, cap);
+      // With a bias: IMPLICIT_PRECOMP_GEMM when offered usable (the fused bias needs it), else the usual choice.
+      const PreferredChoice preferred =
+          choose(results, count, strict_fp32, cap, key.bias ? CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM : -1);
+      p.choice = preferred.choice;
+      p.fused_bias = preferred.preferred_taken;
       chosen = p.choice.index;
       if (chosen < 0) return false;
       p.forward_algorithm = results[static_cast<std::size_t>(chosen)].algo;
@@ -261,7 +290,7 @@ bool CudaConvolution::Impl::try_plan(const Key& key, DType type, bool strict_fp3
                                                                  results.data()),
                      p))
         return false;
-      p.choice = choose(results, count, strict_fp32, cap);
+      p.choice = choose(results, count, strict_fp32, cap, -1).choice;
       chosen = p.choice.index;
       if (chosen < 0) return false;
       p.data_algorithm = results[static_cast<std::size_t>(chosen)].algo;
@@ -275,7 +304,7 @@ bool CudaConvolution::Impl::try_plan(const Key& key, DType type, bool strict_fp3
                                                                    results.data()),
                      p))
         return false;
-      p.choice = choose(results, count, strict_fp32, cap);
+      p.choice = choose(results, count, strict_fp32, cap, -1).choice;
       chosen = p.choice.index;
       if (chosen < 0) return false;
       p.filter_algorithm = results[static_cast<std::size_t>(chosen)].algo;
@@ -286,6 +315,11 @@ bool CudaConvolution::Impl::try_plan(const Key& key, DType type, bool strict_fp3
   }
   if (strict_fp32) math = CUDNN_FMA_MATH;
   HPCTRAIN_CUDNN_CHECK(cudnnSetConvolutionMathType(p.convolution, math));
+  if (p.fused_bias) {
+    if (p.bias == nullptr) HPCTRAIN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p.bias));
+    const std::array<std::int64_t, 3> ones{1, 1, 1};
+    set_tensor(p.bias, data, 1, g.out_channels, ones, g.dimensions, SpatialLayout::channels_first);
+  }
   switch (key.pass) {
     case Pass::forward:
       HPCTRAIN_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(handle, p.x, p.w, p.convolution, p.y,
@@ -316,14 +350,20 @@ Plan& CudaConvolution::Impl::plan(const Key& key, bool widened) {
   HPCTRAIN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&created->w));
   HPCTRAIN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&created->convolution));
   const bool sixteen_bit = key.dtype != DType::f32;
-  // Weight gradients of 16-bit data: fp32 on widened inputs (exact in TF32, so tensor ops are allowed).
-  created->widened = sixteen_bit && (widened || key.pass == Pass::backward_weights);
+  // Weight gradients of 16-bit data: 16-bit x and dy into an fp32 filter gradient where cuDNN has an algorithm for
+  // the mix (cuda/convolution_layout.hpp), otherwise fp32 on widened inputs (exact in TF32, so tensor ops are
+  // allowed). cuDNN's all-16-bit weight gradient is never used: it would round the gradient to 16 bits.
+  const bool weights = key.pass == Pass::backward_weights;
+  created->widened = sixteen_bit && (widened || (weights && !mixed_weight_gradient(key.dtype)));
+  created->mixed = sixteen_bit && weights && !created->widened;
   // f32 data keeps fp32 math (FMA) unless precision.tf32 allows tensor cores.
-  bool found_algorithm = created->widened ? try_plan(key, DType::f32, false, *created)
-                                          : try_plan(key, key.dtype, !sixteen_bit && !allow_tf32, *created);
+  bool found_algorithm = created->widened ? try_plan(key, DType::f32, DType::f32, false, *created)
+                                          : try_plan(key, key.dtype, created->mixed ? DType::f32 : key.dtype,
+                                                     !sixteen_bit && !allow_tf32, *created);
   if (!found_algorithm && sixteen_bit && !created->widened) {
     created->widened = true;
-    found_algorithm = try_plan(key, DType::f32, false, *created);
+    created->mixed = false;
+    found_algorithm = try_plan(key, DType::f32, DType::f32, false, *created);
   }
   if (!found_algorithm) {
     const SpatialGeometry& g = key.geometry;
@@ -338,9 +378,11 @@ Plan& CudaConvolution::Impl::plan(const Key& key, bool widened) {
     const SpatialGeometry& g = key.geometry;
     std::ostringstream note;
     note << "cuDNN " << g.dimensions << "-D convolution " << g.in_channels << " -> " << g.out_channels << " ("
-         << key.rows << " samples, " << dtype_name(key.dtype) << (created->widened ? " widened to f32" : "") << ") "
-         << pass_name(key.pass) << ": algorithm " << created->algorithm << ", workspace "
-         << created->workspace_bytes / 1024 << " KiB, "
+         << key.rows << " samples, " << dtype_name(key.dtype) << (created->widened ? " widened to f32" : "")
+         << (created->mixed ? " into an f32 gradient" : "")
+         << (g.layout == SpatialLayout::channels_last ? ", channels-last" : "")
+         << (created->fused_bias ? ", bias fused" : "") << ") " << pass_name(key.pass) << ": algorithm "
+         << created->algorithm << ", workspace " << created->workspace_bytes / 1024 << " KiB, "
          << (created->choice.deterministic ? "deterministic" : "NOT deterministic (results may differ run to run)");
     if (created->choice.deterministic_over_cap) note << "; a deterministic one wanted more workspace than the cap";
     notes.push_back(note.str());
@@ -391,19 +433,39 @@ const void* stage(cudaStream_t stream, GrowBuffer& buffer, const void* data, std
   return staged;
 }
 
+// y = bias per channel in y's dtype and layout. The channels-last index's channel is index % channels: a "plane" of
+// one position holding every channel.
 template <class T>
 void broadcast_bias(cudaStream_t stream, const float* bias, T* y, const SpatialGeometry& g, std::int64_t count) {
+  const bool last = g.layout == SpatialLayout::channels_last;
+  const std::int64_t inner = last ? 1 : g.output_size();  // elements per channel run
   if (fits_32bit_indexing(count)) {
     broadcast_bias_kernel<T, std::uint32_t><<<conv_blocks(count), conv_threads, 0, stream>>>(
         bias, y, static_cast<std::uint32_t>(count), static_cast<std::uint32_t>(g.out_channels),
-        static_cast<std::uint32_t>(g.output_size()), km::FastDivisor(static_cast<std::uint32_t>(g.output_size())),
+        static_cast<std::uint32_t>(inner), km::FastDivisor(static_cast<std::uint32_t>(inner)),
         km::FastDivisor(static_cast<std::uint32_t>(g.out_channels)));
   } else {
     broadcast_bias_kernel<T, std::int64_t><<<conv_blocks(count), conv_threads, 0, stream>>>(
-        bias, y, count, g.out_channels, g.output_size(), km::FastDivisor(), km::FastDivisor());
+        bias, y, count, g.out_channels, inner, km::FastDivisor(), km::FastDivisor());
   }
   HPCTRAIN_CUDA_CHECK_LAUNCH();
 }
+
+// The weights as cuDNN reads them: channels-last plans take (K, kernel positions, C / groups) filters, transposed from
+// PyTorch's (K, C / groups, kernel positions) into `buffer`; channels-first ones PyTorch's, staged when misaligned.
+const void* filter_of(cudaStream_t stream, GrowBuffer& buffer, const SpatialGeometry& g, const TensorView& weight) {
+  if (g.layout == SpatialLayout::channels_last) {
+    void* transposed = buffer.reserve(weight.bytes());
+    transpose_rows(stream, g.out_channels, g.in_channels / g.groups, g.kernel_size(), weight.dtype, weight.data,
+                   transposed);
+    return transposed;
+  }
+  return aligned(weight.data) ? weight.data : stage(stream, buffer, weight.data, weight.bytes());
+}
+
+// cuDNN's answers that mean "not this configuration" (as opposed to a failure): a fused or mixed-precision call
+// refused at run time, retried the plain way.
+bool refused(cudnnStatus_t status) { return status == CUDNN_STATUS_NOT_SUPPORTED || status == CUDNN_STATUS_BAD_PARAM; }
 
 }  // namespace
 
@@ -415,33 +477,59 @@ void CudaConvolution::forward(const SpatialGeometry& g, const TensorView& x, con
   if (x.rows == 0) return;
   Impl& s = *impl_;
   const std::lock_guard lock(s.mutex);
-  const Key key{g, x.rows, x.dtype, Pass::forward};
+  const Key key{g, x.rows, x.dtype, Pass::forward, bias != nullptr};
   dispatch_storage(x.dtype, "convolution_forward", [&]<class T>() {
-    const auto attempt = [&](const Plan& p) {
+    const auto attempt = [&](Plan& p) {
       const void* source = x.data;
-      const void* weights = weight.data;
+      const void* weights = filter_of(s.stream, s.staged_weights, g, weight);
       void* out = y.data;
       if (p.widened) {
         source = widen<T>(s.stream, s.wide_a, x.data, x.size());
-        weights = widen<T>(s.stream, s.wide_b, weight.data, weight.size());
+        weights = widen<T>(s.stream, s.wide_b, weights, weight.size());
         out = s.wide_out.reserve(static_cast<std::size_t>(y.size()) * sizeof(float));
-      } else if (!aligned(weights)) {
-        weights = stage(s.stream, s.staged_weights, weight.data, weight.bytes());
       }
-      const float alpha = 1.0f, beta = bias != nullptr ? 1.0f : 0.0f;
-      if (bias != nullptr) {
-        if (p.widened)
-          broadcast_bias(s.stream, static_cast<const float*>(bias), static_cast<float*>(out), g, y.size());
-        else
-          broadcast_bias(s.stream, static_cast<const float*>(bias), static_cast<T*>(out), g, y.size());
+      const float alpha = 1.0f;
+      void* workspace = s.workspace.reserve(p.workspace_bytes);
+      cudnnStatus_t status = CUDNN_STATUS_NOT_SUPPORTED;
+      if (bias != nullptr && p.fused_bias) {
+        // y = conv(x) + bias in one call (identity activation, IMPLICIT_PRECOMP_GEMM; z = y weighted 0). The bias
+        // in the data's dtype, as the broadcast path rounds it.
+        if (s.identity == nullptr) {
+          HPCTRAIN_CUDNN_CHECK(cudnnCreateActivationDescriptor(&s.identity));
+          HPCTRAIN_CUDNN_CHECK(
+              cudnnSetActivationDescriptor(s.identity, CUDNN_ACTIVATION_IDENTITY, CUDNN_NOT_PROPAGATE_NAN, 0.0));
+        }
+        const void* bias_data = bias;
+        if (!p.widened && x.dtype != DType::f32) {
+          void* converted = s.bias_copy.reserve(static_cast<std::size_t>(g.out_channels) * sizeof(T));
+          convert<float, T>(s.stream, bias, converted, g.out_channels);
+          bias_data = converted;
+        }
+        const float zero = 0.0f;
+        status = cudnnConvolutionBiasActivationForward(s.handle, &alpha, p.x, source, p.w, weights, p.convolution,
+                                                       p.forward_algorithm, workspace, p.workspace_bytes, &zero, p.y,
+                                                       out, p.bias, bias_data, s.identity, p.y, out);
+        if (refused(status)) {
+          p.fused_bias = false;  // from now on the broadcast bias below
+          s.notes.push_back("cuDNN refused the convolution with its bias fused (" +
+                            std::string(cudnnGetErrorString(status)) + "): the bias is broadcast first");
+        }
       }
-      const cudnnStatus_t status =
-          cudnnConvolutionForward(s.handle, &alpha, p.x, source, p.w, weights, p.convolution, p.forward_algorithm,
-                                  s.workspace.reserve(p.workspace_bytes), p.workspace_bytes, &beta, p.y, out);
+      if (bias == nullptr || !p.fused_bias) {
+        const float beta = bias != nullptr ? 1.0f : 0.0f;
+        if (bias != nullptr) {
+          if (p.widened)
+            broadcast_bias(s.stream, static_cast<const float*>(bias), static_cast<float*>(out), g, y.size());
+          else
+            broadcast_bias(s.stream, static_cast<const float*>(bias), static_cast<T*>(out), g, y.size());
+        }
+        status = cudnnConvolutionForward(s.handle, &alpha, p.x, source, p.w, weights, p.convolution,
+                                         p.forward_algorithm, workspace, p.workspace_bytes, &beta, p.y, out);
+      }
       if (status == CUDNN_STATUS_SUCCESS && p.widened) convert<float, T>(s.stream, out, y.data, y.size());
       return status;
     };
-    const Plan& p = s.plan(key);
+    Plan& p = s.plan(key);
     cudnnStatus_t status = attempt(p);
     if (status == CUDNN_STATUS_NOT_SUPPORTED && !p.widened && x.dtype != DType::f32)
       status = attempt(s.plan(key, true));
@@ -461,14 +549,12 @@ void CudaConvolution::backward_data(const SpatialGeometry& g, const TensorView& 
   dispatch_storage(dy.dtype, "convolution_backward_data", [&]<class T>() {
     const auto attempt = [&](const Plan& p) {
       const void* gradient = dy.data;
-      const void* weights = weight.data;
+      const void* weights = filter_of(s.stream, s.staged_weights, g, weight);
       void* out = dx.data;
       if (p.widened) {
         gradient = widen<T>(s.stream, s.wide_a, dy.data, dy.size());
-        weights = widen<T>(s.stream, s.wide_b, weight.data, weight.size());
+        weights = widen<T>(s.stream, s.wide_b, weights, weight.size());
         out = s.wide_out.reserve(static_cast<std::size_t>(dx.size()) * sizeof(float));
-      } else if (!aligned(weights)) {
-        weights = stage(s.stream, s.staged_weights, weight.data, weight.bytes());
       }
       const float alpha = 1.0f, beta = 0.0f;
       const cudnnStatus_t status =
@@ -490,6 +576,9 @@ void CudaConvolution::backward_weights(const SpatialGeometry& g, const TensorVie
   spatial::check_convolution(g, x, dy, dweight, "convolution_backward_weights");
   require_device_storage(x.dtype, "convolution_backward_weights");
   HPCTRAIN_ASSERT(dweight.dtype == DType::f32, "convolution_backward_weights: gradients are f32");
+  const bool last = g.layout == SpatialLayout::channels_last;
+  HPCTRAIN_ASSERT(!last || dbias == nullptr,
+                  "convolution_backward_weights: the channels-last bias gradient is the backend's column sums");
   Impl& s = *impl_;
   if (x.rows == 0) {
     if (!accumulate) {
@@ -501,29 +590,41 @@ void CudaConvolution::backward_weights(const SpatialGeometry& g, const TensorVie
     return;
   }
   const std::lock_guard lock(s.mutex);
-  const Plan& p = s.plan({g, x.rows, x.dtype, Pass::backward_weights});
-  const void* source = x.data;
-  const void* gradient = dy.data;
-  void* out = dweight.data;
-  const bool staged = !aligned(out);
+  const Key key{g, x.rows, x.dtype, Pass::backward_weights};
   if (dbias != nullptr)
     channel_sums(s.stream, s.partials, x.rows, g.out_channels, dy, static_cast<float*>(dbias), accumulate);
-  dispatch_storage(x.dtype, "convolution_backward_weights", [&]<class T>() {
-    if (p.widened) {
-      source = widen<T>(s.stream, s.wide_a, x.data, x.size());
-      gradient = widen<T>(s.stream, s.wide_b, dy.data, dy.size());
-    }
-  });
+  // Channels-last: cuDNN's (K, kernel positions, C / groups) gradient into staging, transposed (and added) into
+  // PyTorch's layout after. Channels-first: in place unless misaligned.
+  void* out = dweight.data;
+  const bool staged = last || !aligned(out);
   if (staged) {
     out = s.staged_weights.reserve(dweight.bytes());
-    if (accumulate)
+    if (accumulate && !last)
       HPCTRAIN_CUDA_CHECK(cudaMemcpyAsync(out, dweight.data, dweight.bytes(), cudaMemcpyDeviceToDevice, s.stream));
   }
-  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  HPCTRAIN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(s.handle, &alpha, p.x, source, p.y, gradient, p.convolution,
-                                                      p.filter_algorithm, s.workspace.reserve(p.workspace_bytes),
-                                                      p.workspace_bytes, &beta, p.w, out));
-  if (staged)
+  const float alpha = 1.0f, beta = accumulate && !last ? 1.0f : 0.0f;
+  const auto attempt = [&](const Plan& p) {
+    const void* source = x.data;
+    const void* gradient = dy.data;
+    dispatch_storage(x.dtype, "convolution_backward_weights", [&]<class T>() {
+      if (p.widened) {
+        source = widen<T>(s.stream, s.wide_a, x.data, x.size());
+        gradient = widen<T>(s.stream, s.wide_b, dy.data, dy.size());
+      }
+    });
+    return cudnnConvolutionBackwardFilter(s.handle, &alpha, p.x, source, p.y, gradient, p.convolution,
+                                          p.filter_algorithm, s.workspace.reserve(p.workspace_bytes), p.workspace_bytes,
+                                          &beta, p.w, out);
+  };
+  const Plan& p = s.plan(key);
+  cudnnStatus_t status = attempt(p);
+  // A 16-bit-input, fp32-output weight gradient cuDNN offered but will not run: the widened plan from now on.
+  if (refused(status) && p.mixed) status = attempt(s.plan(key, true));
+  HPCTRAIN_CUDNN_CHECK(status);
+  if (last)
+    transpose_rows(s.stream, g.out_channels, g.kernel_size(), g.in_channels / g.groups, DType::f32, out, dweight.data,
+                   accumulate);
+  else if (staged)
     HPCTRAIN_CUDA_CHECK(cudaMemcpyAsync(dweight.data, out, dweight.bytes(), cudaMemcpyDeviceToDevice, s.stream));
 }
 

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 #include <string>
 
 #include "hpctrain/core/error.hpp"
@@ -47,6 +48,35 @@ void set_preference(cublasLtMatmulPreference_t preference, cublasLtMatmulPrefere
   HPCTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof value));
 }
 
+cublasLtEpilogue_t cublas_epilogue(CudaGemm::Epilogue epilogue) {
+  using E = CudaGemm::Epilogue;
+  switch (epilogue) {
+    case E::none:
+      return CUBLASLT_EPILOGUE_DEFAULT;
+    case E::bias:
+      return CUBLASLT_EPILOGUE_BIAS;
+    case E::bias_gradient:  // column sums of cuBLASLt's B (our a = dy) over k: one per row of our c
+      return CUBLASLT_EPILOGUE_BGRADB;
+    case E::relu:
+      return CUBLASLT_EPILOGUE_RELU;
+    case E::relu_bias:
+      return CUBLASLT_EPILOGUE_RELU_BIAS;
+    case E::relu_aux:
+      return CUBLASLT_EPILOGUE_RELU_AUX;
+    case E::relu_aux_bias:
+      return CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
+    case E::gelu_aux:
+      return CUBLASLT_EPILOGUE_GELU_AUX;
+    case E::gelu_aux_bias:
+      return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case E::drelu:
+      return CUBLASLT_EPILOGUE_DRELU;
+    case E::dgelu:
+      return CUBLASLT_EPILOGUE_DGELU;
+  }
+  throw std::logic_error("unknown cuBLASLt epilogue");
+}
+
 }  // namespace
 
 // Descriptors of one product and the algorithm chosen for it; destroyed with the plan.
@@ -78,7 +108,8 @@ std::size_t CudaGemm::KeyHash::operator()(const Key& key) const {
       (static_cast<unsigned>(key.epilogue) << 12) | (static_cast<unsigned>(key.input) << 4) |
       (static_cast<unsigned>(key.output) << 8));
   mix((static_cast<std::uint64_t>(key.align_a) << 32) | (static_cast<std::uint64_t>(key.align_b) << 16) | key.align_c);
-  mix(key.align_bias);
+  mix((static_cast<std::uint64_t>(key.align_bias) << 32) | key.align_aux);
+  mix(static_cast<std::uint64_t>(key.aux_ld));
   return hash;
 }
 
@@ -100,7 +131,7 @@ void CudaGemm::allow_tf32(bool allowed) {
   plans_.clear();  // their compute type was chosen with the other setting
 }
 
-CudaGemm::Plan& CudaGemm::plan_for(const Key& key, const void* bias) {
+CudaGemm::Plan& CudaGemm::plan_for(const Key& key, const void* bias, const void* aux) {
   auto found = plans_.find(key);
   if (found != plans_.end()) return *found->second;
   auto plan = std::make_unique<Plan>();
@@ -112,18 +143,14 @@ CudaGemm::Plan& CudaGemm::plan_for(const Key& key, const void* bias) {
   const cublasOperation_t operation_b = key.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSA, operation_a);
   set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSB, operation_b);
-  if (key.epilogue == Epilogue::bias) {
-    set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
-    set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  } else if (key.epilogue == Epilogue::bias_gradient) {
-    // Column sums of cuBLASLt's B (our a = dy) over k: one per column of D, i.e. per row of our c.
-    set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BGRADB);
-    set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  } else if (key.epilogue == Epilogue::relu_bias) {
-    set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_RELU_BIAS);
-    set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  } else if (key.epilogue == Epilogue::relu) {
-    set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_RELU);
+  if (key.epilogue != Epilogue::none) {
+    set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE, cublas_epilogue(key.epilogue));
+    // The heuristic reads the pointers' values for their alignment; each call sets them again.
+    if (bias != nullptr) set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+    if (key.aux_ld > 0) {
+      set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
+      set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, key.aux_ld);
+    }
   }
   const cudaDataType_t input = cuda_type(key.input), output = cuda_type(key.output);
   const std::int64_t m = key.m, n = key.n, k = key.k;
@@ -159,8 +186,7 @@ CudaGemm::Plan& CudaGemm::plan_for(const Key& key, const void* bias) {
   HPCTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(preference));
   const bool all_aligned = key.align_a >= 16 && key.align_b >= 16 && key.align_c >= 16;
   // A plain product of aligned operands must have an algorithm; a fused epilogue may not (the caller composes).
-  const bool fused =
-      key.epilogue == Epilogue::bias_gradient || key.epilogue == Epilogue::relu || key.epilogue == Epilogue::relu_bias;
+  const bool fused = key.epilogue != Epilogue::none && key.epilogue != Epilogue::bias;
   HPCTRAIN_VERIFY(returned > 0 || !all_aligned || fused, NotSupported,
                   "cuBLASLt has no algorithm for a " << m << "x" << n << "x" << k << " " << dtype_name(key.input)
                                                      << " product into " << dtype_name(key.output),
@@ -204,7 +230,7 @@ Shape product_shape(const TensorView& a, bool transpose_a, const TensorView& b, 
 // pointer of 0 alignment when there is none).
 CudaGemm::Key key_of(const Shape& shape, bool transpose_a, bool transpose_b, bool accumulate,
                      CudaGemm::Epilogue epilogue, const TensorView& a, const TensorView& b, const TensorView& c,
-                     const void* bias) {
+                     const void* bias, const void* aux = nullptr, std::int64_t aux_ld = 0) {
   return {shape.m,
           shape.n,
           shape.k,
@@ -217,12 +243,15 @@ CudaGemm::Key key_of(const Shape& shape, bool transpose_a, bool transpose_b, boo
           alignment_of(a.data),
           alignment_of(b.data),
           alignment_of(c.data),
-          bias != nullptr ? alignment_of(bias) : 0u};
+          bias != nullptr ? alignment_of(bias) : 0u,
+          aux != nullptr ? alignment_of(aux) : 0u,
+          aux != nullptr ? aux_ld : 0};
 }
 
-// The epilogue paths have no staged fallback: every operand (and the bias, when there is one) 16-byte aligned.
-bool epilogue_aligned(const CudaGemm::Key& key, const void* bias) {
-  return key.align_a >= 16 && key.align_b >= 16 && key.align_c >= 16 && (bias == nullptr || key.align_bias >= 16);
+// The epilogue paths have no staged fallback: every operand (and the bias and aux, when there are) 16-byte aligned.
+bool epilogue_aligned(const CudaGemm::Key& key, const void* bias, const void* aux = nullptr) {
+  return key.align_a >= 16 && key.align_b >= 16 && key.align_c >= 16 && (bias == nullptr || key.align_bias >= 16) &&
+         (aux == nullptr || key.align_aux >= 16);
 }
 }  // namespace
 
@@ -252,17 +281,38 @@ bool CudaGemm::run_with_bias_gradient(const TensorView& a, const TensorView& b, 
   return true;
 }
 
-bool CudaGemm::run_with_relu(const TensorView& a, const TensorView& b, const TensorView& c, const void* bias) {
-  const Shape shape = product_shape(a, false, b, true, c);
+bool CudaGemm::run_fused(const TensorView& a, bool transpose_b, const TensorView& b, const TensorView& c,
+                         const void* bias, Epilogue epilogue, const void* aux, std::int64_t aux_ld) {
+  const Shape shape = product_shape(a, false, b, transpose_b, c);
   if (shape.m == 0 || shape.n == 0 || shape.k == 0) return false;
-  const Key key =
-      key_of(shape, false, true, false, bias != nullptr ? Epilogue::relu_bias : Epilogue::relu, a, b, c, bias);
-  if (!epilogue_aligned(key, bias)) return false;
-  Plan& plan = plan_for(key, bias);
+  const Key key = key_of(shape, false, transpose_b, false, epilogue, a, b, c, bias, aux, aux_ld);
+  if (!epilogue_aligned(key, bias, aux)) return false;
+  Plan& plan = plan_for(key, bias, aux);
   if (!plan.available) return false;
   if (bias != nullptr) set_attribute(plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  if (aux != nullptr) set_attribute(plan.operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
   execute(plan, a, b, c, false);
   return true;
+}
+
+bool CudaGemm::run_activated(const TensorView& a, const TensorView& b, const TensorView& c, const void* bias,
+                             Epilogue epilogue, void* aux, std::int64_t aux_ld) {
+  const bool with_aux = epilogue == Epilogue::relu_aux || epilogue == Epilogue::relu_aux_bias ||
+                        epilogue == Epilogue::gelu_aux || epilogue == Epilogue::gelu_aux_bias;
+  const bool with_bias =
+      epilogue == Epilogue::relu_bias || epilogue == Epilogue::relu_aux_bias || epilogue == Epilogue::gelu_aux_bias;
+  HPCTRAIN_ASSERT(with_aux || epilogue == Epilogue::relu || epilogue == Epilogue::relu_bias,
+                  "gemm: epilogue " << static_cast<int>(epilogue) << " is not a forward activation");
+  HPCTRAIN_ASSERT(with_bias == (bias != nullptr) && with_aux == (aux != nullptr && aux_ld > 0),
+                  "gemm: the epilogue's bias or aux is missing or extra");
+  return run_fused(a, true, b, c, bias, epilogue, with_aux ? aux : nullptr, with_aux ? aux_ld : 0);
+}
+
+bool CudaGemm::run_with_activation_gradient(const TensorView& a, const TensorView& b, const TensorView& c,
+                                            Epilogue epilogue, const void* aux, std::int64_t aux_ld) {
+  HPCTRAIN_ASSERT((epilogue == Epilogue::drelu || epilogue == Epilogue::dgelu) && aux != nullptr && aux_ld > 0,
+                  "gemm: an activation gradient needs DRELU or DGELU and the forward's aux");
+  return run_fused(a, false, b, c, nullptr, epilogue, aux, aux_ld);
 }
 
 // Operands at addresses no algorithm accepts (views at odd offsets into a flat buffer) are copied into 256-byte

@@ -8,7 +8,9 @@
 // A plan (descriptors and the heuristic's best algorithm) is made once per shape, dtypes, epilogue and operand
 // alignment, and cached; the workspace is allocated once. Operands whose alignment no algorithm accepts are staged
 // through aligned copies (grow-only buffers that retire instead of freeing: a captured graph may point at them).
-// A linear layer's weight gradient can carry its bias gradient in the epilogue (CUBLASLT_EPILOGUE_BGRADB).
+// A linear layer's weight gradient can carry its bias gradient in the epilogue (CUBLASLT_EPILOGUE_BGRADB), its
+// forward the activation after it (RELU/GELU epilogues), and the input gradient of the next linear layer that
+// activation's derivative (DRELU/DGELU, reading the mask or pre-activation the forward wrote).
 #pragma once
 
 #include <cublasLt.h>
@@ -25,6 +27,20 @@ namespace hpctrain::cuda {
 
 class CudaGemm {
  public:
+  // The product's epilogue (each a cuBLASLt one, see cublas_epilogue in cuda_gemm.cpp).
+  enum class Epilogue : std::uint8_t {
+    none,
+    bias,
+    bias_gradient,
+    relu,
+    relu_bias,
+    relu_aux,
+    relu_aux_bias,
+    gelu_aux,
+    gelu_aux_bias,
+    drelu,
+    dgelu,
+  };
   CudaGemm(cudaStream_t stream, bool allow_tf32);
   ~CudaGemm();
   CudaGemm(const CudaGemm&) = delete;
@@ -37,19 +53,28 @@ class CudaGemm {
   // linear layer's dW = dy^T x with db. False (nothing done) when cuBLASLt has no such algorithm or an operand is
   // misaligned: the caller then runs the two separately.
   bool run_with_bias_gradient(const TensorView& a, const TensorView& b, const TensorView& c, void* bias_gradient);
-  // c = relu(a b^T [+ bias]) in one product (CUBLASLT_EPILOGUE_RELU_BIAS, or RELU without a bias): a linear layer and
-  // the relu after it. False (nothing done) when an operand is misaligned or cuBLASLt has no algorithm for it.
-  bool run_with_relu(const TensorView& a, const TensorView& b, const TensorView& c, const void* bias);
+  // c = f(a b^T [+ bias]) in one product, a linear layer and the activation after it: epilogue relu, relu_bias
+  // (RELU[_BIAS]), relu_aux, relu_aux_bias (RELU_AUX[_BIAS]: f's bit mask into aux), gelu_aux, gelu_aux_bias
+  // (GELU_AUX[_BIAS], the tanh form: f's input into aux, c's dtype); aux_ld: bits (mask) or elements (gelu input)
+  // per row of c (see linear_epilogue.hpp). False (nothing done) when an operand is misaligned or cuBLASLt has no
+  // algorithm for it.
+  bool run_activated(const TensorView& a, const TensorView& b, const TensorView& c, const void* bias, Epilogue epilogue,
+                     void* aux, std::int64_t aux_ld);
+  // c = (a b) * f'(pre) (overwritten), the activation's backward in the input-gradient product of the linear layer
+  // after it: epilogue drelu (DRELU, aux: the forward's mask) or dgelu (DGELU, aux: the forward's gelu input).
+  // False (nothing done) as run_activated.
+  bool run_with_activation_gradient(const TensorView& a, const TensorView& b, const TensorView& c, Epilogue epilogue,
+                                    const void* aux, std::int64_t aux_ld);
   // TF32 tensor cores for f32 inputs (precision.tf32); plans made before are dropped.
   void allow_tf32(bool allowed);
 
-  enum class Epilogue : std::uint8_t { none, bias, bias_gradient, relu, relu_bias };
   struct Key {
     std::int64_t m = 0, n = 0, k = 0;
     bool transpose_a = false, transpose_b = false, accumulate = false;
     Epilogue epilogue = Epilogue::none;
     DType input = DType::f32, output = DType::f32;
-    std::uint32_t align_a = 0, align_b = 0, align_c = 0, align_bias = 0;
+    std::uint32_t align_a = 0, align_b = 0, align_c = 0, align_bias = 0, align_aux = 0;
+    std::int64_t aux_ld = 0;
     bool operator==(const Key&) const = default;
   };
   struct KeyHash {
@@ -59,7 +84,10 @@ class CudaGemm {
 
  private:
   // The cached plan of `key` (made on first use); nullptr-free: a plan with available = false has no algorithm.
-  Plan& plan_for(const Key& key, const void* bias);
+  Plan& plan_for(const Key& key, const void* bias, const void* aux = nullptr);
+  // The fused-activation products (run_activated, run_with_activation_gradient): c = op(a) op(b) with `epilogue`.
+  bool run_fused(const TensorView& a, bool transpose_b, const TensorView& b, const TensorView& c, const void* bias,
+                 Epilogue epilogue, const void* aux, std::int64_t aux_ld);
   void execute(Plan& plan, const TensorView& a, const TensorView& b, const TensorView& c, bool accumulate);
   void run_staged(const TensorView& a, bool transpose_a, const TensorView& b, bool transpose_b, const TensorView& c,
                   const void* bias, bool accumulate);

@@ -51,17 +51,26 @@ class CudaConvolution {
   std::unique_ptr<Impl> impl_;
 };
 
-// argmax: null, or (rows, channels, output positions) int32 first maxima kept by max pooling's forward for its
-// backward.
+// Pooling in the geometry's layout (channels-first or channels-last). argmax: null, or int32 first maxima (in-plane
+// offsets, one per output element in y's layout) kept by max pooling's forward for its backward.
 void pooling_forward(cudaStream_t stream, PoolingKind kind, const SpatialGeometry& geometry, const TensorView& x,
                      const TensorView& y, std::int32_t* argmax = nullptr);
 void pooling_backward(cudaStream_t stream, PoolingKind kind, const SpatialGeometry& geometry, const TensorView& x,
                       const TensorView& dy, const TensorView& dx, const std::int32_t* argmax = nullptr);
+// y row r (b, a) = x row r (a, b) (rows of a x b elements of `dtype`, transposed); accumulate: y += (f32 only, the
+// weight gradients). y must not alias x.
+void transpose_rows(cudaStream_t stream, std::int64_t rows, std::int64_t a, std::int64_t b, DType dtype, const void* x,
+                    void* y, bool accumulate = false);
+// Backend::convert_spatial_layout: rows of `channels` channels from layout `from` into the other one.
+void convert_spatial_layout(cudaStream_t stream, std::int64_t channels, SpatialLayout from, const TensorView& x,
+                            const TensorView& y);
+// Either layout (channels-first: contiguous (sample, group) blocks; channels-last: strided runs of a group's channels).
 void groupnorm_forward(cudaStream_t stream, DeviceScratch& scratch, std::int64_t channels, std::int64_t groups,
-                       const TensorView& x, const float* gamma, const float* beta, float eps, const TensorView& y,
-                       float* mean, float* rstd);
+                       SpatialLayout layout, const TensorView& x, const float* gamma, const float* beta, float eps,
+                       const TensorView& y, float* mean, float* rstd);
 void groupnorm_backward(cudaStream_t stream, DeviceScratch& scratch, std::int64_t channels, std::int64_t groups,
-                        const TensorView& x, const TensorView& dy, const float* gamma, const float* mean,
-                        const float* rstd, const TensorView& dx, float* dgamma, float* dbeta, bool accumulate);
+                        SpatialLayout layout, const TensorView& x, const TensorView& dy, const float* gamma,
+                        const float* mean, const float* rstd, const TensorView& dx, float* dgamma, float* dbeta,
+                        bool accumulate);
 
 }  // namespace hpctrain::cuda

@@ -34,11 +34,15 @@ inline std::size_t convolution_workspace_cap(std::size_t free_device_bytes) {
   return eighth < floor ? floor : (eighth > ceiling ? ceiling : eighth);
 }
 
-inline AlgorithmChoice choose_algorithm(const std::vector<AlgorithmCandidate>& candidates, std::size_t workspace_cap) {
+// only_algorithm >= 0: consider that algorithm only (a fused operation that cuDNN runs with one algorithm: the
+// convolution with its bias needs IMPLICIT_PRECOMP_GEMM); index -1 when the heuristic did not offer it usable.
+inline AlgorithmChoice choose_algorithm(const std::vector<AlgorithmCandidate>& candidates, std::size_t workspace_cap,
+                                        int only_algorithm = -1) {
   AlgorithmChoice choice;
   for (const bool need_deterministic : {true, false})
     for (std::size_t i = 0; i < candidates.size(); ++i) {
       const AlgorithmCandidate& c = candidates[i];
+      if (only_algorithm >= 0 && c.algorithm != only_algorithm) continue;
       if (!c.available || !c.precise || (need_deterministic && !c.deterministic)) continue;
       if (c.workspace_bytes > workspace_cap) {
         choice.deterministic_over_cap = choice.deterministic_over_cap || c.deterministic;
@@ -49,6 +53,20 @@ inline AlgorithmChoice choose_algorithm(const std::vector<AlgorithmCandidate>& c
       return choice;
     }
   return choice;
+}
+
+// The usual choice, or `preferred` (an algorithm a fused operation needs) when it is usable and gives up nothing: it
+// must be deterministic whenever the usual choice is. preferred_taken says which.
+struct PreferredChoice {
+  AlgorithmChoice choice;
+  bool preferred_taken = false;
+};
+inline PreferredChoice choose_algorithm_preferring(const std::vector<AlgorithmCandidate>& candidates,
+                                                   std::size_t workspace_cap, int preferred) {
+  const AlgorithmChoice usual = choose_algorithm(candidates, workspace_cap);
+  const AlgorithmChoice fused = choose_algorithm(candidates, workspace_cap, preferred);
+  if (fused.index >= 0 && (fused.deterministic || !usual.deterministic)) return {fused, true};
+  return {usual, false};
 }
 
 }  // namespace hpctrain::cuda
