@@ -34,9 +34,13 @@ class Linear final : public Layer {
   Linear(std::string name, const SampleShape& in, std::int64_t out, bool bias, bool sequence)
       : Layer(std::move(name), in, last_axis_output(in, out, sequence)),
         bias_(bias),
+        sequence_(sequence),
         in_(sequence ? in.back() : shape_size(in)),
         out_(out) {}
   [[nodiscard]] std::string type() const override { return "linear"; }
+  [[nodiscard]] IncrementalDecoding incremental_decoding(const Backend&) const override {
+    return sequence_ ? IncrementalDecoding::position_wise : IncrementalDecoding::unsupported;
+  }
 
   [[nodiscard]] std::vector<ParameterSpec> parameters() const override {
     std::vector<ParameterSpec> specs{{"weight", {out_, in_}}};
@@ -77,6 +81,7 @@ class Linear final : public Layer {
  private:
   [[nodiscard]] TensorView weight() const { return matrix(working(0), working_dtype(), out_, in_); }
   bool bias_;
+  bool sequence_;          // acting on the last axis of a sequence (T, in)
   std::int64_t in_, out_;  // features of a row (of a position, on a sequence)
 };
 
@@ -87,6 +92,9 @@ class ActivationLayer final : public Layer {
   [[nodiscard]] std::string type() const override { return type_; }
   [[nodiscard]] bool in_place_backward() const override { return true; }
   [[nodiscard]] bool takes_any_layout() const override { return true; }
+  [[nodiscard]] IncrementalDecoding incremental_decoding(const Backend&) const override {
+    return IncrementalDecoding::position_wise;
+  }
   bool activation(Activation* kind, float* alpha) const override {
     *kind = kind_;
     *alpha = alpha_;
@@ -113,6 +121,10 @@ class Dropout final : public Layer {
   Dropout(std::string name, const SampleShape& shape, float p) : Layer(std::move(name), shape, shape), p_(p) {}
   [[nodiscard]] std::string type() const override { return "dropout"; }
   [[nodiscard]] bool in_place_backward() const override { return true; }
+  // Decoding runs at inference, where dropout is the identity.
+  [[nodiscard]] IncrementalDecoding incremental_decoding(const Backend&) const override {
+    return IncrementalDecoding::position_wise;
+  }
   void forward(const StepContext& context, std::uint32_t layer_index, const TensorView& x,
                const TensorView& y) override {
     if (context.training && p_ > 0.0f)
@@ -140,6 +152,10 @@ class LayerNorm final : public Layer {
   LayerNorm(std::string name, const SampleShape& shape, float eps, bool sequence)
       : Layer(std::move(name), shape, shape), eps_(eps), width_(sequence ? shape.back() : shape_size(shape)) {}
   [[nodiscard]] std::string type() const override { return "layernorm"; }
+  // On a sequence each position is normalised alone (its statistics land in the first rows of the saved blocks).
+  [[nodiscard]] IncrementalDecoding incremental_decoding(const Backend&) const override {
+    return positions() > 1 ? IncrementalDecoding::position_wise : IncrementalDecoding::unsupported;
+  }
   [[nodiscard]] std::vector<ParameterSpec> parameters() const override {
     return {{"weight", {width_}}, {"bias", {width_}}};
   }
@@ -203,6 +219,17 @@ class Embedding final : public Layer {
   [[nodiscard]] bool skips_input_gradient() const override { return true; }
   [[nodiscard]] bool reads_token_ids() const override { return true; }
   void bind_token_ids(const std::int32_t* ids) override { ids_ = ids; }
+  [[nodiscard]] IncrementalDecoding incremental_decoding(const Backend&) const override {
+    return IncrementalDecoding::own;
+  }
+  // Positions [first, first + count) of sample 0: their ids, and the position table's rows from `first` on.
+  void forward_positions(const StepContext& context, std::uint32_t, std::int64_t first, const TensorView&,
+                         const TensorView& y, void*) override {
+    const void* position_rows = positions_ ? static_cast<const char*>(master(1)) +
+                                                 first * width_ * static_cast<std::int64_t>(dtype_size(master_dtype()))
+                                           : nullptr;
+    context.backend->embedding_forward(ids_ + first, master(0), vocabulary_, y, position_rows, y.rows);
+  }
 
   void forward(const StepContext& context, std::uint32_t, const TensorView&, const TensorView& y) override {
     context.backend->embedding_forward(ids_, master(0), vocabulary_, last_axis(y, width_),
@@ -223,6 +250,11 @@ class Embedding final : public Layer {
 };
 
 }  // namespace
+
+void Layer::forward_positions(const StepContext&, std::uint32_t, std::int64_t, const TensorView&, const TensorView&,
+                              void*) {
+  throw NotSupported("layer '" + name_ + "' (" + type() + ") has no incremental decoding");
+}
 
 std::int64_t shape_size(const SampleShape& shape) {
   std::int64_t size = 1;

@@ -137,6 +137,14 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
                                                      static_cast<std::size_t>(saved_rows_blocks) * master_size);
   if (token_ids_.data != nullptr)  // an embedding model's int32 token input
     memory_.activations += static_cast<std::size_t>(buffers_.max_rows * input_width_) * sizeof(std::int32_t);
+  decoding_caches_.resize(layers_.size());
+  if (buffers_.decoding)
+    for (std::size_t i = 0; i < layers_.size(); ++i)
+      if (const std::int64_t per_position = layers_[i]->decoding_cache_per_position(); per_position > 0) {
+        const std::size_t bytes = static_cast<std::size_t>(positions_ * per_position) * activation_size;
+        decoding_caches_[i] = BackendBuffer(backend_, bytes);
+        memory_.activations += bytes;
+      }
 
   // Hand each layer its views.
   std::size_t entry = 0;
@@ -302,6 +310,40 @@ void Model::backward(const StepContext& context, bool accumulate,
     if (after_layer && parameter_begin_[i + 1] > parameter_begin_[i]) after_layer(parameter_begin_[i]);
     dy = dx;
   }
+}
+
+const Layer* Model::layer_without_incremental_decoding() const {
+  for (const auto& layer : layers_)
+    if (layer->incremental_decoding(backend_) == IncrementalDecoding::unsupported) return layer.get();
+  return nullptr;
+}
+
+TensorView Model::forward_positions(const StepContext& context, std::int64_t first, std::int64_t count) {
+  HPCTRAIN_ASSERT(buffers_.decoding && token_ids_.data != nullptr && positions_ > 1,
+                  "forward_positions on a model not built for decoding");
+  HPCTRAIN_ASSERT(first >= 0 && count > 0 && first + count <= positions_,
+                  "positions [" << first << ", " << first + count << ") of a sequence of " << positions_);
+  const DType dtype = buffers_.activation_dtype;
+  // Every activation buffer holds at least T positions of one sample: the new positions' rows go to its start.
+  auto per_position = [](const SampleShape& shape) { return shape.size() == 2 ? shape.back() : std::int64_t{1}; };
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    Layer& layer = *layers_[i];
+    const auto index = static_cast<std::uint32_t>(i);
+    const std::int64_t in = i == 0 ? 1 : per_position(layer.input_shape()), out = per_position(layer.output_shape());
+    const TensorView x{activations_[i].data, dtype, count, in}, y{activations_[i + 1].data, dtype, count, out};
+    switch (layer.incremental_decoding(backend_)) {
+      case IncrementalDecoding::position_wise:  // the new positions as one sample of `count` positions
+        layer.forward(context, index, {x.data, dtype, 1, count * in}, {y.data, dtype, 1, count * out});
+        break;
+      case IncrementalDecoding::own:
+        layer.forward_positions(context, index, first, x, y, decoding_caches_[i].data);
+        break;
+      case IncrementalDecoding::unsupported:
+        throw NotSupported("layer '" + layer.name() + "' (" + layer.type() + ") has no incremental decoding on the " +
+                           backend_.name() + " backend");
+    }
+  }
+  return {activations_.back().data, dtype, count, classes()};
 }
 
 std::int64_t Model::layer_parameters(std::size_t index) const {
