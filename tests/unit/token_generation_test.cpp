@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "../../src/nn/layer_internal.hpp"
 #include "hpctrain/config/run_config.hpp"
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/kernels/backend.hpp"
@@ -188,6 +189,58 @@ TEST(IncrementalDecoding, CachedAndRecomputedGenerateTheSameIds) {
     EXPECT_EQ(cached, recomputed);
     EXPECT_EQ(std::vector<std::int32_t>(cached.begin() + 2, cached.end()), streamed);
     for (std::int32_t id : cached) EXPECT_TRUE(id >= 0 && id < vocabulary);
+  }
+}
+
+// The cache's one-query attention against the backend's fused attention over the whole sequence: the prompt's
+// positions in one call, then one position per call, in f64 and f32.
+TEST(IncrementalDecoding, CachedAttentionMatchesTheFusedKernel) {
+  constexpr std::int64_t sequence = 9, heads = 2, head_dim = 4, width = heads * head_dim;
+  const AttentionGeometry geometry{1, sequence, heads, head_dim, true, 0.5f};
+  auto backend = make_cpu_backend();
+  std::mt19937 generator(6);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<double> qkv(sequence * 3 * width);
+  for (double& value : qkv) value = normal(generator);
+  for (DType dtype : {DType::f64, DType::f32}) {
+    const double tolerance = dtype == DType::f64 ? 1e-13 : 1e-5;
+    auto as_dtype = [&](const std::vector<double>& values) {
+      std::vector<char> bytes(values.size() * dtype_size(dtype));
+      for (std::size_t i = 0; i < values.size(); ++i)
+        if (dtype == DType::f64)
+          reinterpret_cast<double*>(bytes.data())[i] = values[i];
+        else
+          reinterpret_cast<float*>(bytes.data())[i] = static_cast<float>(values[i]);
+      return bytes;
+    };
+    auto value = [&](const std::vector<char>& bytes, std::size_t i) {
+      return dtype == DType::f64 ? reinterpret_cast<const double*>(bytes.data())[i]
+                                 : static_cast<double>(reinterpret_cast<const float*>(bytes.data())[i]);
+    };
+    std::vector<char> packed = as_dtype(qkv), fused(sequence * width * dtype_size(dtype));
+    std::vector<double> lse(heads * sequence);
+    backend->attention_forward(geometry, {packed.data(), dtype, sequence, 3 * width},
+                               {fused.data(), dtype, sequence, width}, lse.data());
+    // the cache: k and v of each position (qkv's columns [C, 3C)), written as the layer writes them
+    std::vector<char> cache(sequence * 2 * width * dtype_size(dtype));
+    const std::size_t size = dtype_size(dtype);
+    for (std::int64_t p = 0; p < sequence; ++p)
+      std::copy_n(packed.data() + (p * 3 * width + width) * size, 2 * width * size,
+                  cache.data() + p * 2 * width * size);
+    std::vector<double> error_sum(1, 0.0), norm(1, 0.0);
+    for (const auto& [first, count] : {std::pair<std::int64_t, std::int64_t>{0, 4}, {4, 1}, {5, 3}, {8, 1}}) {
+      std::vector<char> out = as_dtype(std::vector<double>(count * width, std::nan("")));
+      nn_detail::cached_attention(geometry, {packed.data() + first * 3 * width * size, dtype, count, 3 * width},
+                                  cache.data(), first, {out.data(), dtype, count, width});
+      for (std::int64_t i = 0; i < count * width; ++i) {
+        const double got = value(out, static_cast<std::size_t>(i)),
+                     expected = value(fused, static_cast<std::size_t>(first * width + i));
+        ASSERT_FALSE(std::isnan(got)) << "position " << first + i / width;
+        error_sum[0] += (got - expected) * (got - expected);
+        norm[0] += expected * expected;
+      }
+    }
+    EXPECT_LT(std::sqrt(error_sum[0] / norm[0]), tolerance) << dtype_name(dtype);
   }
 }
 
