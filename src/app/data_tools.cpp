@@ -1,6 +1,8 @@
 // Shared pieces of the data sub-commands.
 #include "data_tools.hpp"
 
+#include <unistd.h>
+
 #include <filesystem>
 
 #include "hpctrain/app/command_line.hpp"
@@ -31,6 +33,26 @@ void write_output_file(const CommandLine& line, const std::string& option, const
                   command << ": '" << output << "' already exists",
                   "pass --force to replace it, or choose another " + option);
   write_file_atomically(output_path, write);
+}
+
+void refuse_to_overwrite(const std::string& path, bool force, const MpiEnvironment& mpi) {
+  namespace fs = std::filesystem;
+  run_on_root(mpi, [&] {
+    if (!force && fs::exists(path))
+      throw InputError("'" + path + "' exists; hpctrain does not overwrite results",
+                       "pass --force or another --output");
+    const fs::path directory = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
+    if (!fs::is_directory(directory) || access(directory.c_str(), W_OK) != 0)
+      throw InputError("cannot create '" + path + "': '" + directory.string() + "' is not a writable directory",
+                       "choose a writable --output");
+  });
+}
+
+std::string device_override(const CommandLine& line) {
+  const std::string& device = line.value("--device");
+  HPCTRAIN_VERIFY(device == "cpu" || device == "cuda" || device == "auto", InputError,
+                  line.command() << ": --device " << device << " is not one of cpu, cuda, auto", line.help_hint());
+  return "run.device=" + device;
 }
 
 std::string naming_outputs(std::string summary, const std::vector<std::string>& outputs) {

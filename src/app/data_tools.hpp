@@ -31,6 +31,14 @@ void wait_for_root(const MpiEnvironment& mpi);
 void write_output_file(const CommandLine& line, const std::string& option, const std::string& output,
                        const std::function<void(const std::string& temporary)>& write);
 
+// predict, evaluate and generate, before they compute: `path` may be written (it does not exist, unless force; its
+// directory is writable). Checked on rank 0; InputError on every rank otherwise.
+void refuse_to_overwrite(const std::string& path, bool force, const MpiEnvironment& mpi);
+
+// The --set override of an inference command's --device cpu|cuda|auto ("run.device=cuda"); InputError for another
+// value.
+std::string device_override(const CommandLine& line);
+
 // A summary written about temporary files, naming the outputs instead ("a.h5.partial" -> "a.h5").
 std::string naming_outputs(std::string summary, const std::vector<std::string>& outputs);
 

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "data_tools.hpp"
 #include "hpctrain/app/command_line.hpp"
 #include "hpctrain/app/commands.hpp"
 #include "hpctrain/config/run_config.hpp"
@@ -60,12 +61,7 @@ std::optional<InferenceArguments> parse_inference_arguments(const Arguments& arg
   parsed.data = line.value("--data");
   parsed.output = line.value_or("--output", "");
   parsed.overrides = line.values("--set");
-  if (line.has("--device")) {
-    const std::string& device = line.value("--device");
-    HPCTRAIN_VERIFY(device == "cpu" || device == "cuda" || device == "auto", InputError,
-                    line.command() << ": --device " << device << " is not one of cpu, cuda, auto", line.help_hint());
-    parsed.overrides.push_back("run.device=" + device);
-  }
+  if (line.has("--device")) parsed.overrides.push_back(device_override(line));
   parsed.force = line.has("--force");
   return parsed;
 }
@@ -129,18 +125,6 @@ void softmax_and_argmax(const std::vector<float>& logits, std::int64_t width, st
   }
 }
 
-void refuse_to_overwrite(const std::string& path, bool force, const MpiEnvironment& mpi) {
-  run_on_root(mpi, [&] {
-    if (!force && fs::exists(path))
-      throw InputError("'" + path + "' exists; hpctrain does not overwrite results",
-                       "pass --force or another --output");
-    const fs::path directory = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
-    if (!fs::is_directory(directory) || access(directory.c_str(), W_OK) != 0)
-      throw InputError("cannot create '" + path + "': '" + directory.string() + "' is not a writable directory",
-                       "choose a writable --output");
-  });
-}
-
 const char* const predict_usage =
     "usage: hpctrain predict CHECKPOINT.h5 --data FILE.h5 [--output predictions.h5] [--set section.key=value]...\n"
     "                        [--device cpu|cuda|auto] [--force]\n"
@@ -202,8 +186,8 @@ int predict_command(const Arguments& args, const MpiEnvironment& mpi) {
   const auto mine_count = static_cast<hsize_t>(mine.size());
   const std::uintmax_t expected_bytes =
       static_cast<std::uintmax_t>(samples) * (sizeof(std::int64_t) + (2 * width + 1) * sizeof(float)) + (64 << 10);
-  const CollectiveWrite request{output, "predictions file", expected_bytes, "",
-                                "free space there or choose another --output", {}};
+  const CollectiveWrite request{
+      output, "predictions file", expected_bytes, "", "free space there or choose another --output", {}};
   write_file_collectively(request, mpi, [&](hid_t file, hid_t transfer) {
     auto write = [&](const char* name, hid_t file_type, hid_t memory_type, std::int64_t columns, const void* data) {
       write_step_collectively(mpi, [&] {

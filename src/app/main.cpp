@@ -26,6 +26,7 @@ const char* const usage_text =
     "  data bench DECK.toml                                          measure how fast the ranks read their batches\n"
     "  predict CHECKPOINT.h5 --data FILE.h5 [--output FILE.h5]       apply a trained model, write predictions\n"
     "  evaluate CHECKPOINT.h5 --data FILE.h5                         the model's loss and metrics on a dataset\n"
+    "  generate CHECKPOINT.h5 --prompt TEXT --max-new-tokens N       continue a prompt with a language model\n"
     "  checkpoint verify FILE.h5|RUN_DIR                             check a checkpoint's checksums\n"
     "  report RUN_DIR... [--plot OUT.png] [--csv [FILE]]             summarise runs; plot or export their curves (no "
     "MPI)\n"
@@ -71,6 +72,7 @@ int main(int argc, char** argv) {
     if (command == "data") return hpctrain::data_command(rest, mpi);
     if (command == "predict") return hpctrain::predict_command(rest, mpi);
     if (command == "evaluate") return hpctrain::evaluate_command(rest, mpi);
+    if (command == "generate") return hpctrain::generate_command(rest, mpi);
     if (command == "checkpoint") return hpctrain::checkpoint_command(rest, mpi);
     throw hpctrain::InputError("unknown command '" + command + "'", "run 'hpctrain --help' for the list of commands");
   } catch (const hpctrain::Error& error) {

@@ -31,11 +31,15 @@ class Linear final : public Layer {
   Linear(std::string name, const SampleShape& in, std::int64_t out, bool bias, bool sequence, std::string tie)
       : Layer(std::move(name), in, last_axis_output(in, out, sequence)),
         bias_(bias),
+        sequence_(sequence),
         in_(sequence ? in.back() : shape_size(in)),
         out_(out),
         tie_(std::move(tie)) {}
   [[nodiscard]] std::string type() const override { return "linear"; }
   [[nodiscard]] const std::string& tied_layer() const override { return tie_; }
+  [[nodiscard]] IncrementalDecoding incremental_decoding(const Backend&) const override {
+    return sequence_ ? IncrementalDecoding::position_wise : IncrementalDecoding::unsupported;
+  }
 
   [[nodiscard]] std::vector<ParameterSpec> parameters() const override {
     std::vector<ParameterSpec> specs{{"weight", {out_, in_}}};
@@ -93,6 +97,7 @@ class Linear final : public Layer {
                                             bias_ ? gradient(1) : nullptr, accumulate);
   }
   bool bias_;
+  bool sequence_;          // acting on the last axis of a sequence (T, in)
   std::int64_t in_, out_;  // features of a row (of a position, on a sequence)
   std::string tie_;
 };
@@ -104,6 +109,9 @@ class ActivationLayer final : public Layer {
   [[nodiscard]] std::string type() const override { return type_; }
   [[nodiscard]] bool in_place_backward() const override { return true; }
   [[nodiscard]] bool takes_any_layout() const override { return true; }
+  [[nodiscard]] IncrementalDecoding incremental_decoding(const Backend&) const override {
+    return IncrementalDecoding::position_wise;
+  }
   bool activation(Activation* kind, float* alpha) const override {
     *kind = kind_;
     *alpha = alpha_;
@@ -130,6 +138,10 @@ class Dropout final : public Layer {
   Dropout(std::string name, const SampleShape& shape, float p) : Layer(std::move(name), shape, shape), p_(p) {}
   [[nodiscard]] std::string type() const override { return "dropout"; }
   [[nodiscard]] bool in_place_backward() const override { return true; }
+  // Decoding runs at inference, where dropout is the identity.
+  [[nodiscard]] IncrementalDecoding incremental_decoding(const Backend&) const override {
+    return IncrementalDecoding::position_wise;
+  }
   void forward(const StepContext& context, std::uint32_t layer_index, const TensorView& x,
                const TensorView& y) override {
     if (context.training && p_ > 0.0f)
@@ -157,6 +169,10 @@ class LayerNorm final : public Layer {
   LayerNorm(std::string name, const SampleShape& shape, float eps, bool sequence)
       : Layer(std::move(name), shape, shape), eps_(eps), width_(sequence ? shape.back() : shape_size(shape)) {}
   [[nodiscard]] std::string type() const override { return "layernorm"; }
+  // On a sequence each position is normalised alone (its statistics land in the first rows of the saved blocks).
+  [[nodiscard]] IncrementalDecoding incremental_decoding(const Backend&) const override {
+    return positions() > 1 ? IncrementalDecoding::position_wise : IncrementalDecoding::unsupported;
+  }
   [[nodiscard]] std::vector<ParameterSpec> parameters() const override {
     return {{"weight", {width_}}, {"bias", {width_}}};
   }
@@ -215,6 +231,17 @@ class Embedding final : public Layer {
   [[nodiscard]] bool skips_input_gradient() const override { return true; }
   [[nodiscard]] bool reads_token_ids() const override { return true; }
   void bind_token_ids(const std::int32_t* ids) override { ids_ = ids; }
+  [[nodiscard]] IncrementalDecoding incremental_decoding(const Backend&) const override {
+    return IncrementalDecoding::own;
+  }
+  // Positions [first, first + count) of sample 0: their ids, and the position table's rows from `first` on.
+  void forward_positions(const StepContext& context, std::uint32_t, std::int64_t first, const TensorView&,
+                         const TensorView& y, void*) override {
+    const void* position_rows = positions_ ? static_cast<const char*>(master(1)) +
+                                                 first * width_ * static_cast<std::int64_t>(dtype_size(master_dtype()))
+                                           : nullptr;
+    context.backend->embedding_forward(ids_ + first, master(0), vocabulary_, y, position_rows, y.rows);
+  }
 
   void forward(const StepContext& context, std::uint32_t, const TensorView&, const TensorView& y) override {
     context.backend->embedding_forward(ids_, master(0), vocabulary_, last_axis(y, width_),
@@ -255,6 +282,11 @@ class SequencePool final : public Layer {
 };
 
 }  // namespace
+
+void Layer::forward_positions(const StepContext&, std::uint32_t, std::int64_t, const TensorView&, const TensorView&,
+                              void*) {
+  throw NotSupported("layer '" + name_ + "' (" + type() + ") has no incremental decoding");
+}
 
 std::int64_t shape_size(const SampleShape& shape) {
   std::int64_t size = 1;

@@ -170,6 +170,14 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
                                                      static_cast<std::size_t>(saved_rows_blocks) * master_size);
   if (token_ids_.data != nullptr)  // an embedding model's int32 token input
     memory_.activations += static_cast<std::size_t>(buffers_.max_rows * input_width_) * sizeof(std::int32_t);
+  decoding_caches_.resize(layers_.size());
+  if (buffers_.decoding)
+    for (std::size_t i = 0; i < layers_.size(); ++i)
+      if (const std::int64_t per_position = layers_[i]->decoding_cache_per_position(); per_position > 0) {
+        const std::size_t bytes = static_cast<std::size_t>(positions_ * per_position) * activation_size;
+        decoding_caches_[i] = BackendBuffer(backend_, bytes);
+        memory_.activations += bytes;
+      }
 
   // Hand each layer its views.
   std::int64_t saved_block = 0, saved_activation_block = 0;
@@ -448,7 +456,7 @@ void Model::backward(const StepContext& context, bool accumulate,
     // A linear layer after a folded pair runs that pair's activation backward in its input-gradient product (CUDA:
     // DRELU/DGELU epilogues reading what the pair's forward left in the pre-activation buffer).
     if (i >= 2 && folded_[i - 2] && layers_[i - 1]->activation(&kind, &alpha)) {
-      const TensorView pre{activations_[i - 1].data, dtype, context.rows, layers_[i - 2]->output_width()};
+      const TensorView pre{activation(i - 1), dtype, context.rows, layers_[i - 2]->output_width()};
       if (layer.backward_activated(context, x, dy, dx, accumulate, kind, alpha, pre, layer_input(i, context.rows))) {
         HPCTRAIN_ASSERT(parameter_begin_[i] == parameter_begin_[i - 1], "an activation layer with parameters");
         if (after_layer && parameter_begin_[i + 1] > parameter_begin_[i]) after_layer(parameter_begin_[i]);
@@ -461,6 +469,40 @@ void Model::backward(const StepContext& context, bool accumulate,
     if (after_layer && parameter_begin_[i + 1] > parameter_begin_[i]) after_layer(parameter_begin_[i]);
     dy = dx;
   }
+}
+
+const Layer* Model::layer_without_incremental_decoding() const {
+  for (const auto& layer : layers_)
+    if (layer->incremental_decoding(backend_) == IncrementalDecoding::unsupported) return layer.get();
+  return nullptr;
+}
+
+TensorView Model::forward_positions(const StepContext& context, std::int64_t first, std::int64_t count) {
+  HPCTRAIN_ASSERT(buffers_.decoding && token_ids_.data != nullptr && positions_ > 1,
+                  "forward_positions on a model not built for decoding");
+  HPCTRAIN_ASSERT(first >= 0 && count > 0 && first + count <= positions_,
+                  "positions [" << first << ", " << first + count << ") of a sequence of " << positions_);
+  const DType dtype = buffers_.activation_dtype;
+  // Every activation buffer holds at least T positions of one sample: the new positions' rows go to its start.
+  auto per_position = [](const SampleShape& shape) { return shape.size() == 2 ? shape.back() : std::int64_t{1}; };
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    Layer& layer = *layers_[i];
+    const auto index = static_cast<std::uint32_t>(i);
+    const std::int64_t in = i == 0 ? 1 : per_position(layer.input_shape()), out = per_position(layer.output_shape());
+    const TensorView x{activation(i), dtype, count, in}, y{activation(i + 1), dtype, count, out};
+    switch (layer.incremental_decoding(backend_)) {
+      case IncrementalDecoding::position_wise:  // the new positions as one sample of `count` positions
+        layer.forward(context, index, {x.data, dtype, 1, count * in}, {y.data, dtype, 1, count * out});
+        break;
+      case IncrementalDecoding::own:
+        layer.forward_positions(context, index, first, x, y, decoding_caches_[i].data);
+        break;
+      case IncrementalDecoding::unsupported:
+        throw NotSupported("layer '" + layer.name() + "' (" + layer.type() + ") has no incremental decoding on the " +
+                           backend_.name() + " backend");
+    }
+  }
+  return {activations_.back().data, dtype, count, classes()};
 }
 
 std::int64_t Model::layer_parameters(std::size_t index) const {

@@ -20,6 +20,10 @@ class ResidualOpen final : public Layer {
   [[nodiscard]] std::string type() const override { return "residual"; }
   [[nodiscard]] bool in_place_backward() const override { return true; }
   [[nodiscard]] bool takes_any_layout() const override { return true; }
+  // Generation: the new positions' rows of the block's input, branch output and sum all start their buffers.
+  [[nodiscard]] IncrementalDecoding incremental_decoding(const Backend&) const override {
+    return IncrementalDecoding::position_wise;
+  }
   void bind_skip_gradient(void* skip) { skip_ = skip; }
 
   void forward(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView& y) override {
@@ -42,6 +46,10 @@ class ResidualClose final : public Layer {
   [[nodiscard]] std::string type() const override { return "add"; }
   [[nodiscard]] bool in_place_backward() const override { return true; }
   [[nodiscard]] bool takes_any_layout() const override { return true; }
+  // Generation: the new positions' rows of the block's input, branch output and sum all start their buffers.
+  [[nodiscard]] IncrementalDecoding incremental_decoding(const Backend&) const override {
+    return IncrementalDecoding::position_wise;
+  }
   // block_input: the activation the opening marker read, (max_rows, width); skip: the skip gradient buffer.
   void bind_block(void* block_input, void* skip) {
     block_input_ = block_input;

@@ -9,7 +9,14 @@
 namespace hpctrain {
 
 // What a random stream is used for; part of the key so streams never overlap.
-enum class RngPurpose : std::uint32_t { init = 1, dropout = 2, shuffle = 3, data_generation = 4, augmentation = 5 };
+enum class RngPurpose : std::uint32_t {
+  init = 1,
+  dropout = 2,
+  shuffle = 3,
+  data_generation = 4,
+  augmentation = 5,
+  token_sampling = 6,  // hpctrain generate: one draw per (seed, position of the new token)
+};
 
 struct Philox4 {
   std::uint32_t v[4];

@@ -61,6 +61,15 @@ using SampleShape = std::vector<std::int64_t>;
 [[nodiscard]] std::int64_t shape_size(const SampleShape& shape);       // elements of one sample
 [[nodiscard]] std::string batch_shape_text(const SampleShape& shape);  // "(N, 8, 14, 14)"
 
+// How a layer takes part in incremental decoding (hpctrain generate: one sample, a few new positions per call, see
+// Model::forward_positions).
+enum class IncrementalDecoding {
+  unsupported,    // the generator recomputes the whole window with forward() for every new token
+  position_wise,  // each position's output depends on that position's input only (linear and layernorm on the last
+                  // axis of a sequence, activations, dropout at inference): forward() on the new positions' rows
+  own,            // forward_positions(): the embedding (the absolute position index), attention (cached keys/values)
+};
+
 class Layer {
  public:
   Layer(std::string name, SampleShape input_shape, SampleShape output_shape)
@@ -132,6 +141,22 @@ class Layer {
   // Embedding: the layer reads the batch's int32 token ids (rows, T), bound by the model, not its activation input.
   [[nodiscard]] virtual bool reads_token_ids() const { return false; }
   virtual void bind_token_ids(const std::int32_t* /*ids*/) {}
+  // Incremental decoding (see IncrementalDecoding). The model runs a layer's new positions only when every layer
+  // of the model supports it on its backend; otherwise it recomputes the window.
+  [[nodiscard]] virtual IncrementalDecoding incremental_decoding(const Backend& /*backend*/) const {
+    return IncrementalDecoding::unsupported;
+  }
+  // Elements (activation dtype) kept per position of the decoded sample between calls (attention: its keys and
+  // values); the model allocates a (T, this) cache for the layer when it is built for decoding.
+  [[nodiscard]] virtual std::int64_t decoding_cache_per_position() const { return 0; }
+  // IncrementalDecoding::own: positions [first, first + x.rows) of one sample. x: (count, input features per
+  // position), y: (count, output features per position); cache: this layer's (T, decoding_cache_per_position())
+  // buffer, whose rows [0, first) earlier calls wrote (null when the layer keeps nothing).
+  virtual void forward_positions(const StepContext& context, std::uint32_t layer_index, std::int64_t first,
+                                 const TensorView& x, const TensorView& y, void* cache);
+  // Whether an output position reads the inputs of later positions (a non-causal attention): such a model cannot
+  // generate text one position after another.
+  [[nodiscard]] virtual bool reads_later_positions() const { return false; }
   // Convolution, pooling and groupnorm: they need the backend's spatial operations.
   [[nodiscard]] virtual bool uses_spatial_operations() const { return false; }
   // Element-wise layers may write dx over dy, saving a buffer swap.

@@ -32,6 +32,8 @@ struct ModelBuffers {
   bool training = true;                 // false (inference): no gradient buffer, no backward scratch
   // Byte alignment of each parameter tensor in the flat buffers; 0: the backend's (Backend::parameter_alignment).
   std::size_t parameter_alignment = 0;
+  // Incremental decoding (hpctrain generate, max_rows 1): the caches of the layers that keep state per position.
+  bool decoding = false;
 };
 
 // A parameter tensor as stored in the flat buffer, for checkpoints and summaries.
@@ -118,6 +120,15 @@ class Model {
   // after_layer(begin) is called when every parameter gradient at [begin, parameter_count) is final.
   void backward(const StepContext& context, bool accumulate, const std::function<void(std::int64_t)>& after_layer);
 
+  // ---- incremental decoding (hpctrain generate; one sample, row 0 of token_ids()) ----
+  // The first layer that cannot run a few positions at a time on this backend (null when every layer can).
+  [[nodiscard]] const Layer* layer_without_incremental_decoding() const;
+  // Positions [first, first + count) of sample 0, whose ids the caller wrote to token_ids(); the layers' caches hold
+  // positions [0, first) from earlier calls (so a sequence is decoded as one call for the prompt, then one per new
+  // token). Returns the logits (count, classes()). Needs ModelBuffers::decoding and
+  // layer_without_incremental_decoding() == null.
+  TensorView forward_positions(const StepContext& context, std::int64_t first, std::int64_t count);
+
   // A printed summary: layer, type, output shape, parameters.
   [[nodiscard]] std::string summary() const;
   // How the conv layers hold their samples: channels-last when the backend prefers it and the model allows it.
@@ -188,6 +199,7 @@ class Model {
   };
   std::vector<ResidualBlock> blocks_;
   BackendBuffer skip_gradient_;  // (max_rows, widest block) the gradient that bypasses a branch (training only)
+  std::vector<BackendBuffer> decoding_caches_;  // per layer: (T, decoding_cache_per_position()) when decoding
 };
 
 }  // namespace hpctrain
