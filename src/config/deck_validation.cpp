@@ -407,7 +407,7 @@ void DeckReader::validate_ties(const std::map<std::string, std::size_t>& index_b
            key + " = " + toml_string(layer.tie) + " names a " + std::string(word_of(embedding.type)) +
                " layer; a linear layer can tie its weight only to an embedding's table",
            what_to_do);
-    const auto& given = layer_keys_given_[index];
+    const auto& given = layer_keys_given_[layer_table_key("model.layers", index)];
     if (std::find(given.begin(), given.end(), "out") == given.end()) {
       layer.out = embedding.vocabulary;
     } else if (layer.out != embedding.vocabulary) {

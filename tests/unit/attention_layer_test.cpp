@@ -189,7 +189,7 @@ TEST(AttentionLayer, GradientsOfParametersAndInputMatchCentralDifferences) {
 TEST(AttentionLayer, InitialisationIsPyTorchsLinearDefault) {
   BoundAttention test(DType::f32, true);
   std::vector<float> host(static_cast<std::size_t>(test.parameter_count), NAN);
-  test.layer->initialize(host.data(), 11, 2);
+  test.layer->initialize(host.data(), 11, 2, Initialization{});
   const double bound = 1.0 / std::sqrt(static_cast<double>(width));
   double largest = 0.0;
   for (float value : host) {
@@ -200,6 +200,39 @@ TEST(AttentionLayer, InitialisationIsPyTorchsLinearDefault) {
   EXPECT_GT(largest, 0.9 * bound);
   // the two projections draw from their own streams: c_proj's weight does not repeat c_attn's first values
   EXPECT_NE(host[0], host[static_cast<std::size_t>(3 * width * (width + 1))]);
+}
+
+// model.init = "gpt2": both weights normal(0, std), c_proj's at the projection std once the layer ends a residual branch
+// (the Model marks it), the biases zero.
+TEST(AttentionLayer, Gpt2InitialisationScalesTheOutputProjection) {
+  BoundAttention test(DType::f32, true);
+  const Initialization init{InitScheme::gpt2, 0.02, 0.002};
+  const auto rms = [](const float* values, std::int64_t count) {
+    double sum = 0.0;
+    for (std::int64_t i = 0; i < count; ++i) sum += static_cast<double>(values[i]) * values[i];
+    return std::sqrt(sum / static_cast<double>(count));
+  };
+  // the mean square over 20 seeds (1,280 values of c_proj, 3,840 of c_attn): a relative error of about 4% (1 sigma)
+  for (const bool projection : {false, true}) {
+    SCOPED_TRACE(projection ? "ends a residual branch" : "alone");
+    test.layer->set_residual_output(projection);
+    double attn_square = 0.0, proj_square = 0.0;
+    for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+      std::vector<float> host(static_cast<std::size_t>(test.parameter_count), NAN);
+      test.layer->initialize(host.data(), seed, 2, init);
+      const float* c_attn = host.data();
+      const float* c_attn_bias = c_attn + 3 * width * width;
+      const float* c_proj = c_attn_bias + 3 * width;
+      const float* c_proj_bias = c_proj + width * width;
+      attn_square += std::pow(rms(c_attn, 3 * width * width), 2) / 20;
+      proj_square += std::pow(rms(c_proj, width * width), 2) / 20;
+      for (std::int64_t i = 0; i < 3 * width; ++i) ASSERT_EQ(c_attn_bias[i], 0.0f);
+      for (std::int64_t i = 0; i < width; ++i) ASSERT_EQ(c_proj_bias[i], 0.0f);
+    }
+    EXPECT_NEAR(std::sqrt(attn_square), 0.02, 0.002);
+    const double expected = projection ? 0.002 : 0.02;
+    EXPECT_NEAR(std::sqrt(proj_square), expected, 0.15 * expected);
+  }
 }
 
 TEST(AttentionLayer, DeckMistakesAreInputErrors) {

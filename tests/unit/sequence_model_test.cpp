@@ -207,12 +207,6 @@ TEST(SequenceModel, TransformerBlockGradientsMatchCentralDifferences) {
   EXPECT_LT(worst_gradient_error(test), 1e-5);
 }
 
-TEST(SequenceModel, GradientsMatchCentralDifferences) {
-  SequenceModel test({layer(LayerType::embedding, width), layer(LayerType::layernorm), layer(LayerType::linear, 6),
-                      layer(LayerType::gelu), layer(LayerType::dropout), layer(LayerType::linear, vocabulary)});
-  EXPECT_LT(worst_gradient_error(test), 1e-5);
-}
-
 LayerSpec tied_head(bool bias) {
   LayerSpec head = layer(LayerType::linear, vocabulary);
   head.tie = "embedding" + std::to_string(width);
