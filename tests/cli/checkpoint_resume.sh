@@ -20,19 +20,6 @@ weight_decay = 0.01
 steps = 40
 log_every = 20
 TOML
-cat >compare.py <<'PY'
-import sys, h5py, numpy as np
-def tensors(path):
-    out = {}
-    with h5py.File(path, "r") as f:
-        f.visititems(lambda name, item: out.__setitem__(name, item[()]) if isinstance(item, h5py.Dataset) else None)
-    return out
-a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
-assert a.keys() == b.keys(), (a.keys() ^ b.keys())
-different = [k for k in a if not np.array_equal(a[k], b[k])]
-assert not different, f"differ: {different}"
-print(f"{len(a)} datasets bit-identical")
-PY
 for mode in fp32 bf16 fp16; do
   for ranks in 1 2; do
     name=$mode-np$ranks
@@ -42,7 +29,8 @@ for mode in fp32 bf16 fp16; do
     run_ranks $ranks train deck.toml --output part-$name --set precision.mode=$mode --resume auto >part-$name.log 2>&1 ||
       { cat part-$name.log >&2; fail "$name: resume"; }
     grep -q "resumed from .*step-00000020.h5 at step 20" part-$name.log || fail "$name: did not resume from step 20"
-    $PYTHON compare.py full-$name/checkpoints/step-00000040.h5 part-$name/checkpoints/step-00000040.h5 &&
+    $PYTHON "$HPCTRAIN_SOURCE_DIR/tests/cli/lib/same_datasets.py" full-$name/checkpoints/step-00000040.h5 \
+      part-$name/checkpoints/step-00000040.h5 &&
       pass "$name: exact resume" || fail "$name: resumed state differs"
   done
 done
