@@ -134,6 +134,37 @@ TEST(Initialization, Gpt2ScalesResidualOutputProjections) {
 }
 
 // What a rank count changes in the model's buffers (rows per rank; CUDA's 256-byte tensor alignment) changes no value.
+// In a model, the Model marks what ends each residual branch: two transformer_blocks are 4 branches, so the attention's
+// c_proj and the MLP's c_proj draw at 0.02 / sqrt(4), everything else at 0.02.
+TEST(Initialization, Gpt2MarksTheProjectionsThatEndResidualBranches) {
+  ModelSection section;
+  section.layers.push_back(layer(LayerType::embedding, width));
+  for (const char* name : {"h0", "h1"}) {
+    LayerSpec block = layer(LayerType::transformer_block);
+    block.name = name;
+    block.heads = 4;
+    section.layers.push_back(block);
+  }
+  section.layers.push_back(layer(LayerType::layernorm));
+  section.layers.push_back(layer(LayerType::linear, vocabulary));
+  section.init = InitScheme::gpt2;
+  const auto backend = make_cpu_backend();
+  Model model(section, SampleShape{sequence}, *backend, {DType::f32, DType::f32, 2, true, 0}, "test.toml");
+  model.initialize(seed);
+  int projections = 0, others = 0;
+  for (const ParameterEntry& entry : model.parameter_entries()) {
+    if (entry.shape.size() != 2 || entry.layer.rfind("embedding", 0) == 0) continue;
+    SCOPED_TRACE(entry.layer + "/" + entry.name);
+    const float* master = static_cast<const float*>(model.master()) + entry.offset;
+    const double measured = std_of({master, master + entry.count});
+    const bool projection = entry.name == "c_proj.weight" || entry.layer.ends_with(".c_proj");
+    EXPECT_NEAR(measured, projection ? 0.01 : 0.02, projection ? 0.001 : 0.002);
+    ++(projection ? projections : others);
+  }
+  EXPECT_EQ(projections, 4);  // two attentions' c_proj, two MLPs' c_proj
+  EXPECT_EQ(others, 5);       // two c_attn, two c_fc, the head
+}
+
 TEST(Initialization, IndependentOfRowsAndAlignment) {
   for (const InitScheme scheme : {InitScheme::pytorch, InitScheme::gpt2}) {
     SCOPED_TRACE(word_of(scheme));
