@@ -202,8 +202,8 @@ TEST(AttentionLayer, InitialisationIsPyTorchsLinearDefault) {
   EXPECT_NE(host[0], host[static_cast<std::size_t>(3 * width * (width + 1))]);
 }
 
-// model.init = "gpt2": both weights normal(0, std), c_proj's at the projection std once the layer ends a residual branch
-// (the Model marks it), the biases zero.
+// model.init = "gpt2": both weights normal(0, std), c_proj's at the projection std once the layer ends a residual
+// branch (the Model marks it), the biases zero.
 TEST(AttentionLayer, Gpt2InitialisationScalesTheOutputProjection) {
   BoundAttention test(DType::f32, true);
   const Initialization init{InitScheme::gpt2, 0.02, 0.002};

@@ -15,7 +15,7 @@ int train_command(const Arguments& args, const MpiEnvironment& mpi);
 int data_command(const Arguments& args, const MpiEnvironment& mpi);  // data generate | inspect
 int predict_command(const Arguments& args, const MpiEnvironment& mpi);
 int evaluate_command(const Arguments& args, const MpiEnvironment& mpi);
-int generate_command(const Arguments& args, const MpiEnvironment& mpi);  // sample from a language model
+int generate_command(const Arguments& args, const MpiEnvironment& mpi);    // sample from a language model
 int checkpoint_command(const Arguments& args, const MpiEnvironment& mpi);  // checkpoint verify
 int version_command(const MpiEnvironment& mpi);
 // report: runs tools/hpctrain_report.py in place of this process (called before MPI starts); returns only by throwing.

@@ -73,10 +73,12 @@ HPCTRAIN_CHOICE_WORDS(BestMetric, {"none", "loss", "accuracy", "top5_accuracy", 
 HPCTRAIN_CHOICE_WORDS(GeluApproximation, {"none", "tanh"});
 HPCTRAIN_CHOICE_WORDS(InitScheme, {"pytorch", "gpt2"});
 HPCTRAIN_CHOICE_WORDS(SequencePoolMode, {"mean", "first"});
+// clang-format off
 HPCTRAIN_CHOICE_WORDS(LayerType, {"linear", "relu", "gelu", "tanh", "leaky_relu", "layernorm", "dropout", "conv2d",
                                   "conv3d", "maxpool2d", "maxpool3d", "avgpool2d", "avgpool3d", "global_avgpool",
                                   "flatten", "groupnorm", "embedding", "attention", "residual", "transformer_block",
                                   "sequence_pool"});
+// clang-format on
 #undef HPCTRAIN_CHOICE_WORDS
 
 template <class Choice>
