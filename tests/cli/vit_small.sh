@@ -4,7 +4,8 @@
 # images of 8 classes), on fewer images than the deck's: 3 epochs on 2 ranks reach a validation accuracy far above
 # chance (1/8), and evaluate/predict reproduce it from the checkpoint; 1 and 2 ranks give the same losses; a bf16 run
 # interrupted and resumed on 2 ranks ends with the same checkpoint, bit for bit, as an uninterrupted one; the
-# checkpoint names the class token and the position table; a to_sequence after flatten fails with one clear message.
+# checkpoint names the class token and the position table, and PyTorch reproduces the validation figures from it
+# (where torch is installed); a to_sequence after flatten fails with one clear message.
 # The full deck's figure (0.96 after 3 epochs of 4000 images) is in its header and docs/data.md, not measured here.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
@@ -45,6 +46,53 @@ with h5py.File(os.environ["CHECKPOINT"], "r") as f:
     assert f["/model/to_sequence1/class_token"].shape == (64,), f["/model/to_sequence1/class_token"].shape
     assert f["/model/to_sequence1/position"].shape == (65, 64), f["/model/to_sequence1/position"].shape
 PY
+
+# 1b. PyTorch (f64) reads the checkpoint and reproduces the validation loss and accuracy: the patches as timm's
+# PatchEmbed orders them (x.flatten(2).transpose(1, 2)), the class token first, GPT-2's blocks without the causal mask.
+# Where torch is installed (HPCTRAIN_TORCH_VENV, or bench/.venv as bench/install-torch.sh makes it, or $PYTHON).
+torch_python=${HPCTRAIN_TORCH_VENV:-$HPCTRAIN_SOURCE_DIR/bench/.venv}/bin/python
+[[ -x $torch_python ]] || torch_python=$PYTHON
+if "$torch_python" -c 'import torch, h5py' 2>/dev/null; then
+  "$torch_python" - run-accuracy data/images32-validation.h5 <<'PY' && pass "PyTorch reproduces vit-small's validation figures" || fail "PyTorch does not reproduce the validation figures"
+import glob, sys, h5py, torch
+import torch.nn.functional as F
+run, data = sys.argv[1], sys.argv[2]
+path = sorted(glob.glob(f"{run}/checkpoints/step-*.h5"))[-1]
+with h5py.File(path, "r") as f:
+    p = {}
+    f["/model"].visititems(lambda n, d: p.__setitem__(n, torch.from_numpy(d[()]).double()) if isinstance(d, h5py.Dataset) else None)
+with h5py.File(data, "r") as f:
+    x, y = torch.from_numpy(f["features"][()]).double(), torch.from_numpy(f["labels"][()]).long()
+
+def layernorm(h, name):
+    return F.layer_norm(h, h.shape[-1:], p[f"{name}/weight"], p[f"{name}/bias"], 1e-5)
+
+def block(h, name, heads=4):
+    a = layernorm(h, f"{name}.ln_1")
+    qkv = F.linear(a, p[f"{name}.attn/c_attn.weight"], p[f"{name}.attn/c_attn.bias"])
+    n, t, c3 = qkv.shape
+    q, k, v = (z.view(n, t, heads, -1).transpose(1, 2) for z in qkv.split(c3 // 3, dim=2))
+    a = F.scaled_dot_product_attention(q, k, v, is_causal=False).transpose(1, 2).reshape(n, t, -1)
+    h = h + F.linear(a, p[f"{name}.attn/c_proj.weight"], p[f"{name}.attn/c_proj.bias"])
+    m = F.gelu(F.linear(layernorm(h, f"{name}.ln_2"), p[f"{name}.c_fc/weight"], p[f"{name}.c_fc/bias"]), approximate="tanh")
+    return h + F.linear(m, p[f"{name}.c_proj/weight"], p[f"{name}.c_proj/bias"])
+
+with torch.no_grad():
+    h = F.conv2d(x, p["conv2d0/weight"], p["conv2d0/bias"], stride=4)    # (N, 64, 8, 8)
+    h = h.flatten(2).transpose(1, 2)                                       # (N, 64 patches, 64): timm's PatchEmbed
+    h = torch.cat([p["to_sequence1/class_token"].expand(h.shape[0], 1, -1), h], dim=1) + p["to_sequence1/position"]
+    h = block(block(h, "transformer_block2"), "transformer_block3")
+    logits = F.linear(layernorm(h, "layernorm4")[:, 0], p["linear6/weight"], p["linear6/bias"])
+loss = F.cross_entropy(logits, y).item()
+accuracy = (logits.argmax(1) == y).double().mean().item()
+metrics = h5py.File(f"{run}/metrics.h5", "r")
+theirs_loss, theirs_accuracy = float(metrics["/eval/loss"][-1]), float(metrics["/eval/accuracy"][-1])
+print(f"PyTorch (f64) validation loss {loss:.6f} accuracy {accuracy:.4f}; hpctrain {theirs_loss:.6f} {theirs_accuracy:.4f}")
+assert abs(loss - theirs_loss) <= 1e-4 * abs(theirs_loss) and abs(accuracy - theirs_accuracy) <= 1e-4, (loss, theirs_loss)
+PY
+else
+  echo "skipped: PyTorch cross-check (no torch with h5py for $torch_python)"
+fi
 
 # 2. rank invariance: 1 and 2 ranks, the same global batches
 short=(--set train.epochs=0 --set train.steps=10 --set train.log_every=1 --set train.eval_every=5)
