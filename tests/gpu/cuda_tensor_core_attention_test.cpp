@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_reference.hpp"
 #include "cuda_test_support.hpp"
 #include "hpctrain/kernels/backend.hpp"
 #include "hpctrain/kernels/cuda/attention_plan.hpp"
@@ -30,105 +31,10 @@
 namespace hpctrain {
 namespace {
 
-// ---- f64 reference: the whole probability matrix of each (sequence, head) ----
-struct Reference {
-  std::vector<double> out, lse, dqkv;
-};
-
-Reference reference_attention(const AttentionGeometry& g, const std::vector<double>& qkv,
-                              const std::vector<double>& dout) {
-  const std::int64_t n = g.sequence, dim = g.head_dim, width = g.width();
-  const auto scale = static_cast<double>(g.scale);
-  Reference r{std::vector<double>(static_cast<std::size_t>(g.batch * n * width)),
-              std::vector<double>(static_cast<std::size_t>(g.batch * g.heads * n)),
-              std::vector<double>(qkv.size(), 0.0)};
-  const auto at = [](std::int64_t row, std::int64_t col, std::int64_t cols) {
-    return static_cast<std::size_t>(row * cols + col);
-  };
-  std::vector<double> q(static_cast<std::size_t>(n * dim)), k(q.size()), v(q.size()), dO(q.size()), o(q.size());
-  std::vector<double> dq(q.size()), dk(q.size()), dv(q.size());
-  std::vector<double> p(static_cast<std::size_t>(n * n)), ds(p.size());
-  for (std::int64_t b = 0; b < g.batch; ++b)
-    for (std::int64_t h = 0; h < g.heads; ++h) {
-      for (std::int64_t t = 0; t < n; ++t)
-        for (std::int64_t d = 0; d < dim; ++d) {
-          const std::size_t row = at(b * n + t, h * dim + d, 3 * width);
-          q[at(t, d, dim)] = qkv[row];
-          k[at(t, d, dim)] = qkv[row + static_cast<std::size_t>(width)];
-          v[at(t, d, dim)] = qkv[row + static_cast<std::size_t>(2 * width)];
-          dO[at(t, d, dim)] = dout[at(b * n + t, h * dim + d, width)];
-        }
-      for (std::int64_t i = 0; i < n; ++i) {
-        const std::int64_t seen = g.causal ? i + 1 : n;
-        double maximum = -std::numeric_limits<double>::infinity();
-        for (std::int64_t j = 0; j < n; ++j) {
-          double dot = 0.0;
-          for (std::int64_t d = 0; d < dim && j < seen; ++d) dot += q[at(i, d, dim)] * k[at(j, d, dim)];
-          p[at(i, j, n)] = dot * scale;
-          if (j < seen) maximum = std::max(maximum, dot * scale);
-        }
-        double sum = 0.0;
-        for (std::int64_t j = 0; j < seen; ++j) sum += std::exp(p[at(i, j, n)] - maximum);
-        const double lse = maximum + std::log(sum);
-        r.lse[static_cast<std::size_t>((b * g.heads + h) * n + i)] = lse;
-        for (std::int64_t j = 0; j < n; ++j) p[at(i, j, n)] = j < seen ? std::exp(p[at(i, j, n)] - lse) : 0.0;
-        double delta = 0.0;
-        for (std::int64_t d = 0; d < dim; ++d) {
-          double sum_v = 0.0;
-          for (std::int64_t j = 0; j < seen; ++j) sum_v += p[at(i, j, n)] * v[at(j, d, dim)];
-          o[at(i, d, dim)] = sum_v;
-          delta += dO[at(i, d, dim)] * sum_v;
-        }
-        for (std::int64_t j = 0; j < n; ++j) {
-          double dp = 0.0;
-          for (std::int64_t d = 0; d < dim && j < seen; ++d) dp += dO[at(i, d, dim)] * v[at(j, d, dim)];
-          ds[at(i, j, n)] = p[at(i, j, n)] * (dp - delta);
-        }
-      }
-      std::fill(dq.begin(), dq.end(), 0.0);
-      std::fill(dk.begin(), dk.end(), 0.0);
-      std::fill(dv.begin(), dv.end(), 0.0);
-      for (std::int64_t i = 0; i < n; ++i)
-        for (std::int64_t j = 0; j < (g.causal ? i + 1 : n); ++j) {
-          const double s = ds[at(i, j, n)], pij = p[at(i, j, n)];
-          for (std::int64_t d = 0; d < dim; ++d) {
-            dq[at(i, d, dim)] += scale * s * k[at(j, d, dim)];
-            dk[at(j, d, dim)] += scale * s * q[at(i, d, dim)];
-            dv[at(j, d, dim)] += pij * dO[at(i, d, dim)];
-          }
-        }
-      for (std::int64_t t = 0; t < n; ++t)
-        for (std::int64_t d = 0; d < dim; ++d) {
-          const std::size_t row = at(b * n + t, h * dim + d, 3 * width);
-          r.out[at(b * n + t, h * dim + d, width)] = o[at(t, d, dim)];
-          r.dqkv[row] = dq[at(t, d, dim)];
-          r.dqkv[row + static_cast<std::size_t>(width)] = dk[at(t, d, dim)];
-          r.dqkv[row + static_cast<std::size_t>(2 * width)] = dv[at(t, d, dim)];
-        }
-    }
-  return r;
-}
-
-// Part 0 (q), 1 (k) or 2 (v) of packed rows of 3 * width columns.
-std::vector<double> part(const std::vector<double>& packed, std::int64_t width, int which) {
-  std::vector<double> values;
-  const auto row_length = static_cast<std::size_t>(3 * width);
-  for (std::size_t row = 0; row * row_length < packed.size(); ++row) {
-    const auto first = packed.begin() + static_cast<std::ptrdiff_t>(row * row_length + which * width);
-    values.insert(values.end(), first, first + width);
-  }
-  return values;
-}
-
-// Uniform multiples of 1 / denominator in [-range, range]: exact in bf16 and fp16 for range * denominator <= 256.
-std::vector<double> grid_values(std::size_t count, std::uint64_t seed, double range, double denominator) {
-  std::mt19937_64 generator(seed);
-  const auto steps = static_cast<std::int64_t>(range * denominator);
-  std::uniform_int_distribution<std::int64_t> distribution(-steps, steps);
-  std::vector<double> values(count);
-  for (double& value : values) value = static_cast<double>(distribution(generator)) / denominator;
-  return values;
-}
+using test_support::attention_part;
+using test_support::grid_values;
+using test_support::reference_attention;
+using test_support::ReferenceAttention;
 
 double output_tolerance(DType dtype) { return tolerance(dtype); }  // 1e-2 bf16, 1e-3 fp16, 1e-5 fp32
 double gradient_tolerance(DType dtype) { return 1.5 * tolerance(dtype); }
@@ -196,7 +102,7 @@ class TensorCoreAttention : public ::testing::Test {
         << "lse, " << where;
     const char* names[] = {"dQ", "dK", "dV"};
     for (int which = 0; which < 3; ++which)
-      EXPECT_LE(relative_error(part(got.dqkv, g.width(), which), part(want_dqkv, g.width(), which)),
+      EXPECT_LE(relative_error(attention_part(got.dqkv, g.width(), which), attention_part(want_dqkv, g.width(), which)),
                 gradient_tolerance(dtype))
           << names[which] << ", " << where;
   }
@@ -220,7 +126,7 @@ TEST_F(TensorCoreAttention, ForwardAndGradientsAgainstF64AndTheReferenceKernel) 
     const std::int64_t rows = g.batch * g.sequence;
     const auto qkv = grid_values(static_cast<std::size_t>(rows * 3 * g.width()), 11 + g.sequence, 2.0, 64.0);
     const auto dout = grid_values(static_cast<std::size_t>(rows * g.width()), 13 + g.head_dim, 1.0, 128.0);
-    const Reference want = reference_attention(g, qkv, dout);
+    const ReferenceAttention want = reference_attention(g, qkv, dout);
     for (DType dtype : {DType::bf16, DType::f16}) {
       const std::string where = describe(g, dtype);
       const Results fast = run(*tensor_core, g, dtype, qkv, dout);
@@ -252,7 +158,7 @@ TEST_F(TensorCoreAttention, UncoveredCallsFallBackToTheReferenceKernel) {
     const std::int64_t rows = c.g.batch * c.g.sequence;
     const auto qkv = grid_values(static_cast<std::size_t>(rows * 3 * c.g.width()), 17, 2.0, 64.0);
     const auto dout = grid_values(static_cast<std::size_t>(rows * c.g.width()), 19, 1.0, 128.0);
-    const Reference want = reference_attention(c.g, qkv, dout);
+    const ReferenceAttention want = reference_attention(c.g, qkv, dout);
     const std::string where = describe(c.g, c.dtype);
     const Results fast = run(*tensor_core, c.g, c.dtype, qkv, dout);
     const double forward_limit = c.dtype == DType::f32 ? 2e-5 : output_tolerance(c.dtype);
