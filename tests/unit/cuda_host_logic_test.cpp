@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "hpctrain/dist/gradient_allreduce.hpp"
+#include "hpctrain/kernels/backend.hpp"
 #include "hpctrain/kernels/cuda/algorithm_choice.hpp"
 #include "hpctrain/kernels/cuda/attention_plan.hpp"
 #include "hpctrain/kernels/cuda/convolution_layout.hpp"
@@ -399,6 +400,27 @@ TEST(AttentionKernelChoice, TensorCoresOnlyWhenAskedForAndCovered) {
   call.sequence = 1;
   call.batch = 0;  // nothing to do: the reference kernel returns at once
   EXPECT_EQ(choose(call), AttentionKernel::reference);
+}
+
+// A geometry with attention dropout (AttentionGeometry::dropout) and one without the member.
+struct DropoutSetting {
+  float p = 0.0f;
+  [[nodiscard]] bool active() const { return p > 0.0f; }
+};
+struct GeometryWithDropout {
+  DropoutSetting dropout;
+};
+struct GeometryWithoutDropout {
+  std::int64_t head_dim = 64;
+};
+
+TEST(AttentionKernelChoice, DropoutIsReadFromTheGeometryWhereItHasIt) {
+  GeometryWithDropout with;
+  EXPECT_FALSE(cuda::attention_dropout_active(with));
+  with.dropout.p = 0.1f;
+  EXPECT_TRUE(cuda::attention_dropout_active(with));
+  EXPECT_FALSE(cuda::attention_dropout_active(GeometryWithoutDropout{}));
+  EXPECT_FALSE(cuda::attention_dropout_active(AttentionGeometry{}));  // no dropout asked for, whichever it is
 }
 
 TEST(TensorCoreAttentionPlan, GridsCoverEverySequencePositionOnce) {

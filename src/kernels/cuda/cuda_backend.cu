@@ -549,7 +549,7 @@ class CudaBackend final : public Backend {
     call.batch = g.batch;
     call.heads = g.heads;
     call.sequence = g.sequence;
-    call.dropout = false;  // attention dropout, once the geometry carries it, runs on the reference kernel
+    call.dropout = cuda::attention_dropout_active(g);  // only the reference kernels have attention dropout
     call.compute_major = compute_major_;
     for (const void* buffer : buffers)
       call.buffers_aligned = call.buffers_aligned && reinterpret_cast<std::uintptr_t>(buffer) % 16 == 0;

@@ -152,6 +152,7 @@ void check_call(const AttentionGeometry& g, const TensorView& qkv, const TensorV
                   what << ": qkv " << qkv.rows << "x" << qkv.cols << " and out " << out.rows << "x" << out.cols
                        << " (16-byte aligned) for batch " << g.batch << " x sequence " << g.sequence << ", " << g.heads
                        << " heads of " << g.head_dim);
+  HPCTRAIN_ASSERT(!attention_dropout_active(g), what << ": attention dropout is the reference kernels' only");
   HPCTRAIN_ASSERT(tc_grid_fits(tc_grid(g.batch, g.heads, g.sequence)) || g.batch == 0,
                   what << ": " << g.batch * g.heads << " heads, sequence " << g.sequence << ": too large a grid");
 }

@@ -108,6 +108,16 @@ struct AttentionCall {
   bool buffers_aligned = true;  // every buffer of the call starts on 16 bytes (the kernels' 16-byte loads)
 };
 
+// Whether a geometry asks for attention dropout: geometry.dropout.active() where the geometry has that member
+// (AttentionGeometry::dropout), else false, so the choice stays right on either side of that member's arrival.
+template <class Geometry>
+bool attention_dropout_active(const Geometry& geometry) {
+  if constexpr (requires { geometry.dropout.active(); })
+    return geometry.dropout.active();
+  else
+    return false;
+}
+
 inline AttentionKernel choose_attention_kernel(AttentionKernel setting, const AttentionCall& call) {
   if (setting != AttentionKernel::tensor_core) return AttentionKernel::reference;
   const bool sixteen_bit = call.dtype == DType::bf16 || call.dtype == DType::f16;
