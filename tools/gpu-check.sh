@@ -134,7 +134,7 @@ if program=$(find_program cuda_throughput_test); then
     detail="fwd/fwd+bwd: tensor_core $(field tensor_core_forward_ms "$timing")/$(field tensor_core_forward_backward_ms "$timing") ms"
     detail+=", reference $(field reference_forward_ms "$timing")/$(field reference_forward_backward_ms "$timing") ms"
     if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-      sdpa=$(timeout 120 python3 "$root/bench/sdpa_time.py" 2>&1 | grep '^SDPA' | head -1)
+      sdpa=$(timeout 120 python3 "$root/bench/sdpa_cuda.py" 2>&1 | grep '^SDPA' | head -1)
       detail+=", torch SDPA ${sdpa:+$(field forward_ms "$sdpa")/$(field forward_backward_ms "$sdpa") ms}${sdpa:-failed}"
     else
       detail+=", torch SDPA: no torch with CUDA"

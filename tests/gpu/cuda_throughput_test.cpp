@@ -7,7 +7,7 @@
 // Also the fused attention's time per call (forward, forward + backward) with the tensor-core and the reference kernels
 // side by side (HPCTRAIN_CUDA_ATTENTION), medians of 5 windows: one line
 //   ATTENTION batch=16 heads=12 head_dim=64 sequence=1024 ... tensor_core_forward_ms=... reference_forward_ms=...
-// for tools/gpu-check.sh's timing row (bench/sdpa_time.py times PyTorch's scaled_dot_product_attention beside it).
+// for tools/gpu-check.sh's timing row (bench/sdpa_cuda.py times PyTorch's scaled_dot_product_attention beside it).
 #include <gtest/gtest.h>
 
 #include <algorithm>

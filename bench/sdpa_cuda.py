@@ -2,7 +2,7 @@
 """PyTorch's scaled_dot_product_attention timed on the shape of tools/gpu-check.sh's attention row (the CUDA backend's
 tensor-core and reference kernels are timed by tests/gpu/cuda_throughput_test.cpp, CudaAttentionTiming).
 
-    python3 bench/sdpa_time.py [--batch 16] [--heads 12] [--head-dim 64] [--sequence 1024] [--not-causal]
+    python3 bench/sdpa_cuda.py [--batch 16] [--heads 12] [--head-dim 64] [--sequence 1024] [--not-causal]
 
 Prints one line, "SDPA batch=... forward_ms=F forward_backward_ms=FB": medians of 5 windows of 5 calls
 after a warm-up, bf16 on CUDA, CUDA events around each window. Inputs are (batch, heads, sequence, head_dim), as
@@ -24,7 +24,7 @@ def main():
     parser.add_argument("--not-causal", action="store_true")
     args = parser.parse_args()
     if not torch.cuda.is_available():
-        raise SystemExit("sdpa_time.py: no CUDA device for torch")
+        raise SystemExit("sdpa_cuda.py: no CUDA device for torch")
     shape = (args.batch, args.heads, args.sequence, args.head_dim)
     generator = torch.Generator(device="cuda").manual_seed(1)
     q, k, v = (torch.rand(shape, device="cuda", dtype=torch.bfloat16, generator=generator).mul_(4).sub_(2)
