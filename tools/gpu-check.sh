@@ -3,15 +3,15 @@
 # the CPU backend (and one large shape per kernel, the fused and copy-stream paths, graph slots), the tensor-core
 # attention kernels against the reference kernels and f64 (and timed beside them and PyTorch's SDPA), compute-sanitizer
 # (memcheck, racecheck, synccheck) where installed, the device gradient all-reduce on 1 and 2 ranks (with a captured
-# graph and the trainer's teardown order), 20 training steps on run.device = cuda against the same deck on the CPU
-# (fp32 and bf16, 1 rank; fp32 on 2 ranks; with class weights and label smoothing; linear + relu / gelu(tanh) pairs
-# folded into the products' epilogues forward and backward), 20 steps of CNNs and of a vision transformer the same
-# way (16-bit ones channels-last, fp32 ones channels-first, each row checking the layout its run reports), an fp16
-# loss-scale trajectory against the CPU's, a bf16 deck of odd widths with batches over 8 MiB, CUDA graphs with evaluation, a checkpoint and --resume
-# against the eager run bit for bit, predict/evaluate on cuda against the CPU, two identical runs diffed, --profile phases from CUDA events, the throughput of a
-# GEMM-bound bf16 MLP against the cuBLASLt ceiling and its PyTorch twin (bench/torch_twin.py, when torch with CUDA is
-# installed), and with 2 or more GPUs 2-rank NCCL runs with and without graphs. Prints a table at the end; exits
-# non-zero when a check failed.
+# graph and the trainer's teardown order), 20 training steps on run.device = cuda against the same deck on the CPU (fp32
+# and bf16, 1 rank; fp32 on 2 ranks; with class weights and label smoothing; linear + relu / gelu(tanh) pairs folded
+# into the products' epilogues forward and backward), 20 steps of CNNs and of a vision transformer the same way (16-bit
+# ones channels-last, fp32 ones channels-first, each row checking the layout its run reports), an fp16 loss-scale
+# trajectory against the CPU's, a bf16 deck of odd widths with batches over 8 MiB, CUDA graphs with evaluation, a
+# checkpoint and --resume against the eager run bit for bit, predict/evaluate on cuda against the CPU, two identical
+# runs diffed, --profile phases from CUDA events, the throughput of a GEMM-bound bf16 MLP against the cuBLASLt ceiling
+# and its PyTorch twin (bench/torch_twin.py, when torch with CUDA is installed), and with 2 or more GPUs 2-rank NCCL
+# runs with and without graphs. Prints a table at the end; exits non-zero when a check failed.
 #
 #   tools/gpu-check.sh                 uses .device/rt.tar.xz (tools/pack-gpu.sh) when present, else build-gpu/
 #   HPCTRAIN_BIN=DIR tools/gpu-check.sh   takes the programs from DIR (hpctrain and the test programs; the CUDA

@@ -6,7 +6,8 @@
 # interrupted and resumed on 2 ranks ends with the same checkpoint, bit for bit, as an uninterrupted one; the
 # checkpoint names the class token and the position table, and PyTorch reproduces the validation figures from it
 # (where torch is installed); a to_sequence after flatten fails with one clear message.
-# The full deck's figure (0.96 after 3 epochs of 4000 images) is in its header and docs/data.md, not measured here.
+# The full deck's figure (0.96 after 3 epochs of 4000 images) is in its header and docs/getting-started.md, not
+# measured here.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 mkdir data
