@@ -10,6 +10,7 @@
 //   cuda_timeline    --profile phases on CUDA events and NVTX ranges
 //   cuda_attention   fused attention (the reference: fp32 FMAs), the embedding lookup, sequence pooling
 //   tensor_core_attention  fused attention on tensor cores (bf16/fp16; HPCTRAIN_CUDA_ATTENTION=tensor_core)
+//   cuda_to_sequence a conv feature map as a sequence (a vision transformer's patch tokens)
 // The kernels are thin loops around the HPCTRAIN_HD arithmetic of kernels/math.hpp, so they compute the CPU backend's
 // formulas (tests/gpu/cuda_kernels_test.cpp compares the two on the same inputs).
 //
@@ -37,6 +38,7 @@
 #include "cuda_rows.hpp"
 #include "cuda_spatial.hpp"
 #include "cuda_timeline.hpp"
+#include "cuda_to_sequence.hpp"
 #include "hpctrain/kernels/backend.hpp"
 #include "hpctrain/kernels/cuda/attention_plan.hpp"
 #include "hpctrain/kernels/cuda/convolution_layout.hpp"
@@ -422,6 +424,16 @@ class CudaBackend final : public Backend {
   void sequence_pool_backward(SequencePooling mode, std::int64_t sequence, const TensorView& dy,
                               const TensorView& dx) override {
     cuda::sequence_pool_backward(stream_, mode, sequence, dy, dx);
+  }
+  void to_sequence_forward(std::int64_t channels, SpatialLayout layout, const TensorView& x, const void* class_token,
+                           const void* positions, const TensorView& y) override {
+    cuda::to_sequence_forward(stream_, channels, layout, x, static_cast<const float*>(class_token),
+                              static_cast<const float*>(positions), y);
+  }
+  void to_sequence_backward(std::int64_t channels, SpatialLayout layout, const TensorView& dy, const TensorView& dx,
+                            void* dclass_token, void* dpositions, bool accumulate) override {
+    cuda::to_sequence_backward(stream_, channels, layout, dy, dx, static_cast<float*>(dclass_token),
+                               static_cast<float*>(dpositions), accumulate);
   }
 
   void softmax_cross_entropy(const TensorView& logits, const std::int32_t* labels, const float* grad_scale,
