@@ -366,6 +366,24 @@ for mode in fp32 bf16; do
     compare_losses "$name" attention-cpu-$mode.log attention-cuda-$mode.log $tolerance "$seconds"
   fi
 done
+# The same layer on the tensor-core kernels (HPCTRAIN_CUDA_ATTENTION=tensor_core) inside a training step: one head of
+# 64 (a head_dim they cover), bf16 and fp16 against the CPU.
+one_head='model.layers=[{type="embedding", vocabulary=256, out=64, positions=true}, {type="attention", heads=1}, {type="layernorm"}, {type="linear", out=256}]'
+for mode in bf16 fp16; do
+  name="attention 20 steps, tensor cores, $mode vs cpu"
+  timeout 240 "$hpctrain" train attention.toml --set run.device=cpu --set precision.mode=$mode --set "$one_head" \
+    --output tc-cpu-$mode >tc-cpu-$mode.log 2>&1 || true
+  status=0
+  timed seconds env HPCTRAIN_CUDA_ATTENTION=tensor_core timeout 240 "$hpctrain" train attention.toml \
+    --set run.device=cuda --set precision.mode=$mode --set "$one_head" --output tc-cuda-$mode >tc-cuda-$mode.log 2>&1 ||
+    status=$?
+  if ((status != 0)); then
+    record "$name" FAIL "$seconds" "exit $status: $(grep error tc-cuda-$mode.log | head -1)"
+    tail -20 tc-cuda-$mode.log
+  else
+    compare_losses "$name" tc-cpu-$mode.log tc-cuda-$mode.log 3e-2 "$seconds"
+  fi
+done
 
 # ---- 3c. determinism, the fp16 loss-scale trajectory, odd widths with batches over 8 MiB ----
 h5same() { # h5same A.h5 B.h5 OBJECT...: every named dataset/group identical bit for bit (h5diff, no tolerance)
