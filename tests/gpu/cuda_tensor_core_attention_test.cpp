@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <memory>
@@ -97,14 +98,20 @@ class TensorCoreAttention : public ::testing::Test {
   static void expect_close(const Results& got, const std::vector<double>& want_out, const std::vector<double>& want_lse,
                            const std::vector<double>& want_dqkv, const AttentionGeometry& g, DType dtype,
                            const std::string& where) {
-    EXPECT_LE(relative_error(got.out, want_out), output_tolerance(dtype)) << "out, " << where;
-    EXPECT_LE(relative_error(std::vector<double>(got.lse.begin(), got.lse.end()), want_lse), lse_tolerance)
-        << "lse, " << where;
+    const double out = relative_error(got.out, want_out);
+    const double lse = relative_error(std::vector<double>(got.lse.begin(), got.lse.end()), want_lse);
+    double gradients[3];
+    for (int which = 0; which < 3; ++which)
+      gradients[which] =
+          relative_error(attention_part(got.dqkv, g.width(), which), attention_part(want_dqkv, g.width(), which));
+    // The margins, for the log (tools/gpu-check.sh keeps it): relative-norm errors.
+    std::printf("%s: out %.1e lse %.1e dQ %.1e dK %.1e dV %.1e\n", where.c_str(), out, lse, gradients[0], gradients[1],
+                gradients[2]);
+    EXPECT_LE(out, output_tolerance(dtype)) << "out, " << where;
+    EXPECT_LE(lse, lse_tolerance) << "lse, " << where;
     const char* names[] = {"dQ", "dK", "dV"};
     for (int which = 0; which < 3; ++which)
-      EXPECT_LE(relative_error(attention_part(got.dqkv, g.width(), which), attention_part(want_dqkv, g.width(), which)),
-                gradient_tolerance(dtype))
-          << names[which] << ", " << where;
+      EXPECT_LE(gradients[which], gradient_tolerance(dtype)) << names[which] << ", " << where;
   }
 
   void compare(const std::vector<AttentionGeometry>& shapes);
