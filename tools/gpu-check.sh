@@ -380,6 +380,8 @@ for mode in bf16 fp16; do
   if ((status != 0)); then
     record "$name" FAIL "$seconds" "exit $status: $(grep error tc-cuda-$mode.log | head -1)"
     tail -20 tc-cuda-$mode.log
+  elif ! grep -q "attention on tensor cores" tc-cuda-$mode.log; then
+    record "$name" FAIL "$seconds" "the log's backend line does not say 'attention on tensor cores'"
   else
     compare_losses "$name" tc-cpu-$mode.log tc-cuda-$mode.log 3e-2 "$seconds"
   fi
