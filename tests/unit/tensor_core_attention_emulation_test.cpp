@@ -27,6 +27,15 @@
 #include "hpctrain/kernels/cuda/attention_plan.hpp"
 #include "kernel_test_support.hpp"
 
+// GCC says so with __SANITIZE_*__, clang with __has_feature.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define HPCTRAIN_UNDER_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define HPCTRAIN_UNDER_SANITIZER 1
+#endif
+#endif
+
 namespace hpctrain::cuda::emulation {
 namespace {
 
@@ -255,7 +264,7 @@ Emulated emulate_any(const AttentionGeometry& g, const std::vector<double>& qkv,
 }
 
 TEST(TensorCoreAttentionEmulation, ForwardAndGradientsAgainstF64) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(HPCTRAIN_UNDER_SANITIZER)
   GTEST_SKIP() << "fibres (swapcontext) confuse the sanitizers' stack tracking";
 #endif
   using test_support::make_attention;
