@@ -47,6 +47,7 @@ void expect_same_values(const RunConfig& a, const RunConfig& b) {
     EXPECT_EQ(x.eps, y.eps);
     EXPECT_EQ(x.vocabulary, y.vocabulary);
     EXPECT_EQ(x.positions, y.positions);
+    EXPECT_EQ(x.class_token, y.class_token);
     EXPECT_EQ(x.heads, y.heads);
     EXPECT_EQ(x.causal, y.causal);
     EXPECT_EQ(x.dropout, y.dropout);
@@ -539,6 +540,25 @@ TEST(RunConfig, AttentionKeys) {
   EXPECT_EQ(changed.model.layers[1].heads, 8);
 }
 
+TEST(RunConfig, ToSequenceKeys) {
+  const RunConfig config = parse(
+      "[data]\ntrain = \"a.h5\"\n[train]\nsteps = 1\n[model]\nlayers = [\n"
+      "  { type = \"conv2d\", out = 8, kernel = 4, stride = 4 },\n"
+      "  { type = \"to_sequence\", positions = true, class_token = true },\n  { type = \"to_sequence\" },\n]\n");
+  const auto& layers = config.model.layers;
+  ASSERT_EQ(layers.size(), 3u);
+  EXPECT_EQ(layers[1].type, LayerType::to_sequence);
+  EXPECT_TRUE(layers[1].positions);
+  EXPECT_TRUE(layers[1].class_token);
+  EXPECT_FALSE(layers[2].positions);  // the defaults: neither
+  EXPECT_FALSE(layers[2].class_token);
+  const std::string resolved = to_toml(config);
+  EXPECT_CONTAINS(resolved, "type = \"to_sequence\"\nname = \"to_sequence1\"\npositions = true\nclass_token = true\n");
+  expect_same_values(config, parse_run_config(resolved, "decks/resolved.toml"));
+  const RunConfig changed = parse_run_config(resolved, "decks/resolved.toml", {"model.layers[2].class_token=true"});
+  EXPECT_TRUE(changed.model.layers[2].class_token);
+}
+
 // ---------------------------------------------------------------------------------------------------------------------
 // --set overrides
 // ---------------------------------------------------------------------------------------------------------------------
@@ -739,8 +759,8 @@ TEST(RunConfigDocs, AcceptedKeysCoverTheSchema) {
        {"run.seed", "model.layers", "model.layers[].type", "model.layers[].negative_slope", "data.eval_batch_size",
         "optimizer.nesterov", "schedule.step_size", "precision.max_skipped_steps", "precision.tf32"})
     EXPECT_TRUE(accepted.count(key)) << key;
-  // per section (run: 5 keys; model: 5 keys and 23 layer keys; data: 18; ...); update when adding a key
-  EXPECT_EQ(keys.size(), 5u + 5u + 23u + 18u + 10u + 5u + 8u + 7u + 8u + 5u);
+  // per section (run: 5 keys; model: 5 keys and 24 layer keys; data: 18; ...); update when adding a key
+  EXPECT_EQ(keys.size(), 5u + 5u + 24u + 18u + 10u + 5u + 8u + 7u + 8u + 5u);
   EXPECT_EQ(parse(deck_with("model.init", "\"gpt2\"")).model.init, InitScheme::gpt2);
   EXPECT_EQ(parse(minimal_body).model.init, InitScheme::pytorch);
 }
