@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # evaluate and predict on token data, and reading a GPT checkpoint outside hpctrain, on a short run of
 # inputs/gpt-tiny.toml (GPL-3, 2 transformer blocks, tied head):
-# 1. evaluate on 1 and 2 ranks gives the validation loss and accuracy training reported for the same checkpoint;
+# 1. evaluate on 1 and 2 ranks gives the validation loss and accuracy training reported for the same checkpoint (and
+#    in bf16);
 # 2. predict (1 and 2 ranks) writes per window and position the argmax and log p(target): -mean(log p) is that loss,
 #    mean(argmax == target) that accuracy, the targets are the file's next tokens;
 # 3. a NumPy forward pass (float64) built from the checkpoint's deck and tensor names reproduces the loss, and where
@@ -41,6 +42,23 @@ for ranks in (1, 2):
         mine, trained = e[f"/eval/{name}"][0], metrics[f"/eval/{name}"][-1]
         print(f"{ranks} rank(s): {name} {mine:.9f}, training reported {trained:.9f}")
         assert np.isfinite(mine) and abs(mine - trained) <= 1e-7 * abs(trained), (name, mine, trained)
+PY
+
+# ... and in bf16 (activations and logits in bf16; the loss summed in fp32/fp64 as in training): equal on the rank count
+# training evaluated on, within bf16's rounding of batches split otherwise on 1 rank.
+run_ranks 2 train gpt-tiny.toml --output runs/gpt-bf16 --set train.steps=10 --set train.eval_every=0 \
+  --set data.eval_batch_size=12 --set precision.mode=bf16 >train-bf16.log 2>&1 || { cat train-bf16.log >&2; fail "bf16 run"; }
+for ranks in 1 2; do
+  run_ranks $ranks evaluate runs/gpt-bf16 --data data/gpl3-validation.h5 --output evaluation-bf16-$ranks.h5 \
+    >evaluate-bf16-$ranks.log 2>&1 || { cat evaluate-bf16-$ranks.log >&2; fail "bf16 evaluate on $ranks ranks"; }
+done
+$PYTHON - <<'PY' && pass "bf16: evaluate = training's validation loss (2 ranks: 1e-7, 1 rank: 1e-4)" || fail "bf16 evaluate"
+import h5py
+trained = h5py.File("runs/gpt-bf16/metrics.h5", "r")["/eval/loss"][-1]
+for ranks, tolerance in ((2, 1e-7), (1, 1e-4)):
+    mine = h5py.File(f"evaluation-bf16-{ranks}.h5", "r")["/eval/loss"][0]
+    print(f"bf16, {ranks} rank(s): {mine:.9f}, training reported {trained:.9f}")
+    assert abs(mine - trained) <= tolerance * trained, (ranks, mine, trained)
 PY
 
 # 2. predict
