@@ -18,7 +18,7 @@ mkdir data
   { cat convert.log >&2; fail "convert --text"; }
 cp "$HPCTRAIN_SOURCE_DIR"/inputs/gpt-tiny.toml .
 # 40 steps, evaluated once at the end (the checkpoint written at the end is of the same step); an eval batch that
-# does not divide the 54 validation windows, so both ranks end on a partial batch
+# does not divide the validation windows (54 of GPL-3), so both ranks end on a partial batch
 run_ranks 2 train gpt-tiny.toml --output runs/gpt-tiny --set train.steps=40 --set train.eval_every=0 \
   --set data.eval_batch_size=12 >train.log 2>&1 || { cat train.log >&2; fail "training gpt-tiny"; }
 checkpoint=runs/gpt-tiny/checkpoints/step-00000040.h5
@@ -29,15 +29,20 @@ for ranks in 1 2; do
     >evaluate-$ranks.log 2>&1 || { cat evaluate-$ranks.log >&2; fail "evaluate on $ranks ranks"; }
   cat evaluate-$ranks.log
 done
-grep -qE "\(54 windows, 3456 positions scored\): loss [0-9.]+  accuracy [0-9.]+  top-5 [0-9.]+" evaluate-2.log &&
+# the validation file's windows, (tokens - 1) / 64 (54 for Debian's GPL-3), each of 64 scored positions
+windows=$($PYTHON -c 'import h5py; print((h5py.File("data/gpl3-validation.h5", "r")["/tokens"].shape[0] - 1) // 64)')
+export windows
+grep -qE "\($windows windows, $((windows * 64)) positions scored\): loss [0-9.]+  accuracy [0-9.]+  top-5 [0-9.]+" \
+  evaluate-2.log &&
   pass "evaluate names the windows and positions it scored" || fail "evaluate's summary line"
 $PYTHON - <<'PY' && pass "evaluate on 1 and 2 ranks = training's validation loss and accuracies" || fail "evaluate differs from training's validation figures"
-import h5py, numpy as np
+import os, h5py, numpy as np
 metrics = h5py.File("runs/gpt-tiny/metrics.h5", "r")
 assert metrics["/eval/step"][-1] == 40, metrics["/eval/step"][()]
 for ranks in (1, 2):
     e = h5py.File(f"evaluation-{ranks}.h5", "r")
-    assert e["/eval/samples"][0] == 54 and e["/eval/positions"][0] == 54 * 64, (e["/eval/samples"][0], e["/eval/positions"][0])
+    windows = int(os.environ["windows"])
+    assert e["/eval/samples"][0] == windows and e["/eval/positions"][0] == windows * 64, (windows, e["/eval/positions"][0])
     for name in ("loss", "accuracy", "top5_accuracy"):
         mine, trained = e[f"/eval/{name}"][0], metrics[f"/eval/{name}"][-1]
         print(f"{ranks} rank(s): {name} {mine:.9f}, training reported {trained:.9f}")
@@ -66,25 +71,26 @@ for ranks in 1 2; do
   run_ranks $ranks predict "$checkpoint" --data data/gpl3-validation.h5 --output predictions-$ranks.h5 \
     >predict-$ranks.log 2>&1 || { cat predict-$ranks.log >&2; fail "predict on $ranks ranks"; }
 done
-grep -q "wrote predictions for 54 windows of 64 tokens to predictions-2.h5" predict-2.log ||
+grep -q "wrote predictions for $windows windows of 64 tokens to predictions-2.h5" predict-2.log ||
   { cat predict-2.log >&2; fail "predict's summary line"; }
 $PYTHON - <<'PY' && pass "predict: argmax and log p(target) per position agree with evaluate" || fail "predict's token outputs"
-import h5py, numpy as np
+import os, h5py, numpy as np
 e = h5py.File("evaluation-2.h5", "r")
 tokens = h5py.File("data/gpl3-validation.h5", "r")["/tokens"][()].astype(np.int64)
-windows = tokens[np.arange(54)[:, None] * 64 + np.arange(65)]
+n = int(os.environ["windows"])
+windows = tokens[np.arange(n)[:, None] * 64 + np.arange(65)]
 runs = {r: h5py.File(f"predictions-{r}.h5", "r") for r in (1, 2)}
 for ranks, p in runs.items():
     log_p, guesses, targets = p["/target_log_probabilities"][()], p["/next_tokens"][()], p["/targets"][()]
-    assert log_p.shape == guesses.shape == targets.shape == (54, 64), (log_p.shape, guesses.shape, targets.shape)
+    assert log_p.shape == guesses.shape == targets.shape == (n, 64), (log_p.shape, guesses.shape, targets.shape)
     assert log_p.dtype == np.float32 and guesses.dtype == np.int32 and targets.dtype == np.int32
-    assert np.array_equal(p["/indices"][()], np.arange(54)) and np.array_equal(targets, windows[:, 1:])
+    assert np.array_equal(p["/indices"][()], np.arange(n)) and np.array_equal(targets, windows[:, 1:])
     assert np.all(np.isfinite(log_p)) and np.all(log_p <= 0) and np.all((guesses >= 0) & (guesses < 256))
     loss, accuracy = -log_p.astype(np.float64).mean(), np.mean(guesses == targets)
     print(f"{ranks} rank(s): predictions give loss {loss:.7f} accuracy {accuracy:.6f}; "
           f"evaluate: {e['/eval/loss'][0]:.7f} {e['/eval/accuracy'][0]:.6f}")
     assert abs(loss - e["/eval/loss"][0]) <= 1e-5 * e["/eval/loss"][0], loss
-    assert abs(accuracy - e["/eval/accuracy"][0]) <= 1 / (54 * 64), accuracy
+    assert abs(accuracy - e["/eval/accuracy"][0]) <= 1 / (n * 64), accuracy
 gap = np.abs(runs[1]["/target_log_probabilities"][()] - runs[2]["/target_log_probabilities"][()]).max()
 print(f"1 against 2 ranks: largest difference of log p {gap:.2e}")
 assert gap <= 1e-4, gap
