@@ -6,7 +6,8 @@
 # 2. predict (1 and 2 ranks) writes per window and position the argmax and log p(target): -mean(log p) is that loss,
 #    mean(argmax == target) that accuracy, the targets are the file's next tokens;
 # 3. a NumPy forward pass (float64) built from the checkpoint's deck and tensor names reproduces the loss, and where
-#    PyTorch is installed, docs/file-formats.md's GPT loader does too (run from the page);
+#    PyTorch is installed, docs/file-formats.md's GPT loader does too (run from the page), on it and on a model of
+#    residual/attention layers with an untied head;
 # 4. a window length other than the model's, and a features file, are refused with one message.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
@@ -147,14 +148,51 @@ PY
 torch_python=${HPCTRAIN_TORCH_VENV:-$HPCTRAIN_SOURCE_DIR/bench/.venv}/bin/python
 [[ -x $torch_python ]] && "$torch_python" -c 'import torch, h5py' 2>/dev/null || torch_python=$PYTHON
 if "$torch_python" -c 'import torch, h5py' 2>/dev/null; then
-  # The page's block as a reader runs it: in a directory with runs/gpt-tiny and data/gpl3-validation.h5.
+  # The loader's other branches: the same blocks written as residual/attention layers, no position table, an untied
+  # head with a bias, exact GELU.
+  cat >branches.toml <<'TOML'
+[data]
+train = "data/gpl3-train.h5"
+validation = "data/gpl3-validation.h5"
+batch_size = 16
+[model]
+layers = [
+  {type = "embedding", vocabulary = 256, out = 32},
+  {type = "residual", name = "attn0", layers = [{type = "layernorm", eps = 1e-4}, {type = "attention", heads = 2}]},
+  {type = "residual", name = "mlp0", layers = [
+    {type = "layernorm"}, {type = "linear", out = 64}, {type = "gelu"}, {type = "dropout", p = 0.1},
+    {type = "linear", out = 32}]},
+  {type = "layernorm"},
+  {type = "linear", out = 256},
+]
+[optimizer]
+lr = 0.003
+[train]
+steps = 10
+TOML
+  run_ranks 2 train branches.toml --output runs/branches >branches.log 2>&1 || { cat branches.log >&2; fail "branches run"; }
+  # The page's block as a reader runs it (in a directory with runs/gpt-tiny and data/gpl3-validation.h5), then its
+  # loader on the second run.
   if "$torch_python" - "$HPCTRAIN_SOURCE_DIR/docs/file-formats.md" <<'PY'; then
 import sys
 doc = open(sys.argv[1]).read()
 block = doc[doc.index("```python", doc.index("### Loading a GPT checkpoint")):]
 exec(block[len("```python"):block.index("```", 3)])
+model = load_hpctrain_language_model("runs/branches/checkpoints/step-00000010.h5").eval()
+assert sorted(name for name, _ in model.named_parameters()) == sorted(
+    ["embedding0.weight", "attn0.layernorm0.weight", "attn0.layernorm0.bias", "attn0.attention1.c_attn.weight",
+     "attn0.attention1.c_attn.bias", "attn0.attention1.c_proj.weight", "attn0.attention1.c_proj.bias",
+     "mlp0.layernorm0.weight", "mlp0.layernorm0.bias", "mlp0.linear1.weight", "mlp0.linear1.bias",
+     "mlp0.linear4.weight", "mlp0.linear4.bias", "layernorm3.weight", "layernorm3.bias", "linear4.weight",
+     "linear4.bias"]), [name for name, _ in model.named_parameters()]
+with torch.no_grad():
+    logits = model(windows[:, :-1])
+loss = F.cross_entropy(logits.flatten(0, 1), windows[:, 1:].flatten()).item()
+reported = h5py.File("runs/branches/metrics.h5", "r")["/eval/loss"][-1]
+print(f"residual/attention blocks, untied head: PyTorch {loss:.6f}, hpctrain {reported:.6f}")
+assert abs(loss - reported) <= 1e-4 * reported, (loss, reported)
 PY
-    pass "docs/file-formats.md's GPT loader reproduces the validation loss in PyTorch"
+    pass "docs/file-formats.md's GPT loader reproduces the validation loss in PyTorch (transformer blocks; residual blocks)"
   else
     fail "docs/file-formats.md's GPT loader"
   fi
