@@ -11,7 +11,7 @@
 namespace hpctrain::cuda {
 
 // The contract of Backend::cached_attention: storage f32/bf16/f16 (f64 is refused, as everywhere on this backend),
-// any cache length, head_dim up to max_cached_head_dim.
+// any cache length, head_dim up to 4096 (the shared memory of one block; NotSupported beyond).
 void cached_attention(cudaStream_t stream, const AttentionGeometry& geometry, const TensorView& qkv, void* cache,
                       std::int64_t first, const TensorView& out);
 
