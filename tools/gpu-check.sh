@@ -337,6 +337,20 @@ for mode in fp32 bf16; do
     compare_losses "$name" attention-cpu-$mode.log attention-cuda-$mode.log $tolerance "$seconds"
   fi
 done
+# Attention dropout: both backends drop the same probabilities (the mask is a function of seed, step, layer, sample,
+# head, query and key), so the losses agree as closely as without dropout.
+name="attention dropout 0.1, 20 steps, fp32, cuda vs cpu"
+timeout 240 "$hpctrain" train attention.toml --set run.device=cpu --set 'model.layers[1].dropout=0.1' \
+  --output attention-dropout-cpu >attention-dropout-cpu.log 2>&1 || true
+status=0
+timed seconds timeout 240 "$hpctrain" train attention.toml --set run.device=cuda --set 'model.layers[1].dropout=0.1' \
+  --output attention-dropout-cuda >attention-dropout-cuda.log 2>&1 || status=$?
+if ((status != 0)); then
+  record "$name" FAIL "$seconds" "exit $status: $(grep error attention-dropout-cuda.log | head -1)"
+  tail -20 attention-dropout-cuda.log
+else
+  compare_losses "$name" attention-dropout-cpu.log attention-dropout-cuda.log 1e-3 "$seconds"
+fi
 
 # ---- 3c. determinism, the fp16 loss-scale trajectory, odd widths with batches over 8 MiB ----
 h5same() { # h5same A.h5 B.h5 OBJECT...: every named dataset/group identical bit for bit (h5diff, no tolerance)

@@ -1,7 +1,8 @@
 // One-query attention over a key/value cache, for incremental decoding (hpctrain generate) on host memory: each new
 // position's query attends to the cached keys and values of itself and every earlier position. A plain host loop (a
 // few positions per call, O(T * C) each): the CUDA backend has no such kernel yet, and its attention layers decode by
-// recomputing the window (see docs/design.md, Generation and incremental decoding).
+// recomputing the window (see docs/design.md, Generation and incremental decoding). Decoding is inference: an
+// attention's dropout never applies here (a geometry that asks for it is refused rather than silently ignored).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -55,6 +56,7 @@ void cached_attention(const AttentionGeometry& geometry, const TensorView& qkv, 
                       out.rows == qkv.rows && out.dtype == qkv.dtype,
                   "cached attention: qkv (" << qkv.rows << ", " << qkv.cols << "), out (" << out.rows << ", "
                                             << out.cols << "), width " << geometry.width());
+  HPCTRAIN_ASSERT(!geometry.dropout.active(), "cached attention is inference: no dropout");
   switch (qkv.dtype) {
     case DType::f32:
       return cached_attention_typed(geometry, qkv.as<float>(), qkv.rows, static_cast<const float*>(cache), first,

@@ -15,6 +15,11 @@
 // dV += P^T dO, dP = dO V^T, dS = P (dP - D), dK += scale dS^T Q, dQ += scale dS K (dQ accumulated in the task's
 // scratch until the last key block).
 //
+// Dropout on the probabilities (AttentionGeometry::dropout, training): a tile of keep factors (keep / (1 - p), or 0) is
+// regenerated from the counter-based mask of kernels/math.hpp wherever a tile of probabilities is formed, the forward
+// multiplies P by it after the sums of the online softmax took the undropped P, and the backward forms
+// dS = P (dP' factor - D) and dV from P factor. Without dropout none of this runs (the results are those of before).
+//
 // Every product of tiles is one register-blocked loop nest on 64-byte vectors (GCC/Clang vector extensions: AVX-512
 // where the compiler targets it, narrower vectors otherwise): the tiles are laid out so that every product broadcasts
 // one operand and reads rows of the other (the "transposed" layout S^T (keys, queries) makes the softmax statistics of
@@ -32,6 +37,7 @@
 
 #include "cpu_sequence.hpp"
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/kernels/math.hpp"
 
 // The 64-byte vector types are passed between this file's internal functions only: the warning that their ABI differs
 // without AVX-512 (builds for any x86-64, where each vector is several registers) concerns no caller.
@@ -302,6 +308,39 @@ void mask_scores(C* s, std::int64_t rows, std::int64_t key_first, std::int64_t q
   }
 }
 
+// The dropout keep factors of a tile (rows x block, row j = key key_first + j, column i = query query_first + i, the
+// layout of the scores) for head `head` of the sequence whose global sample index is `sample`: keep / (1 - p) or 0 by
+// kernels/math.hpp's attention_dropout_keep, and 0 where the key or the query lies beyond the sequence or (causal) the
+// key after the query, so those elements draw no random numbers. Each query walks its keys in order, one Philox call
+// per group of four indices.
+template <class C>
+void dropout_factors(const AttentionGeometry& g, std::uint64_t key, std::int64_t sample, std::int64_t head,
+                     std::int64_t key_first, std::int64_t rows, std::int64_t query_first, C* factors) {
+  const float p = g.dropout.p;
+  const C kept = kernel_math::dropout_scale<C>(p);
+  for (std::int64_t i = 0; i < block; ++i) {
+    const std::int64_t query = query_first + i;
+    std::int64_t key_end = query < g.sequence ? std::min(key_first + rows, g.sequence) : key_first;
+    if (g.causal) key_end = std::min(key_end, query + 1);
+    std::int64_t j = 0;
+    Philox4 bits{};
+    for (; key_first + j < key_end; ++j) {
+      const std::uint64_t index =
+          kernel_math::attention_dropout_index(sample, g.heads, head, g.sequence, query, key_first + j);
+      if (j == 0 || (index & 3u) == 0)
+        bits = kernel_math::attention_dropout_group_bits(key, g.dropout.layer, index >> 2);
+      factors[j * block + i] = kernel_math::attention_dropout_keep_from_bits(bits, index, p) ? kept : C(0);
+    }
+    for (; j < rows; ++j) factors[j * block + i] = C(0);
+  }
+}
+
+// s (rows x block) *= factors, element by element.
+template <class C>
+void multiply_tile(C* __restrict s, const C* __restrict factors, std::int64_t rows) {
+  for (std::int64_t index = 0; index < rows * block; ++index) s[index] *= factors[index];
+}
+
 // Buffers carved from one thread's scratch, each 64-byte aligned.
 class Carver {
  public:
@@ -340,8 +379,10 @@ void attention_forward_typed(const AttentionGeometry& g, const T* qkv, T* out, c
   const std::int64_t tasks = g.batch * g.heads * query_blocks;
   const C score_scale = static_cast<C>(g.scale) * std::numbers::log2e_v<C>;  // scores in base 2
   const std::int64_t whole = padded_sequence * dim;
-  const std::size_t bytes =
-      Carver::bytes<C>({whole, whole, dim * block, block * block, block * dim, block, block, block, block});
+  const std::size_t bytes = Carver::bytes<C>(
+      {whole, whole, dim * block, block * block, block * dim, block, block, block, block, block * block});
+  const bool dropout = g.dropout.active();
+  const std::uint64_t dropout_key = dropout ? kernel_math::dropout_key(g.dropout.seed, g.dropout.step) : 0;
 
 #pragma omp parallel if (worth_threads(g))
   {
@@ -355,7 +396,8 @@ void attention_forward_typed(const AttentionGeometry& g, const T* qkv, T* out, c
     C* running_sum = carver.take<C>(block);     // (block) l per query
     C* block_max = carver.take<C>(block);
     C* rescale = carver.take<C>(block);
-    std::int64_t loaded_head = -1;  // the (sequence, head) whose keys and values this thread holds
+    C* keep_factors = carver.take<C>(block * block);  // (keys, queries) dropout's keep / (1 - p) or 0
+    std::int64_t loaded_head = -1;                    // the (sequence, head) whose keys and values this thread holds
 
     // Tasks run head by head, the last (causal: longest) query block of each first, so a thread's consecutive tasks
     // mostly share one head's keys and values, loaded once.
@@ -403,6 +445,11 @@ void attention_forward_typed(const AttentionGeometry& g, const T* qkv, T* out, c
         exp2_in_place(rescale, block);
         for (std::int64_t i = 0; i < block; ++i) running_sum[i] *= rescale[i];
         exp2_shifted(scores, key_rows, running_max, running_sum);
+        if (dropout) {  // the sums above took the undropped P
+          dropout_factors(g, dropout_key, g.dropout.sample_ids[sequence_index], head, key_first, key_rows, query_first,
+                          keep_factors);
+          multiply_tile(scores, keep_factors, key_rows);
+        }
         for (std::int64_t i = 0; i < block; ++i)
           for (std::int64_t d = 0; d < dim; ++d) output[i * dim + d] *= rescale[i];
         // O (queries, dim) += P V, P read from P^T.
@@ -433,7 +480,9 @@ void attention_backward_typed(const AttentionGeometry& g, const T* qkv, const T*
   const std::int64_t whole = dim * padded_sequence;
   const std::size_t bytes =
       Carver::bytes<C>({whole, whole, whole, whole, whole, padded_sequence, padded_sequence, block * dim, block * dim,
-                        block * dim, block * dim, block * block, block * block});
+                        block * dim, block * dim, block * block, block * block, block * block});
+  const bool dropout = g.dropout.active();
+  const std::uint64_t dropout_key = dropout ? kernel_math::dropout_key(g.dropout.seed, g.dropout.step) : 0;
 
 #pragma omp parallel if (worth_threads(g))
   {
@@ -451,6 +500,7 @@ void attention_backward_typed(const AttentionGeometry& g, const T* qkv, const T*
     C* dvalue = carver.take<C>(block * dim);           // (block, dim)
     C* probabilities = carver.take<C>(block * block);  // (keys, queries) P^T
     C* dscores = carver.take<C>(block * block);        // (keys, queries) dP^T, then dS^T
+    C* keep_factors = carver.take<C>(block * block);   // (keys, queries) dropout's keep / (1 - p) or 0
 
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t task = 0; task < g.batch * g.heads; ++task) {
@@ -499,9 +549,22 @@ void attention_backward_typed(const AttentionGeometry& g, const T* qkv, const T*
           exp2_shifted(probabilities, key_rows, lse2 + query_first, static_cast<C*>(nullptr));
           tile_product<C, false>(key_rows, block, dim, values, dim, dout_columns + query_first, padded_sequence,
                                  dscores, block, false, columns);
-          for (std::int64_t j = 0; j < key_rows; ++j)
-            for (std::int64_t i = 0; i < block; ++i)
-              dscores[j * block + i] = probabilities[j * block + i] * (dscores[j * block + i] - delta[query_first + i]);
+          if (dropout) {
+            // dscores holds dP' = dO V^T of the dropped probabilities: dS = P (dP' factor - D), then P' = P factor.
+            dropout_factors(g, dropout_key, g.dropout.sample_ids[sequence_index], head, key_first, key_rows,
+                            query_first, keep_factors);
+            for (std::int64_t j = 0; j < key_rows; ++j)
+              for (std::int64_t i = 0; i < block; ++i)
+                dscores[j * block + i] =
+                    probabilities[j * block + i] *
+                    (dscores[j * block + i] * keep_factors[j * block + i] - delta[query_first + i]);
+            multiply_tile(probabilities, keep_factors, key_rows);
+          } else {
+            for (std::int64_t j = 0; j < key_rows; ++j)
+              for (std::int64_t i = 0; i < block; ++i)
+                dscores[j * block + i] =
+                    probabilities[j * block + i] * (dscores[j * block + i] - delta[query_first + i]);
+          }
           const Diagonal over_queries = diagonal ? Diagonal::from_row_products : Diagonal::none;
           tile_product<C, false>(key_rows, dim, block, probabilities, block, dout_rows + query_first * dim, dim, dvalue,
                                  dim, true, over_queries);
@@ -533,6 +596,8 @@ void check_geometry(const AttentionGeometry& g, const TensorView& qkv, const Ten
                   what << ": qkv " << qkv.rows << "x" << qkv.cols << " " << dtype_name(qkv.dtype) << " and out "
                        << out.rows << "x" << out.cols << " " << dtype_name(out.dtype) << " do not match batch "
                        << g.batch << " x sequence " << g.sequence << ", " << g.heads << " heads of " << g.head_dim);
+  HPCTRAIN_ASSERT(!g.dropout.active() || (g.dropout.sample_ids != nullptr && g.dropout.p < 1.0f),
+                  what << ": dropout p = " << g.dropout.p << " needs sample ids and p < 1");
 }
 
 }  // namespace
