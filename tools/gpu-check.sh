@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything GPU-side in one go, on a machine with a GPU (under 8 minutes on one H200): the CUDA kernel tests against
-# the CPU backend (and one large shape per kernel, the fused and copy-stream paths, graph slots), compute-sanitizer
+# the CPU backend (and one large shape per kernel, the fused and copy-stream paths, graph slots), the tensor-core
+# attention kernels against the reference kernels and f64 (and timed beside them and PyTorch's SDPA), compute-sanitizer
 # (memcheck, racecheck, synccheck) where installed, the device gradient all-reduce on 1 and 2 ranks (with a captured
 # graph and the trainer's teardown order), 20 training steps on run.device = cuda against the same deck on the CPU
 # (fp32 and bf16, 1 rank; fp32 on 2 ranks; with class weights and label smoothing; linear + relu / gelu(tanh) pairs
@@ -118,6 +119,34 @@ gtest_row "cuda kernels vs CPU" cuda_kernels_test 240 --gtest_filter="-$spatial_
 gtest_row "conv/pool/groupnorm channels-last and -first vs CPU" cuda_kernels_test 180 --gtest_filter="$spatial_tests"
 # Issue 16: fused attention (forward, deterministic backward) and the embedding lookup/gradient against the CPU.
 gtest_row "attention, embedding vs CPU" cuda_attention_test 120
+# Issue 16: the tensor-core attention kernels (HPCTRAIN_CUDA_ATTENTION=tensor_core) against the reference kernels and
+# an f64 reference: bf16/fp16, causal and not, T 1..1024, head_dim 32/64/128, dQ/dK/dV apart, identical bits twice.
+gtest_row "tensor-core attention vs reference, f64" cuda_tensor_core_attention_test 180
+# ... and their time beside the reference kernels and PyTorch's SDPA (batch 16, 12 heads, head_dim 64, T 1024, bf16,
+# causal; medians of 5 windows).
+if program=$(find_program cuda_throughput_test); then
+  status=0
+  timed seconds timeout 120 "$program" --gtest_color=no --gtest_filter='CudaAttentionTiming.*' \
+    >"$work/attention-timing.log" 2>&1 || status=$?
+  timing=$(grep '^ATTENTION' "$work/attention-timing.log" | head -1)
+  if ((status == 0)) && [[ -n $timing ]]; then
+    field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2"; }
+    detail="fwd/fwd+bwd: tensor_core $(field tensor_core_forward_ms "$timing")/$(field tensor_core_forward_backward_ms "$timing") ms"
+    detail+=", reference $(field reference_forward_ms "$timing")/$(field reference_forward_backward_ms "$timing") ms"
+    if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+      sdpa=$(timeout 120 python3 "$root/bench/sdpa_cuda.py" 2>&1 | grep '^SDPA' | head -1)
+      detail+=", torch SDPA ${sdpa:+$(field forward_ms "$sdpa")/$(field forward_backward_ms "$sdpa") ms}${sdpa:-failed}"
+    else
+      detail+=", torch SDPA: no torch with CUDA"
+    fi
+    record "attention timing b16 h12 T1024 bf16" INFO "$seconds" "$detail"
+  else
+    record "attention timing b16 h12 T1024 bf16" FAIL "$seconds" "exit $status: $(tail -1 "$work/attention-timing.log")"
+    [[ $status != 125 ]] && tail -20 "$work/attention-timing.log"
+  fi
+else
+  record "attention timing" FAIL 0 "cuda_throughput_test not found"
+fi
 # >= 70,000 rows / >= 4,096 columns per kernel, BGRADB, uploads, graph slots, scratch growing after a capture,
 # bookkeeping replays, event timing, TF32
 gtest_row "large shapes, fused, uploads, graphs" cuda_paths_test 240 \
@@ -607,7 +636,7 @@ fi
 # timed on CUDA events.
 ceiling=""
 if program=$(find_program cuda_throughput_test); then
-  timeout 120 "$program" --gtest_color=no >ceiling.log 2>&1 || true
+  timeout 120 "$program" --gtest_color=no --gtest_filter='-CudaAttentionTiming.*' >ceiling.log 2>&1 || true
   ceiling=$(grep '^CEILING' ceiling.log | head -1)
 fi
 status=0
@@ -647,7 +676,8 @@ if [[ -n $sanitizer ]] && program=$(find_program cuda_kernels_test); then
   for case in "kernels memcheck CudaVsCpu.*:-*Convolution*" \
     "kernels racecheck *Layernorm*:*SoftmaxCrossEntropy*:*BiasGradient*:*GradientStatistics*:*Groupnorm*:*MeanSquared*" \
     "kernels synccheck *Layernorm*:*SoftmaxCrossEntropy*:*BiasGradient*:*GradientStatistics*:*Groupnorm*:*MeanSquared*" \
-    "attention memcheck CudaVsCpu.*" "attention racecheck CudaVsCpu.*"; do
+    "attention memcheck CudaVsCpu.*" "attention racecheck CudaVsCpu.*" \
+    "tensor_core_attention memcheck TensorCoreAttention.*" "tensor_core_attention racecheck TensorCoreAttention.*"; do
     read -r suite tool filter <<<"$case"
     program=$(find_program "cuda_${suite}_test") || { record "compute-sanitizer $tool, $suite" FAIL 0 "not found"; continue; }
     status=0

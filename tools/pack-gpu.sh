@@ -15,7 +15,7 @@ export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(dirname "$root")}
 
 cmake -S "$root" -B "$root/build-gpu" -DCMAKE_BUILD_TYPE=Release -DHPCTRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DHPCTRAIN_BENCHMARKS=OFF >/dev/null
-tests=(cuda_kernels_test cuda_attention_test cuda_paths_test cuda_throughput_test device_allreduce_mpi_test)
+tests=(cuda_kernels_test cuda_attention_test cuda_tensor_core_attention_test cuda_paths_test cuda_throughput_test device_allreduce_mpi_test)
 cmake --build "$root/build-gpu" -j"${JOBS:-2}" --target hpctrain hpctrain_cuda "${tests[@]}"
 module=$root/build-gpu/lib/libhpctrain_cuda.so
 [[ -f $module ]] || { echo "pack-gpu.sh: $module was not built (is nvcc found?)" >&2; exit 2; }

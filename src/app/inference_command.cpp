@@ -79,17 +79,31 @@ RunConfig checkpoint_config(const InferenceArguments& arguments) {
   return parse_run_config(checkpoint_deck(arguments.checkpoint), arguments.checkpoint, arguments.overrides);
 }
 
-InferenceSetup set_up(const InferenceArguments& arguments, const RunConfig& config, const SampleShape& data_shape,
+InferenceSetup set_up(const InferenceArguments& arguments, const RunConfig& config, const TrainingData& data,
                       const MpiEnvironment& mpi) {
+  const SampleShape data_shape = data.model_input_shape();
   const std::int64_t data_width = shape_size(data_shape);
   InferenceSetup setup;
   setup.config = config;
   setup.task = task_of(config.model.loss);
   const std::int64_t trained_width = checkpoint_input_features(arguments.checkpoint);
-  HPCTRAIN_VERIFY(data_width == trained_width, InputError,
-                  "'" << arguments.data << "': samples have " << data_width << " features, but the model in '"
-                      << arguments.checkpoint << "' takes " << trained_width,
-                  "apply the model to data shaped like its training data");
+  if (data.holds_tokens()) {
+    // A language model's position table has one row per position of the windows it was trained on.
+    HPCTRAIN_VERIFY(
+        data_width == trained_width, InputError,
+        "'" << arguments.data << "': windows of " << data_width << " tokens, but the model in '" << arguments.checkpoint
+            << "' reads windows of " << trained_width << " tokens",
+        "cut the file into the model's windows with --set data.sequence_length=" + std::to_string(trained_width));
+  } else {
+    HPCTRAIN_VERIFY(config.model.layers.empty() || config.model.layers.front().type != LayerType::embedding, InputError,
+                    "'" << arguments.data << "': samples of " << data_width << " features, but the model in '"
+                        << arguments.checkpoint << "' is a language model (its first layer an embedding)",
+                    "give it a token file ('hpctrain data convert --text' or --tokens makes one)");
+    HPCTRAIN_VERIFY(data_width == trained_width, InputError,
+                    "'" << arguments.data << "': samples have " << data_width << " features, but the model in '"
+                        << arguments.checkpoint << "' takes " << trained_width,
+                    "apply the model to data shaped like its training data");
+  }
   omp_set_num_threads(choose_thread_count(setup.config, mpi));
   // The deck's run.device (or --device), chosen as training chooses: "cuda" without a GPU stops every rank with one
   // message, "auto" falls back to the CPU and says why.
@@ -104,6 +118,9 @@ InferenceSetup set_up(const InferenceArguments& arguments, const RunConfig& conf
   setup.model = std::make_unique<Model>(setup.config.model, data_shape, *setup.backend,
                                         ModelBuffers{precision.activations, precision.master, setup.local_batch, false},
                                         arguments.checkpoint);
+  // Token data: the model must read ids and score the next token at every position (training's check, whose
+  // validation of the ids is collective); feature data is validated by the caller.
+  if (data.holds_tokens()) check_model_fits_data(setup.config, *setup.model, data, nullptr, mpi);
   load_parameters(arguments.checkpoint, *setup.model, *setup.backend, mpi);
   return setup;
 }
@@ -125,6 +142,54 @@ void softmax_and_argmax(const std::vector<float>& logits, std::int64_t width, st
   }
 }
 
+// One position of a language model: its most likely next token and the log-probability of its target under the
+// softmax of its logits (computed in double; NaN for an ignored target).
+struct LogSoftmaxAt {
+  std::int32_t argmax = 0;
+  float log_probability = NAN;
+};
+
+LogSoftmaxAt log_softmax_at(const float* logits, std::int64_t classes, std::int32_t target) {
+  LogSoftmaxAt result;
+  const float* largest = std::max_element(logits, logits + classes);  // the first of equal maxima
+  result.argmax = static_cast<std::int32_t>(largest - logits);
+  if (target < 0 || target >= classes) return result;
+  double total = 0.0;
+  for (std::int64_t k = 0; k < classes; ++k) total += std::exp(static_cast<double>(logits[k]) - *largest);
+  result.log_probability = static_cast<float>(static_cast<double>(logits[target]) - *largest - std::log(total));
+  return result;
+}
+
+// Writes a dataset of `samples` rows (`columns` values each; 0: a 1-D dataset) collectively, rank r's rows being r,
+// r + R, ... (evaluation_share), `rows` of them at `data`: one strided hyperslab per rank.
+struct RowWriter {
+  hid_t file, transfer;
+  const MpiEnvironment& mpi;
+  std::int64_t samples;
+  hsize_t rows;
+
+  void operator()(const char* name, hid_t file_type, hid_t memory_type, std::int64_t columns, const void* data) const {
+    write_step_collectively(mpi, [&] {
+      const hsize_t dims[2] = {static_cast<hsize_t>(samples), static_cast<hsize_t>(columns)};
+      const int rank = columns > 0 ? 2 : 1;
+      H5Handle space(HPCTRAIN_H5_CHECK(H5Screate_simple(rank, dims, nullptr)));
+      H5Handle dataset(
+          HPCTRAIN_H5_CHECK(H5Dcreate2(file, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+      const hsize_t start[2] = {static_cast<hsize_t>(mpi.rank()), 0}, stride[2] = {static_cast<hsize_t>(mpi.size()), 1},
+                    count[2] = {rows, static_cast<hsize_t>(std::max<std::int64_t>(columns, 1))};
+      const hsize_t memory_dims[2] = {std::max<hsize_t>(rows, 1), count[1]};
+      H5Handle memory(HPCTRAIN_H5_CHECK(H5Screate_simple(rank, memory_dims, nullptr)));
+      if (rows > 0) {
+        HPCTRAIN_H5_CHECK(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, stride, count, nullptr));
+      } else {
+        HPCTRAIN_H5_CHECK(H5Sselect_none(space.get()));
+        HPCTRAIN_H5_CHECK(H5Sselect_none(memory.get()));
+      }
+      HPCTRAIN_H5_CHECK(H5Dwrite(dataset.get(), memory_type, memory.get(), space.get(), transfer, data));
+    });
+  }
+};
+
 const char* const predict_usage =
     "usage: hpctrain predict CHECKPOINT.h5 --data FILE.h5 [--output predictions.h5] [--set section.key=value]...\n"
     "                        [--device cpu|cuda|auto] [--force]\n"
@@ -136,7 +201,9 @@ const char* const predict_usage =
     "in the\n"
     "deck's precision, and write one HDF5 file (written by all ranks together) with /predictions (N x outputs,\n"
     "fp32, in the file's sample order), /indices (N), and for classification /probabilities (softmax) and /classes\n"
-    "(argmax). Default output: predictions.h5.\n"
+    "(argmax). Token data (a language model): /next_tokens (N x T, int32: the argmax at each position),\n"
+    "/target_log_probabilities (N x T, fp32: log softmax at the next token of the file), /targets (N x T) and\n"
+    "/indices (N), one row per window. Default output: predictions.h5.\n"
     "--device runs it on the CPU, the GPU or whichever the node has (default: the deck's run.device).\n";
 
 const char* const evaluate_usage =
@@ -147,6 +214,8 @@ const char* const evaluate_usage =
     "checkpoints/best (the best by the run's checkpoint.best_metric).\n"
     "The deck's loss and metrics (classification: accuracy, top-5 accuracy with more than 5 classes; regression:\n"
     "MSE, MAE, R^2) of the checkpoint's model on FILE.h5, printed and, with --output, written to HDF5 as /eval/...\n"
+    "On token data: the cross-entropy and accuracy per position, over every position of every window of FILE.h5\n"
+    "(training's validation loss on the same file and checkpoint).\n"
     "--device runs it on the CPU, the GPU or whichever the node has (default: the deck's run.device).\n";
 
 }  // namespace
@@ -158,71 +227,85 @@ int predict_command(const Arguments& args, const MpiEnvironment& mpi) {
   const std::string output = arguments.output.empty() ? "predictions.h5" : arguments.output;
   refuse_to_overwrite(output, arguments.force, mpi);
   // The reader training and evaluation use (so the deck's data.log1p/scale/shift and standardisation apply), without
-  // labels.
+  // labels; token windows come with their targets (the next tokens) all the same.
   const RunConfig deck = checkpoint_config(arguments);
   const TrainingData data(deck, "--data", arguments.data, task_of(deck.model.loss), DataContents::features_only);
-  refuse_token_data(data, "--data");
-  InferenceSetup setup = set_up(arguments, deck, data.model_input_shape(), mpi);
-  data.validate(mpi, 0);
+  InferenceSetup setup = set_up(arguments, deck, data, mpi);
+  if (!data.holds_tokens()) data.validate(mpi, 0);
   Model& model = *setup.model;
   Backend& backend = *setup.backend;
   DeviceBatch device(backend, model, setup.local_batch);
   const std::int64_t samples = data.samples(), width = model.output_width();
 
-  // Forward over this rank's samples (rank, rank + R, ...), in that order.
+  // Forward over this rank's samples (rank, rank + R, ...), in that order. Feature data keeps each output row; token
+  // data keeps, per position, the most likely next token and the log-probability of the target (the logits of a
+  // window, T x vocabulary values, are far too many to write).
   const std::vector<std::int64_t> mine = evaluation_share(samples, mpi.rank(), mpi.size());
-  std::vector<float> outputs;
-  outputs.reserve(mine.size() * static_cast<std::size_t>(width));
+  const std::int64_t positions = data.holds_tokens() ? model.positions() : 0, classes = model.classes();
+  std::vector<float> outputs;                   // (mine, width) feature data
+  std::vector<std::int32_t> next_tokens;        // (mine, T) token data: argmax of each position's logits
+  std::vector<std::int32_t> targets;            // (mine, T) token data: the window's next tokens
+  std::vector<float> target_log_probabilities;  // (mine, T) token data: log softmax at the target
+  const std::size_t kept = mine.size() * static_cast<std::size_t>(data.holds_tokens() ? positions : width);
+  if (data.holds_tokens()) {
+    next_tokens.reserve(kept);
+    targets.reserve(kept);
+    target_log_probabilities.reserve(kept);
+  } else {
+    outputs.reserve(kept);
+  }
   const StepContext context{&backend, false, deck.run.seed, 0, nullptr, 0};
   forward_split(data, model, backend, device, setup.local_batch, context, mpi,
                 [&](const HostBatch& batch, const TensorView&, const float* host) {
-                  outputs.insert(outputs.end(), host, host + batch.rows * width);
+                  if (!data.holds_tokens()) {
+                    outputs.insert(outputs.end(), host, host + batch.rows * width);
+                    return;
+                  }
+                  const std::int32_t* target = batch.token_targets.data();
+                  targets.insert(targets.end(), target, target + batch.rows * positions);
+                  for (std::int64_t row = 0; row < batch.rows * positions; ++row) {
+                    const LogSoftmaxAt scored = log_softmax_at(host + row * classes, classes, target[row]);
+                    next_tokens.push_back(scored.argmax);
+                    target_log_probabilities.push_back(scored.log_probability);
+                  }
                 });
 
   // Write: rank r's rows are samples r, r + R, ...: one strided hyperslab per rank, collective.
   std::vector<float> probabilities;
-  std::vector<std::int32_t> classes;
-  if (setup.task == TaskKind::classification) softmax_and_argmax(outputs, width, probabilities, classes);
-  const auto mine_count = static_cast<hsize_t>(mine.size());
+  std::vector<std::int32_t> predicted_classes;
+  const bool classification = setup.task == TaskKind::classification && !data.holds_tokens();
+  if (classification) softmax_and_argmax(outputs, width, probabilities, predicted_classes);
+  const std::int64_t values_per_row = data.holds_tokens() ? 3 * positions : (classification ? 2 : 1) * width + 1;
   const std::uintmax_t expected_bytes =
-      static_cast<std::uintmax_t>(samples) * (sizeof(std::int64_t) + (2 * width + 1) * sizeof(float)) + (64 << 10);
+      static_cast<std::uintmax_t>(samples) * (sizeof(std::int64_t) + values_per_row * sizeof(float)) + (64 << 10);
   const CollectiveWrite request{
       output, "predictions file", expected_bytes, "", "free space there or choose another --output", {}};
   write_file_collectively(request, mpi, [&](hid_t file, hid_t transfer) {
-    auto write = [&](const char* name, hid_t file_type, hid_t memory_type, std::int64_t columns, const void* data) {
-      write_step_collectively(mpi, [&] {
-        const hsize_t dims[2] = {static_cast<hsize_t>(samples), static_cast<hsize_t>(columns)};
-        const int rank = columns > 0 ? 2 : 1;
-        H5Handle space(HPCTRAIN_H5_CHECK(H5Screate_simple(rank, dims, nullptr)));
-        H5Handle dataset(
-            HPCTRAIN_H5_CHECK(H5Dcreate2(file, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
-        const hsize_t start[2] = {static_cast<hsize_t>(mpi.rank()), 0},
-                      stride[2] = {static_cast<hsize_t>(mpi.size()), 1},
-                      count[2] = {mine_count, static_cast<hsize_t>(std::max<std::int64_t>(columns, 1))};
-        const hsize_t memory_dims[2] = {std::max<hsize_t>(mine_count, 1), count[1]};
-        H5Handle memory(HPCTRAIN_H5_CHECK(H5Screate_simple(rank, memory_dims, nullptr)));
-        if (mine_count > 0) {
-          HPCTRAIN_H5_CHECK(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, stride, count, nullptr));
-        } else {
-          HPCTRAIN_H5_CHECK(H5Sselect_none(space.get()));
-          HPCTRAIN_H5_CHECK(H5Sselect_none(memory.get()));
-        }
-        HPCTRAIN_H5_CHECK(H5Dwrite(dataset.get(), memory_type, memory.get(), space.get(), transfer, data));
-      });
-    };
-    write("predictions", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, width, outputs.data());
+    const RowWriter write{file, transfer, mpi, samples, static_cast<hsize_t>(mine.size())};
+    if (data.holds_tokens()) {
+      write("next_tokens", H5T_STD_I32LE, H5T_NATIVE_INT32, positions, next_tokens.data());
+      write("target_log_probabilities", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, positions, target_log_probabilities.data());
+      write("targets", H5T_STD_I32LE, H5T_NATIVE_INT32, positions, targets.data());
+    } else {
+      write("predictions", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, width, outputs.data());
+    }
     write("indices", H5T_STD_I64LE, H5T_NATIVE_INT64, 0, mine.data());
-    if (setup.task == TaskKind::classification) {
+    if (classification) {
       write("probabilities", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, width, probabilities.data());
-      write("classes", H5T_STD_I32LE, H5T_NATIVE_INT32, 0, classes.data());
+      write("classes", H5T_STD_I32LE, H5T_NATIVE_INT32, 0, predicted_classes.data());
     }
     write_step_collectively(mpi, [&] {
       write_string_attribute(file, "checkpoint", arguments.checkpoint);
       write_string_attribute(file, "data", arguments.data);
     });
   });
-  if (mpi.is_root())
-    std::printf("wrote predictions for %lld samples to %s\n", static_cast<long long>(samples), output.c_str());
+  if (mpi.is_root()) {
+    if (data.holds_tokens())
+      std::printf("wrote predictions for %lld windows of %lld tokens to %s\n", static_cast<long long>(samples),
+                  static_cast<long long>(positions), output.c_str());
+    else
+      std::printf("wrote predictions for %lld samples to %s\n", static_cast<long long>(samples), output.c_str());
+  }
   return 0;
 }
 
@@ -234,21 +317,27 @@ int evaluate_command(const Arguments& args, const MpiEnvironment& mpi) {
   const RunConfig deck = checkpoint_config(arguments);
   const TaskKind task = task_of(deck.model.loss);
   const TrainingData data(deck, "--data", arguments.data, task);
-  refuse_token_data(data, "--data");
-  InferenceSetup setup = set_up(arguments, deck, data.model_input_shape(), mpi);
-  data.validate(mpi, task == TaskKind::classification ? setup.model->output_width() : 0);
+  InferenceSetup setup = set_up(arguments, deck, data, mpi);
+  if (!data.holds_tokens()) data.validate(mpi, task == TaskKind::classification ? setup.model->output_width() : 0);
   DeviceBatch device(*setup.backend, *setup.model, setup.local_batch);
   const StepContext context{setup.backend.get(), false, deck.run.seed, 0, nullptr, 0};
   const EvalMetrics metrics =
       evaluate_split(data, *setup.model, *setup.backend, device, task, setup.local_batch, context, mpi);
   if (mpi.is_root()) {
-    std::printf("%s on %s (%lld samples): %s\n", arguments.checkpoint.c_str(), arguments.data.c_str(),
-                static_cast<long long>(metrics.samples), describe(metrics).c_str());
+    const std::string counted = data.holds_tokens() ? std::to_string(metrics.samples) + " windows, " +
+                                                          std::to_string(metrics.positions) + " positions scored"
+                                                    : std::to_string(metrics.samples) + " samples";
+    std::printf("%s on %s (%s): %s\n", arguments.checkpoint.c_str(), arguments.data.c_str(), counted.c_str(),
+                describe(metrics).c_str());
     if (!arguments.output.empty()) {
       MetricsWriter writer(arguments.output);
       std::vector<std::pair<std::string, MetricKind>> columns{{"samples", MetricKind::int64},
                                                               {"loss", MetricKind::float64}};
       std::vector<double> row{static_cast<double>(metrics.samples), metrics.loss};
+      if (data.holds_tokens()) {
+        columns.emplace_back("positions", MetricKind::int64);
+        row.push_back(static_cast<double>(metrics.positions));
+      }
       for (const auto& [name, value] : {std::pair<const char*, double>{"accuracy", metrics.accuracy},
                                         {"top5_accuracy", metrics.top5_accuracy},
                                         {"mae", metrics.mae},

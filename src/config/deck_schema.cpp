@@ -129,6 +129,7 @@ const std::vector<LayerFieldSpec>& layer_fields() {
       {"groups", Kind::integer, bind_layer_field<&LayerSpec::groups>},
       {"vocabulary", Kind::integer, bind_layer_field<&LayerSpec::vocabulary>},
       {"positions", Kind::boolean, bind_layer_field<&LayerSpec::positions>},
+      {"class_token", Kind::boolean, bind_layer_field<&LayerSpec::class_token>},
       {"heads", Kind::integer, bind_layer_field<&LayerSpec::heads>},
       {"causal", Kind::boolean, bind_layer_field<&LayerSpec::causal>},
       {"dropout", Kind::number, bind_layer_field<&LayerSpec::dropout>},
@@ -164,6 +165,7 @@ const std::vector<LayerTypeSpec>& layer_types() {
       {residual, {"layers"}},
       {transformer_block, {"heads", "causal", "mlp_ratio", "dropout", "residual_dropout"}},
       {sequence_pool, {"mode"}},
+      {to_sequence, {"positions", "class_token"}},
   };
   return types;
 }

@@ -40,6 +40,14 @@ void Backend::sequence_pool_forward(SequencePooling, std::int64_t, const TensorV
 void Backend::sequence_pool_backward(SequencePooling, std::int64_t, const TensorView&, const TensorView&) {
   not_supported(*this, "sequence pooling");
 }
+void Backend::to_sequence_forward(std::int64_t, SpatialLayout, const TensorView&, const void*, const void*,
+                                  const TensorView&) {
+  not_supported(*this, "to_sequence");
+}
+void Backend::to_sequence_backward(std::int64_t, SpatialLayout, const TensorView&, const TensorView&, void*, void*,
+                                   bool) {
+  not_supported(*this, "to_sequence");
+}
 void Backend::convolution_forward(const SpatialGeometry&, const TensorView&, const TensorView&, const void*,
                                   const TensorView&) {
   not_supported(*this, "convolution (conv2d/conv3d)");

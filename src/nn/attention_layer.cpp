@@ -158,8 +158,8 @@ std::unique_ptr<Layer> make_attention_layer(const LayerSpec& spec, const SampleS
   HPCTRAIN_VERIFY(sequence && input_shape.size() == 2, InputError,
                   deck_location << ": layer '" << spec.name << "' (attention) receives samples of shape "
                                 << batch_shape_text(input_shape) << ", not a sequence (T, C)",
-                  "attention acts on the positions of a token sequence: put it after an embedding (and before any "
-                  "flatten)");
+                  "attention acts on the positions of a sequence: put it after an embedding or a to_sequence (and "
+                  "before any flatten)");
   const std::int64_t width = input_shape.back();
   HPCTRAIN_VERIFY(width % spec.heads == 0, InputError,
                   deck_location << ": layer '" << spec.name << "' (attention) splits its width C = " << width

@@ -38,6 +38,10 @@ constexpr std::uint32_t init_stream(std::uint32_t layer_index, std::size_t param
 std::unique_ptr<Layer> make_spatial_layer(const LayerSpec& spec, const SampleShape& input_shape,
                                           const std::string& deck_location, SpatialLayout layout);
 
+// to_sequence (to_sequence_layer.cpp): a (C, H, W) or (C, D, H, W) map in `layout` order to a (T, C) sequence.
+std::unique_ptr<Layer> make_to_sequence_layer(const LayerSpec& spec, const SampleShape& input_shape,
+                                              const std::string& deck_location, SpatialLayout layout, bool sequence);
+
 // Multi-head self-attention (attention_layer.cpp): on a sequence only (sequence: as make_layer's).
 std::unique_ptr<Layer> make_attention_layer(const LayerSpec& spec, const SampleShape& input_shape,
                                             const std::string& deck_location, bool sequence);

@@ -230,6 +230,7 @@ class Embedding final : public Layer {
   }
   [[nodiscard]] bool skips_input_gradient() const override { return true; }
   [[nodiscard]] bool reads_token_ids() const override { return true; }
+  [[nodiscard]] bool starts_sequence() const override { return true; }
   void bind_token_ids(const std::int32_t* ids) override { ids_ = ids; }
   [[nodiscard]] IncrementalDecoding incremental_decoding(const Backend&) const override {
     return IncrementalDecoding::own;
@@ -361,12 +362,15 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const SampleShape& inpu
     case LayerType::attention:
       return nn_detail::make_attention_layer(spec, input_shape, deck_location, sequence);
     case LayerType::sequence_pool:
-      HPCTRAIN_VERIFY(sequence && input_shape.size() == 2, InputError,
-                      deck_location << ": layer '" << spec.name << "' (sequence_pool) receives samples of shape "
-                                    << batch_shape_text(input_shape) << ", not a sequence (T, C)",
-                      "put sequence_pool after the layers that act on a sequence (after an embedding)");
+      HPCTRAIN_VERIFY(
+          sequence && input_shape.size() == 2, InputError,
+          deck_location << ": layer '" << spec.name << "' (sequence_pool) receives samples of shape "
+                        << batch_shape_text(input_shape) << ", not a sequence (T, C)",
+          "put sequence_pool after the layers that act on a sequence (after an embedding or a to_sequence)");
       return std::make_unique<SequencePool>(
           spec.name, input_shape, spec.mode == SequencePoolMode::mean ? SequencePooling::mean : SequencePooling::first);
+    case LayerType::to_sequence:
+      return nn_detail::make_to_sequence_layer(spec, input_shape, deck_location, layout, sequence);
     default:  // the spatial layers
       return nn_detail::make_spatial_layer(spec, input_shape, deck_location, layout);
   }

@@ -211,7 +211,7 @@ void Model::build_layers(const ModelSection& spec, const std::string& deck_path,
   layers_.clear();
   blocks_.clear();
   SampleShape shape = input_shape_;
-  bool sequence = false;  // after an embedding: samples are (T, C)
+  bool sequence = false;  // after an embedding or a to_sequence: samples are (T, C)
   for (std::size_t i = 0; i < spec.layers.size(); ++i) {
     const LayerSpec& layer_spec = spec.layers[i];
     // A layer list given by --set has no position in the deck file.
@@ -225,7 +225,8 @@ void Model::build_layers(const ModelSection& spec, const std::string& deck_path,
       HPCTRAIN_VERIFY(sequence, InputError,
                       location << ": layer '" << layer_spec.name << "' (transformer_block) receives samples "
                                << batch_shape_text(shape) << ", not a sequence (T, C)",
-                      "a transformer_block acts on the (T, C) sequences an embedding gives: put it after one");
+                      "a transformer_block acts on the (T, C) sequences an embedding or a to_sequence gives: put "
+                      "it after one");
       for (const LayerSpec& block : expand_transformer_block(layer_spec, shape.back()))
         add_residual_block(block, location, deck_path, layout, shape, sequence);
     } else
@@ -251,8 +252,8 @@ void Model::add_layer(const LayerSpec& spec, const std::string& location, Spatia
   layers_.push_back(make_layer(spec, shape, location, layout, sequence));
   check_tie(layers_.size() - 1, location);
   const Layer& layer = *layers_.back();
-  sequence = sequence || layer.reads_token_ids();
-  if (sequence && layer.output_shape().size() != 2) sequence = false;  // flatten ends the sequence
+  sequence = sequence || layer.starts_sequence();
+  if (sequence && layer.output_shape().size() != 2) sequence = false;  // sequence_pool and flatten end the sequence
   if (layer.uses_spatial_operations() && !backend_.has_spatial_operations())
     throw NotSupported(location + ": layer '" + layer.name() + "' (" + layer.type() + ") on the " + backend_.name() +
                        " backend, which has no convolution, pooling and groupnorm operations (a CUDA build without "
@@ -317,14 +318,15 @@ void Model::check_tie(std::size_t index, const std::string& location) const {
 }
 
 // Channels-last when the backend prefers it, the model has a conv stack on image/volume input, every layer that sees a
-// spatial sample can take that layout, and the output is flat (so losses, targets and predictions never see it).
+// spatial sample ((C, H, W) or (C, D, H, W); flatten, global_avgpool and to_sequence end them) can take that layout,
+// and the output is flat (so losses, targets and predictions never see it).
 bool Model::channels_last_pays_off() const {
   if (backend_.preferred_spatial_layout(buffers_.activation_dtype) != SpatialLayout::channels_last ||
       input_shape_.size() < 3 || layers_.back()->output_shape().size() != 1)
     return false;
   bool spatial_operations = false;
   for (const auto& layer : layers_) {
-    if (layer->input_shape().size() > 1 && !layer->takes_any_layout()) return false;
+    if (layer->input_shape().size() >= 3 && !layer->takes_any_layout()) return false;
     spatial_operations = spatial_operations || layer->uses_spatial_operations();
   }
   return spatial_operations;
@@ -539,9 +541,14 @@ std::string Model::summary() const {
        << " linear + activation pair(s) run as one product each (the activation in the product's epilogue, its "
           "backward in the next linear layer's when there is one)";
   if (const std::string loss = loss_->options_text(); !loss.empty()) os << "\n  loss: " << loss;
-  if (layout_ == SpatialLayout::channels_last)
+  if (layout_ == SpatialLayout::channels_last) {
+    // In a model on images the layer that starts a sequence is a to_sequence, which reads the layout directly.
+    const bool to_sequence =
+        std::any_of(layers_.begin(), layers_.end(), [](const auto& layer) { return layer->starts_sequence(); });
     os << "\n  conv layers run channels-last (the " << backend_.name()
-       << " backend's fastest layout): each batch is converted on the way in and at flatten";
+       << " backend's fastest layout): each batch is converted on the way in"
+       << (to_sequence ? "; to_sequence reads them as they are" : " and at flatten");
+  }
   return os.str();
 }
 

@@ -109,6 +109,7 @@ EvalMetrics evaluate_split(const TrainingData& data, Model& model, Backend& back
   metrics.samples = data.samples();
   const auto n = static_cast<double>(data.samples());
   metrics.loss = totals[0] / totals.back();
+  if (positions > 1) metrics.positions = static_cast<std::int64_t>(totals.back());
   if (task == TaskKind::classification) {
     const double scored = positions > 1 ? totals.back() : n;  // accuracies per scored position of a sequence model
     metrics.accuracy = totals[1] / scored;

@@ -30,15 +30,6 @@ BatchShape batch_shape(const RunConfig& config, int ranks) {
   return shape;
 }
 
-void refuse_token_data(const TrainingData& data, const std::string& where) {
-  HPCTRAIN_VERIFY(!data.holds_tokens(), InputError,
-                  where << ": '" << data.file() << "' holds token data (" << data.samples() << " windows of "
-                        << data.sequence_length() << " tokens, vocabulary " << data.vocabulary()
-                        << "): predictions and evaluations of language models are not supported yet",
-                  "train reports the validation loss of a language model (data.validation); use this command on "
-                  "/features data ('hpctrain data inspect' describes the file)");
-}
-
 void check_data_fits(const RunConfig& config, const TrainingData& train, const TrainingData* validation) {
   const std::int64_t batch = config.data.batch_size;
   HPCTRAIN_VERIFY(train.samples() >= batch, InputError,

@@ -103,7 +103,8 @@ if $PYTHON -c 'import torch' 2>/dev/null; then
   $PYTHON - "$HPCTRAIN_SOURCE_DIR/docs/file-formats.md" <<'PY' || fail "PyTorch does not reproduce the validation figures"
 import glob, sys, h5py, torch
 doc = open(sys.argv[1]).read()
-exec(doc[doc.index("```python") + len("```python"):doc.index("model = load_hpctrain_checkpoint")])
+loader = doc.index("```python\nimport tomllib", doc.index("### Loading a checkpoint into PyTorch"))
+exec(doc[loader + len("```python"):doc.index("model = load_hpctrain_checkpoint")])
 for run, data, metric in (("run-accuracy", "images", "accuracy"), ("run-cosmo", "volumes", "loss")):
     model = load_hpctrain_checkpoint(sorted(glob.glob(f"{run}/checkpoints/step-*.h5"))[-1]).eval()
     with h5py.File(f"data/{data}-validation.h5", "r") as f:

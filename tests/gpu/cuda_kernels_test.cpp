@@ -1,7 +1,7 @@
 // The CUDA backend against the CPU backend (the reference): every kernel on the same random inputs (never zeros),
 // outputs poisoned with NaN before each run, tolerances per storage dtype (fp32 ~1e-5 relative norm, fp16 ~1e-3,
-// bf16 ~1e-2; NaN never passes). Dropout masks and the loss-scaler trajectory must be identical. Every test skips
-// without a GPU, and the executable then exits 77 (CTest shows it as skipped).
+// bf16 ~1e-2; NaN never passes). Dropout masks, the loss-scaler trajectory and to_sequence must be identical. Every
+// test skips without a GPU, and the executable then exits 77 (CTest shows it as skipped).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -628,6 +628,57 @@ TEST_F(CudaVsCpu, GroupnormForwardAndBackward) {
           EXPECT_LE(dx.difference(), tolerance(dtype)) << where;
           EXPECT_LE(dgamma.difference(), 1e-5) << where;
           EXPECT_LE(dbeta.difference(), 1e-5) << where;
+        }
+}
+
+// to_sequence (vision transformers): the same fp32 additions in the same order on both backends (the position row
+// added before the one rounding; the parameter gradients summed over the rows in row order from zero), so identical
+// results; both layouts, class token and position table on and off, accumulate on and off.
+TEST_F(CudaVsCpu, ToSequenceForwardAndBackward) {
+  const std::int64_t rows = 37, channels = 48, spatial = 7 * 9;
+  for (DType dtype : gpu_dtypes)
+    for (SpatialLayout layout : {SpatialLayout::channels_first, SpatialLayout::channels_last})
+      for (bool class_token : {false, true})
+        for (bool positions : {false, true}) {
+          const std::string where = std::string(dtype_name(dtype)) +
+                                    (layout == SpatialLayout::channels_last ? " channels-last" : " channels-first") +
+                                    (class_token ? ", class token" : "") + (positions ? ", positions" : "");
+          const std::int64_t sequence = spatial + (class_token ? 1 : 0);
+          const auto c = static_cast<std::size_t>(channels), table_count = static_cast<std::size_t>(sequence) * c;
+          auto x = pair(dtype, rows, channels * spatial);
+          x.randomize(201);
+          auto token = array(random_floats(c, 202));
+          auto table = array(random_floats(table_count, 203));
+          auto y = pair(dtype, rows, sequence * channels);
+          y.poison();
+          cpu->to_sequence_forward(channels, layout, x.cpu(), class_token ? token.cpu() : nullptr,
+                                   positions ? table.cpu() : nullptr, y.cpu());
+          gpu->to_sequence_forward(channels, layout, x.gpu(), class_token ? token.gpu() : nullptr,
+                                   positions ? table.gpu() : nullptr, y.gpu());
+          EXPECT_TRUE(y.identical()) << "forward, " << where;
+
+          auto dy = pair(dtype, rows, sequence * channels);
+          dy.randomize(204);
+          auto dx = pair(dtype, rows, channels * spatial);
+          for (bool accumulate : {false, true}) {
+            auto dtoken = array(accumulate ? random_floats(c, 205) : std::vector<float>(c, nan_float));
+            auto dtable =
+                array(accumulate ? random_floats(table_count, 206) : std::vector<float>(table_count, nan_float));
+            dx.poison();
+            cpu->to_sequence_backward(channels, layout, dy.cpu(), dx.cpu(), class_token ? dtoken.cpu() : nullptr,
+                                      positions ? dtable.cpu() : nullptr, accumulate);
+            gpu->to_sequence_backward(channels, layout, dy.gpu(), dx.gpu(), class_token ? dtoken.gpu() : nullptr,
+                                      positions ? dtable.gpu() : nullptr, accumulate);
+            EXPECT_TRUE(dx.identical()) << "dx, " << where;
+            if (class_token) {
+              EXPECT_EQ(dtoken.gpu_values(), dtoken.cpu_values()) << "dclass_token, " << where;
+              EXPECT_FALSE(std::isnan(dtoken.gpu_values()[0])) << where;
+            }
+            if (positions) {
+              EXPECT_EQ(dtable.gpu_values(), dtable.cpu_values()) << "dposition, " << where;
+              EXPECT_FALSE(std::isnan(dtable.gpu_values().back())) << where;
+            }
+          }
         }
 }
 

@@ -3,9 +3,11 @@
 // that lets NCCL errors through, cuDNN's algorithm choice under a workspace cap, the shape-only reduction plans,
 // the 32-bit division by a fixed divisor the kernels use, the communicator's teardown rule, and the shared-GPU
 // decision by device UUID, which activation the linear products fold in (and the aux they leave), and the
-// convolutions' formats (channels-last for 16-bit models, descriptor strides, the fused bias's algorithm).
+// convolutions' formats (channels-last for 16-bit models, descriptor strides, the fused bias's algorithm), and which
+// attention kernel runs (HPCTRAIN_CUDA_ATTENTION, what the tensor-core kernels cover) with their grids and tiles.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -15,7 +17,9 @@
 #include <vector>
 
 #include "hpctrain/dist/gradient_allreduce.hpp"
+#include "hpctrain/kernels/backend.hpp"
 #include "hpctrain/kernels/cuda/algorithm_choice.hpp"
+#include "hpctrain/kernels/cuda/attention_plan.hpp"
 #include "hpctrain/kernels/cuda/convolution_layout.hpp"
 #include "hpctrain/kernels/cuda/host_wait.hpp"
 #include "hpctrain/kernels/cuda/launch_plan.hpp"
@@ -337,6 +341,140 @@ TEST(ConvolutionLayout, TheFusedBiasTakesItsAlgorithmOnlyWhenItIsUsable) {
   const std::vector<cuda::AlgorithmCandidate> all_racy{{other, true, true, false, 0}, {precomp, true, true, false, 0}};
   EXPECT_TRUE(cuda::choose_algorithm_preferring(all_racy, cap, precomp).preferred_taken);
   EXPECT_FALSE(cuda::choose_algorithm_preferring(too_big, cap, precomp).preferred_taken);
+}
+
+// ---- attention: the kernel choice and the tensor-core kernels' geometry ----
+
+TEST(AttentionKernelChoice, TheVariableNamesTheKernelAndAnythingElseIsRefused) {
+  EXPECT_EQ(cuda::parse_attention_kernel(nullptr), cuda::AttentionKernel::reference);
+  EXPECT_EQ(cuda::parse_attention_kernel(""), cuda::AttentionKernel::reference);
+  EXPECT_EQ(cuda::parse_attention_kernel("reference"), cuda::AttentionKernel::reference);
+  EXPECT_EQ(cuda::parse_attention_kernel("tensor_core"), cuda::AttentionKernel::tensor_core);
+  EXPECT_THROW(cuda::parse_attention_kernel("tensor-core"), InputError);
+  EXPECT_THROW(cuda::parse_attention_kernel("TENSOR_CORE"), InputError);
+  EXPECT_STREQ(cuda::attention_kernel_name(cuda::AttentionKernel::tensor_core), "tensor_core");
+}
+
+cuda::AttentionCall covered_call() {
+  cuda::AttentionCall call;
+  call.dtype = DType::bf16;
+  call.head_dim = 64;
+  call.batch = 16;
+  call.heads = 12;
+  call.sequence = 1024;
+  call.compute_major = 9;
+  return call;
+}
+
+TEST(AttentionKernelChoice, TensorCoresOnlyWhenAskedForAndCovered) {
+  using cuda::AttentionKernel;
+  const auto choose = [](const cuda::AttentionCall& call) {
+    return cuda::choose_attention_kernel(AttentionKernel::tensor_core, call);
+  };
+  EXPECT_EQ(choose(covered_call()), AttentionKernel::tensor_core);
+  EXPECT_EQ(cuda::choose_attention_kernel(AttentionKernel::reference, covered_call()), AttentionKernel::reference);
+  for (DType dtype : {DType::bf16, DType::f16, DType::f32, DType::f64}) {
+    auto call = covered_call();
+    call.dtype = dtype;
+    EXPECT_EQ(choose(call) == AttentionKernel::tensor_core, dtype == DType::bf16 || dtype == DType::f16);
+  }
+  for (std::int64_t head_dim : {8, 16, 32, 48, 64, 80, 96, 128, 256}) {
+    auto call = covered_call();
+    call.head_dim = head_dim;
+    EXPECT_EQ(choose(call) == AttentionKernel::tensor_core, head_dim == 32 || head_dim == 64 || head_dim == 128)
+        << head_dim;
+  }
+  auto call = covered_call();
+  call.dropout = true;  // only the reference kernel has attention dropout
+  EXPECT_EQ(choose(call), AttentionKernel::reference);
+  call = covered_call();
+  call.compute_major = 7;  // no bf16 mma.sync before Ampere
+  EXPECT_EQ(choose(call), AttentionKernel::reference);
+  call.compute_major = 8;
+  EXPECT_EQ(choose(call), AttentionKernel::tensor_core);
+  call.buffers_aligned = false;  // the 16-byte loads
+  EXPECT_EQ(choose(call), AttentionKernel::reference);
+  call = covered_call();
+  call.sequence = std::int64_t{64} * 65535 + 1;  // 65536 query blocks: beyond gridDim.y
+  EXPECT_EQ(choose(call), AttentionKernel::reference);
+  call.sequence = 1;
+  call.batch = 0;  // nothing to do: the reference kernel returns at once
+  EXPECT_EQ(choose(call), AttentionKernel::reference);
+}
+
+// A geometry with attention dropout (AttentionGeometry::dropout) and one without the member.
+struct DropoutSetting {
+  float p = 0.0f;
+  [[nodiscard]] bool active() const { return p > 0.0f; }
+};
+struct GeometryWithDropout {
+  DropoutSetting dropout;
+};
+struct GeometryWithoutDropout {
+  std::int64_t head_dim = 64;
+};
+
+TEST(AttentionKernelChoice, DropoutIsReadFromTheGeometryWhereItHasIt) {
+  GeometryWithDropout with;
+  EXPECT_FALSE(cuda::attention_dropout_active(with));
+  with.dropout.p = 0.1f;
+  EXPECT_TRUE(cuda::attention_dropout_active(with));
+  EXPECT_FALSE(cuda::attention_dropout_active(GeometryWithoutDropout{}));
+  EXPECT_FALSE(cuda::attention_dropout_active(AttentionGeometry{}));  // no dropout asked for, whichever it is
+}
+
+TEST(TensorCoreAttentionPlan, GridsCoverEverySequencePositionOnce) {
+  for (std::int64_t sequence : {1, 63, 64, 65, 257, 1024}) {
+    const auto grid = cuda::tc_grid(3, 5, sequence);
+    EXPECT_EQ(grid.x, 15);
+    EXPECT_GE(grid.y * cuda::tc_block_rows, sequence);
+    EXPECT_LT((grid.y - 1) * cuda::tc_block_rows, sequence);
+    EXPECT_TRUE(cuda::tc_grid_fits(grid));
+  }
+  EXPECT_EQ(cuda::tc_block_rows, 64);
+  EXPECT_EQ(cuda::tc_threads, 128);
+}
+
+TEST(TensorCoreAttentionPlan, StreamedTilesStopAtTheCausalBoundary) {
+  // T = 257: 5 blocks of 64 rows. Forward (64-key tiles): block b sees keys < 64 (b + 1) when causal.
+  for (std::int64_t block = 0; block < 5; ++block) {
+    EXPECT_EQ(cuda::tc_forward_key_tiles(257, true, block, 64), std::min<std::int64_t>(block + 1, 5));
+    EXPECT_EQ(cuda::tc_forward_key_tiles(257, false, block, 64), 5);
+    // dK/dV: key block b is seen by queries >= 64 b; 64-query tiles (32 for head_dim 128).
+    EXPECT_EQ(cuda::tc_dkdv_query_tiles(257, true, block, 64), 5 - block);
+    EXPECT_EQ(cuda::tc_dkdv_query_tiles(257, true, block, 128), (257 - 64 * block + 31) / 32);
+    EXPECT_EQ(cuda::tc_dkdv_query_tiles(257, false, block, 64), 5);
+    EXPECT_EQ(cuda::tc_dq_key_tiles(257, true, block, 128), std::min<std::int64_t>(2 * (block + 1), 9));
+  }
+  EXPECT_EQ(cuda::tc_forward_key_tiles(1, true, 0, 64), 1);
+  EXPECT_EQ(cuda::tc_dkdv_query_tiles(1, true, 0, 32), 1);
+}
+
+TEST(TensorCoreAttentionPlan, SharedMemoryFitsAndRowsStartInDifferentBanks) {
+  for (int head_dim : {32, 64, 128}) {
+    EXPECT_TRUE(cuda::tc_head_dim_supported(head_dim));
+    // Every tile row starts on 16 bytes (the 16-byte stores), and 8 consecutive rows start in 8 different 4-bank
+    // groups (the fragment loads read 8 rows at a time).
+    const int stride_bytes = cuda::tc_row_stride(head_dim) * 2;
+    EXPECT_EQ(stride_bytes % 16, 0);
+    std::vector<int> banks;
+    for (int row = 0; row < 8; ++row) banks.push_back(row * stride_bytes / 4 % 32 / 4);
+    std::sort(banks.begin(), banks.end());
+    EXPECT_EQ(std::unique(banks.begin(), banks.end()), banks.end()) << head_dim;
+    // Within what an sm_80 block may opt in to (163 KiB).
+    EXPECT_LE(cuda::tc_forward_shared_bytes(head_dim), std::size_t{163} << 10);
+    EXPECT_LE(cuda::tc_backward_shared_bytes(head_dim), std::size_t{163} << 10);
+    // The backward's streamed tiles divide the 64-row blocks (the causal start of the dK/dV kernel is a tile start).
+    EXPECT_EQ(cuda::tc_block_rows % cuda::tc_backward_stream_rows(head_dim), 0);
+  }
+  EXPECT_EQ(cuda::tc_backward_shared_bytes(64), std::size_t{(128 + 128) * 72 * 2 + 128 * 4});
+  EXPECT_EQ(cuda::tc_forward_shared_bytes(64), std::size_t{(64 + 128) * 72 * 2});
+  EXPECT_LE(cuda::tc_forward_shared_bytes(64), cuda::tc_default_shared_limit);  // no opt-in at head_dim <= 64
+  EXPECT_LE(cuda::tc_backward_shared_bytes(64), cuda::tc_default_shared_limit);
+  EXPECT_GT(cuda::tc_forward_shared_bytes(128), cuda::tc_default_shared_limit);  // head_dim 128 opts in
+  EXPECT_GT(cuda::tc_backward_shared_bytes(128), cuda::tc_default_shared_limit);
+  EXPECT_FALSE(cuda::tc_head_dim_supported(16));
+  EXPECT_FALSE(cuda::tc_head_dim_supported(96));
 }
 
 }  // namespace

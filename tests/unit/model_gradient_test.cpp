@@ -1,7 +1,8 @@
 // Finite-difference gradient checks in double precision through the real layer code: a Model built with f64
 // activations and parameters on the CPU backend, every layer type (the convolutional ones on small images and volumes
-// with stride, padding, dilation and groups) and both losses. Central differences of the loss with
-// respect to every parameter are compared with the gradients backward() produced.
+// with stride, padding, dilation and groups; vision transformers: patch conv, to_sequence, encoder) and both losses.
+// Central differences of the loss with respect to every parameter are compared with the gradients backward()
+// produced.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -195,6 +196,35 @@ INSTANTIATE_TEST_SUITE_P(
               spatial("maxpool2d", 0, {2}), layer("flatten"), layer("linear", 3)},
              "cross_entropy",
              {2, 5, 5}},
+        // Vision transformers: patches by a strided conv, to_sequence, a non-causal encoder, pooled to classes.
+        Case{"vision_transformer_ce",
+             [] {
+               LayerSpec tokens = layer("to_sequence");
+               tokens.class_token = true;
+               tokens.positions = true;
+               LayerSpec block = layer("transformer_block");
+               block.heads = 2;
+               block.causal = false;
+               block.mlp_ratio = 2;
+               LayerSpec pool = layer("sequence_pool");
+               pool.mode = SequencePoolMode::first;
+               return std::vector<LayerSpec>{spatial("conv2d", 4, {2}, {2}), tokens, block, layer("layernorm"), pool,
+                                             layer("linear", 3)};
+             }(),
+             "cross_entropy",
+             {3, 4, 6}},
+        Case{"vision_transformer_3d_mse",
+             [] {
+               LayerSpec tokens = layer("to_sequence");
+               tokens.positions = true;
+               LayerSpec attention = layer("attention");
+               attention.heads = 2;
+               attention.causal = false;
+               return std::vector<LayerSpec>{spatial("conv3d", 4, {2}, {2}), tokens, attention, layer("sequence_pool"),
+                                             layer("linear", 2)};
+             }(),
+             "mse",
+             {2, 4, 4, 4}},
         Case{"conv3d_groups_no_bias_ce",
              [] {
                LayerSpec conv = spatial("conv3d", 2, {2, 1, 2}, {1}, {0, 1, 0}, {1}, 2);

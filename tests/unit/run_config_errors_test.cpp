@@ -256,7 +256,7 @@ TEST(RunConfigErrors, Layers) {
       {"[[model.layers]]\ntype = \"conv\"\n",
        "decks/test.toml:6:1: model.layers[0].type must be one of linear, relu, gelu, tanh, leaky_relu, layernorm, "
        "dropout, conv2d, conv3d, maxpool2d, maxpool3d, avgpool2d, avgpool3d, global_avgpool, flatten, groupnorm, "
-       "embedding, attention, residual, transformer_block, sequence_pool (got "
+       "embedding, attention, residual, transformer_block, sequence_pool, to_sequence (got "
        "\"conv\")"},
       {"[[model.layers]]\ntype = \"attention\"\ncausal = false\n",
        "decks/test.toml:5:1: model.layers[0] (attention) needs heads"},
@@ -266,6 +266,10 @@ TEST(RunConfigErrors, Layers) {
        "model.layers[0].dropout must be in [0, 1)"},
       {"[[model.layers]]\ntype = \"linear\"\nout = 3\nheads = 2\n",
        "model.layers[0].heads does not apply to a linear layer (heads is for attention and transformer_block layers)"},
+      {"[[model.layers]]\ntype = \"linear\"\nout = 3\nclass_token = true\n",
+       "decks/test.toml:8:1: model.layers[0].class_token does not apply to a linear layer (class_token is for "
+       "to_sequence layers)"},
+      {"[[model.layers]]\ntype = \"to_sequence\"\npositions = 1\n", "model.layers[0].positions must be a boolean"},
       {"[[model.layers]]\ntype = \"gelu\"\napproximate = \"fast\"\n",
        "decks/test.toml:7:1: model.layers[0].approximate must be one of none, tanh (got \"fast\")"},
       {"[[model.layers]]\ntype = \"gelu\"\napproximate = true\n", "model.layers[0].approximate must be a string"},

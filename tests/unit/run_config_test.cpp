@@ -47,6 +47,7 @@ void expect_same_values(const RunConfig& a, const RunConfig& b) {
     EXPECT_EQ(x.eps, y.eps);
     EXPECT_EQ(x.vocabulary, y.vocabulary);
     EXPECT_EQ(x.positions, y.positions);
+    EXPECT_EQ(x.class_token, y.class_token);
     EXPECT_EQ(x.heads, y.heads);
     EXPECT_EQ(x.causal, y.causal);
     EXPECT_EQ(x.dropout, y.dropout);
@@ -557,6 +558,25 @@ TEST(RunConfig, AttentionKeys) {
   expect_same_values(config, parse_run_config(resolved, "decks/resolved.toml"));
   const RunConfig changed = parse_run_config(resolved, "decks/resolved.toml", {"model.layers[1].heads=8"});
   EXPECT_EQ(changed.model.layers[1].heads, 8);
+}
+
+TEST(RunConfig, ToSequenceKeys) {
+  const RunConfig config = parse(
+      "[data]\ntrain = \"a.h5\"\n[train]\nsteps = 1\n[model]\nlayers = [\n"
+      "  { type = \"conv2d\", out = 8, kernel = 4, stride = 4 },\n"
+      "  { type = \"to_sequence\", positions = true, class_token = true },\n  { type = \"to_sequence\" },\n]\n");
+  const auto& layers = config.model.layers;
+  ASSERT_EQ(layers.size(), 3u);
+  EXPECT_EQ(layers[1].type, LayerType::to_sequence);
+  EXPECT_TRUE(layers[1].positions);
+  EXPECT_TRUE(layers[1].class_token);
+  EXPECT_FALSE(layers[2].positions);  // the defaults: neither
+  EXPECT_FALSE(layers[2].class_token);
+  const std::string resolved = to_toml(config);
+  EXPECT_CONTAINS(resolved, "type = \"to_sequence\"\nname = \"to_sequence1\"\npositions = true\nclass_token = true\n");
+  expect_same_values(config, parse_run_config(resolved, "decks/resolved.toml"));
+  const RunConfig changed = parse_run_config(resolved, "decks/resolved.toml", {"model.layers[2].class_token=true"});
+  EXPECT_TRUE(changed.model.layers[2].class_token);
 }
 
 // ---------------------------------------------------------------------------------------------------------------------

@@ -50,6 +50,7 @@ enum class LayerType {
   residual,
   transformer_block,
   sequence_pool,
+  to_sequence,
 };
 
 // The deck's words of an enumeration, indexed by the enum's value.
@@ -77,7 +78,7 @@ HPCTRAIN_CHOICE_WORDS(SequencePoolMode, {"mean", "first"});
 HPCTRAIN_CHOICE_WORDS(LayerType, {"linear", "relu", "gelu", "tanh", "leaky_relu", "layernorm", "dropout", "conv2d",
                                   "conv3d", "maxpool2d", "maxpool3d", "avgpool2d", "avgpool3d", "global_avgpool",
                                   "flatten", "groupnorm", "embedding", "attention", "residual", "transformer_block",
-                                  "sequence_pool"});
+                                  "sequence_pool", "to_sequence"});
 // clang-format on
 #undef HPCTRAIN_CHOICE_WORDS
 

@@ -37,7 +37,8 @@ struct LayerSpec {
   std::vector<std::int64_t> dilation = {1};  // conv: spacing of the kernel taps
   std::int64_t groups = 1;                   // conv: channel groups; groupnorm: number of groups (required)
   std::int64_t vocabulary = 0;               // embedding: number of token ids (required)
-  bool positions = false;                    // embedding: a learned position embedding added (up to T positions)
+  bool positions = false;                    // embedding, to_sequence: a learned position embedding added
+  bool class_token = false;                  // to_sequence: a learned vector prepended as position 0 (ViT's [CLS])
   std::int64_t heads = 0;                    // attention: number of heads (required), dividing C
   bool causal = true;                        // attention: position t attends to positions <= t only
   double dropout = 0.0;           // attention, transformer_block: dropout on the attention probabilities (attn_pdrop)

@@ -279,6 +279,21 @@ class Backend {
   virtual void sequence_pool_backward(SequencePooling mode, std::int64_t sequence, const TensorView& dy,
                                       const TensorView& dx);
 
+  // A conv feature map as a sequence (a vision transformer's patch tokens): x rows hold `channels` channels of S =
+  // x.cols / channels spatial elements in `layout` order; y rows are (sequence, channels), position-major, sequence =
+  // S + 1 with a class token (class_token: master dtype, (channels); its row comes first) or S without (null).
+  // Spatial element s (h * W + w of the channels-first map) is position s (+ 1): PyTorch's x.flatten(2).transpose(1,
+  // 2). With positions (master dtype, (sequence, channels), or null) row t is added at position t, in the master dtype
+  // before the one rounding to the activation dtype. y must not alias x.
+  virtual void to_sequence_forward(std::int64_t channels, SpatialLayout layout, const TensorView& x,
+                                   const void* class_token, const void* positions, const TensorView& y);
+  // dx (x's shape, overwritten; skipped when dx.data is null) = dy's spatial positions back in `layout` order;
+  // dclass_token (null: no class token) and dpositions (null: none) in the master dtype: the sums over dy's rows of
+  // position 0 and of every position, each summed in row order from zero in the master dtype, then written or added
+  // (accumulate) to the destination (the same additions on every backend). dx must not alias dy.
+  virtual void to_sequence_backward(std::int64_t channels, SpatialLayout layout, const TensorView& dy,
+                                    const TensorView& dx, void* dclass_token, void* dpositions, bool accumulate);
+
   // ---- losses (fp32 math; fp64 for f64) ----
   // Softmax cross-entropy on integer labels (backend memory, one per row, in [0, cols)).
   // sums += (sum of -log softmax(x)[label], rows whose argmax == label). If dlogits.data is not null:

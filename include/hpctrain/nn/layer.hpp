@@ -140,6 +140,9 @@ class Layer {
                         const TensorView& dy, const TensorView& dx, bool accumulate) = 0;
   // Embedding: the layer reads the batch's int32 token ids (rows, T), bound by the model, not its activation input.
   [[nodiscard]] virtual bool reads_token_ids() const { return false; }
+  // Whether the layer's output (T, C) is a sequence the layers after it act on per position (the embedding,
+  // to_sequence); the sequence lasts until a layer's output is not (T, C) (sequence_pool, flatten).
+  [[nodiscard]] virtual bool starts_sequence() const { return false; }
   virtual void bind_token_ids(const std::int32_t* /*ids*/) {}
   // Incremental decoding (see IncrementalDecoding). The model runs a layer's new positions only when every layer
   // of the model supports it on its backend; otherwise it recomputes the window.
@@ -224,8 +227,8 @@ class Layer {
 
 // Build a layer from its deck entry; input_shape is what flows into it (one sample), in `layout` order (spatial layers
 // and flatten only; the model decides). sequence: input_shape is (T, C), a sequence of T positions (an embedding's
-// output), and linear and layernorm act on its last axis (the batch seen as rows * T rows of C). Throws InputError
-// for impossible shapes, naming deck_location ("deck.toml:12:1"), the layer and what to change.
+// or a to_sequence's output), and linear and layernorm act on its last axis (the batch seen as rows * T rows of C).
+// Throws InputError for impossible shapes, naming deck_location ("deck.toml:12:1"), the layer and what to change.
 std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const SampleShape& input_shape,
                                   const std::string& deck_location,
                                   SpatialLayout layout = SpatialLayout::channels_first, bool sequence = false);

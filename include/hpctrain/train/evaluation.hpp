@@ -20,6 +20,7 @@ class DeviceBatch;
 
 struct EvalMetrics {
   std::int64_t samples = 0;
+  std::int64_t positions = 0;  // sequence models: the positions scored (targets not ignored), the loss's denominator
   double loss = 0.0;
   double accuracy = NAN, top5_accuracy = NAN;  // classification (top-5 with more than 5 classes)
   double mae = NAN, mse = NAN, r2 = NAN;       // regression; r2 averaged over the outputs

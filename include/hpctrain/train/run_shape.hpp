@@ -21,10 +21,6 @@ struct BatchShape {
 // InputError when data.batch_size does not divide over the ranks and train.accumulate.
 BatchShape batch_shape(const RunConfig& config, int ranks);
 
-// InputError when `data` holds token data, for the commands that do not take it yet (predict, evaluate). `where` names
-// the source ("deck.toml:3:1" or "--data").
-void refuse_token_data(const TrainingData& data, const std::string& where);
-
 // InputError when one global batch does not fit in the training set or the validation samples have another shape.
 void check_data_fits(const RunConfig& config, const TrainingData& train, const TrainingData* validation);
 

@@ -454,6 +454,14 @@ class CpuBackend final : public Backend {
                               const TensorView& dx) override {
     cpu::sequence_pool_backward(mode, sequence, dy, dx);
   }
+  void to_sequence_forward(std::int64_t channels, SpatialLayout layout, const TensorView& x, const void* class_token,
+                           const void* positions, const TensorView& y) override {
+    cpu::to_sequence_forward(channels, layout, x, class_token, positions, y);
+  }
+  void to_sequence_backward(std::int64_t channels, SpatialLayout layout, const TensorView& dy, const TensorView& dx,
+                            void* dclass_token, void* dpositions, bool accumulate) override {
+    cpu::to_sequence_backward(channels, layout, dy, dx, dclass_token, dpositions, accumulate);
+  }
 
   // ---- losses ----
   void softmax_cross_entropy(const TensorView& logits, const std::int32_t* labels, const float* grad_scale,

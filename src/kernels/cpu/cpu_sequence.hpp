@@ -1,6 +1,7 @@
 // Sequence kernels of the CPU backend (transformers): fused multi-head attention in tiles with an online softmax
 // (cpu_attention.cpp), the embedding lookup with its deterministic gradient (cpu_embedding.cpp) and the pooling of a
-// sequence into one vector (cpu_sequence_pool.cpp). Private to src/kernels/cpu.
+// sequence into one vector (cpu_sequence_pool.cpp), and a conv feature map turned into a sequence
+// (cpu_to_sequence.cpp). Private to src/kernels/cpu.
 #pragma once
 
 #include <cstdint>
@@ -40,5 +41,11 @@ class CpuEmbedding {
 // The contracts of Backend::sequence_pool_forward/backward (cpu_sequence_pool.cpp).
 void sequence_pool_forward(SequencePooling mode, std::int64_t sequence, const TensorView& x, const TensorView& y);
 void sequence_pool_backward(SequencePooling mode, std::int64_t sequence, const TensorView& dy, const TensorView& dx);
+
+// The contracts of Backend::to_sequence_forward/backward (cpu_to_sequence.cpp).
+void to_sequence_forward(std::int64_t channels, SpatialLayout layout, const TensorView& x, const void* class_token,
+                         const void* positions, const TensorView& y);
+void to_sequence_backward(std::int64_t channels, SpatialLayout layout, const TensorView& dy, const TensorView& dx,
+                          void* dclass_token, void* dpositions, bool accumulate);
 
 }  // namespace hpctrain::cpu

@@ -8,7 +8,9 @@
 //   cuda_gemm        cuBLASLt products (bias and bias-gradient epilogues)
 //   cuda_convolution cuDNN convolutions;  cuda_spatial  pooling and groupnorm entry points
 //   cuda_timeline    --profile phases on CUDA events and NVTX ranges
-//   cuda_attention   fused attention, the embedding lookup, sequence pooling (fp32 FMAs, no tensor cores yet)
+//   cuda_attention   fused attention (the reference: fp32 FMAs), the embedding lookup, sequence pooling
+//   tensor_core_attention  fused attention on tensor cores (bf16/fp16; HPCTRAIN_CUDA_ATTENTION=tensor_core)
+//   cuda_to_sequence a conv feature map as a sequence (a vision transformer's patch tokens)
 // The kernels are thin loops around the HPCTRAIN_HD arithmetic of kernels/math.hpp, so they compute the CPU backend's
 // formulas (tests/gpu/cuda_kernels_test.cpp compares the two on the same inputs).
 //
@@ -20,7 +22,9 @@
 //   (NCCL's error check) in between.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -34,12 +38,15 @@
 #include "cuda_rows.hpp"
 #include "cuda_spatial.hpp"
 #include "cuda_timeline.hpp"
+#include "cuda_to_sequence.hpp"
 #include "hpctrain/kernels/backend.hpp"
+#include "hpctrain/kernels/cuda/attention_plan.hpp"
 #include "hpctrain/kernels/cuda/convolution_layout.hpp"
 #include "hpctrain/kernels/cuda/cuda_backend.hpp"
 #include "hpctrain/kernels/cuda/cuda_check.hpp"
 #include "hpctrain/kernels/cuda/linear_epilogue.hpp"
 #include "hpctrain/kernels/math.hpp"
+#include "tensor_core_attention.hpp"
 
 namespace hpctrain {
 namespace {
@@ -71,6 +78,8 @@ class CudaBackend final : public Backend {
     HPCTRAIN_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
     name_ = std::string("cuda:") + std::to_string(device) + " (" + properties.name + ")";
     std::memcpy(uuid_.data(), properties.uuid.bytes, uuid_.size());
+    compute_major_ = properties.major;
+    attention_kernel_ = cuda::parse_attention_kernel(std::getenv(cuda::attention_kernel_variable));
     HPCTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     HPCTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&wait_event_, cudaEventDisableTiming));
     gemm_ = std::make_unique<cuda::CudaGemm>(stream_, false);
@@ -380,14 +389,24 @@ class CudaBackend final : public Backend {
   [[nodiscard]] bool has_spatial_operations() const override { return cuda::have_convolutions(); }
 
   // ---- losses ----
+  // Attention: the tensor-core kernels when HPCTRAIN_CUDA_ATTENTION=tensor_core and they cover the call (16-bit
+  // storage, head_dim 32/64/128, no dropout, compute capability >= 8.0), else the reference kernels; both keep the
+  // same contract, so a forward on one and its backward on the other agree.
   void attention_forward(const AttentionGeometry& geometry, const TensorView& qkv, const TensorView& out,
                          void* lse) override {
-    cuda::attention_forward(stream_, geometry, qkv, out, static_cast<float*>(lse));
+    if (tensor_core_attention(geometry, qkv.dtype, {qkv.data, out.data}))
+      cuda::tensor_core_attention_forward(stream_, geometry, qkv, out, static_cast<float*>(lse));
+    else
+      cuda::attention_forward(stream_, geometry, qkv, out, static_cast<float*>(lse));
   }
   void attention_backward(const AttentionGeometry& geometry, const TensorView& qkv, const TensorView& out,
                           const TensorView& dout, const void* lse, const TensorView& dqkv) override {
-    cuda::attention_backward(stream_, sequence_scratch_, geometry, qkv, out, dout, static_cast<const float*>(lse),
-                             dqkv);
+    if (tensor_core_attention(geometry, qkv.dtype, {qkv.data, out.data, dout.data, dqkv.data}))
+      cuda::tensor_core_attention_backward(stream_, sequence_scratch_, geometry, qkv, out, dout,
+                                           static_cast<const float*>(lse), dqkv);
+    else
+      cuda::attention_backward(stream_, sequence_scratch_, geometry, qkv, out, dout, static_cast<const float*>(lse),
+                               dqkv);
   }
   void embedding_forward(const std::int32_t* ids, const void* table, std::int64_t vocabulary, const TensorView& y,
                          const void* positions, std::int64_t sequence) override {
@@ -405,6 +424,16 @@ class CudaBackend final : public Backend {
   void sequence_pool_backward(SequencePooling mode, std::int64_t sequence, const TensorView& dy,
                               const TensorView& dx) override {
     cuda::sequence_pool_backward(stream_, mode, sequence, dy, dx);
+  }
+  void to_sequence_forward(std::int64_t channels, SpatialLayout layout, const TensorView& x, const void* class_token,
+                           const void* positions, const TensorView& y) override {
+    cuda::to_sequence_forward(stream_, channels, layout, x, static_cast<const float*>(class_token),
+                              static_cast<const float*>(positions), y);
+  }
+  void to_sequence_backward(std::int64_t channels, SpatialLayout layout, const TensorView& dy, const TensorView& dx,
+                            void* dclass_token, void* dpositions, bool accumulate) override {
+    cuda::to_sequence_backward(stream_, channels, layout, dy, dx, static_cast<float*>(dclass_token),
+                               static_cast<float*>(dpositions), accumulate);
   }
 
   void softmax_cross_entropy(const TensorView& logits, const std::int32_t* labels, const float* grad_scale,
@@ -523,6 +552,22 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Whether this attention call runs on the tensor-core kernels (cuda::choose_attention_kernel).
+  [[nodiscard]] bool tensor_core_attention(const AttentionGeometry& g, DType dtype,
+                                           std::initializer_list<const void*> buffers) const {
+    cuda::AttentionCall call;
+    call.dtype = dtype;
+    call.head_dim = g.head_dim;
+    call.batch = g.batch;
+    call.heads = g.heads;
+    call.sequence = g.sequence;
+    call.dropout = cuda::attention_dropout_active(g);  // only the reference kernels have attention dropout
+    call.compute_major = compute_major_;
+    for (const void* buffer : buffers)
+      call.buffers_aligned = call.buffers_aligned && reinterpret_cast<std::uintptr_t>(buffer) % 16 == 0;
+    return cuda::choose_attention_kernel(attention_kernel_, call) == cuda::AttentionKernel::tensor_core;
+  }
+
   // Everything queued so far has run (polling, so the wait monitor sees NCCL's errors).
   void wait() { cuda::wait_for_stream(stream_, wait_event_, monitor_); }
 
@@ -539,6 +584,8 @@ class CudaBackend final : public Backend {
   }
 
   int device_;
+  int compute_major_ = 0;
+  cuda::AttentionKernel attention_kernel_ = cuda::AttentionKernel::reference;  // HPCTRAIN_CUDA_ATTENTION
   std::string name_;
   DeviceUuid uuid_{};
   cudaStream_t stream_ = nullptr;
