@@ -19,6 +19,8 @@
 // regenerated from the counter-based mask of kernels/math.hpp wherever a tile of probabilities is formed, the forward
 // multiplies P by it after the sums of the online softmax took the undropped P, and the backward forms
 // dS = P (dP' factor - D) and dV from P factor. Without dropout none of this runs (the results are those of before).
+// The Philox calls run 16 counters at once in vectors (attention_dropout_words); the tests check every element's
+// decision against math.hpp's scalar function.
 //
 // Every product of tiles is one register-blocked loop nest on 64-byte vectors (GCC/Clang vector extensions: AVX-512
 // where the compiler targets it, narrower vectors otherwise): the tiles are laid out so that every product broadcasts
@@ -37,6 +39,7 @@
 
 #include "cpu_sequence.hpp"
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/core/rng.hpp"
 #include "hpctrain/kernels/math.hpp"
 
 // The 64-byte vector types are passed between this file's internal functions only: the warning that their ABI differs
@@ -308,30 +311,65 @@ void mask_scores(C* s, std::int64_t rows, std::int64_t key_first, std::int64_t q
   }
 }
 
+// Attention dropout's Philox-4x32-10 (core/rng.hpp) on 16 consecutive counters at once, in 64-byte vectors (one
+// scalar call per four elements would cost more than the tile's products): words[4 g + w] = word w of group
+// first_group + g of kernels/math.hpp's counter (group low, group high, layer, RngPurpose::attention_dropout) under
+// `key`, i.e. the bits of element index 4 first_group + 4 g + w, exactly what attention_dropout_group_bits gives.
+void attention_dropout_words(std::uint64_t key, std::uint32_t layer, std::uint64_t first_group, std::uint32_t* words) {
+  using Words = std::uint32_t __attribute__((vector_size(64)));
+  using Wide = std::uint64_t __attribute__((vector_size(128)));
+  Wide groups;
+  for (int lane = 0; lane < 16; ++lane) groups[lane] = first_group + static_cast<std::uint64_t>(lane);
+  Words c0 = __builtin_convertvector(groups, Words), c1 = __builtin_convertvector(groups >> 32, Words);
+  Words c2 = Words{} + layer, c3 = Words{} + static_cast<std::uint32_t>(RngPurpose::attention_dropout);
+  auto k0 = static_cast<std::uint32_t>(key), k1 = static_cast<std::uint32_t>(key >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const Wide product0 = __builtin_convertvector(c0, Wide) * std::uint64_t{0xD2511F53u};
+    const Wide product1 = __builtin_convertvector(c2, Wide) * std::uint64_t{0xCD9E8D57u};
+    const Words high0 = __builtin_convertvector(product0 >> 32, Words), low0 = __builtin_convertvector(product0, Words);
+    const Words high1 = __builtin_convertvector(product1 >> 32, Words), low1 = __builtin_convertvector(product1, Words);
+    c0 = high1 ^ c1 ^ k0;
+    c1 = low1;
+    c2 = high0 ^ c3 ^ k1;
+    c3 = low0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  for (int lane = 0; lane < 16; ++lane) {
+    words[4 * lane] = c0[lane];
+    words[4 * lane + 1] = c1[lane];
+    words[4 * lane + 2] = c2[lane];
+    words[4 * lane + 3] = c3[lane];
+  }
+}
+
 // The dropout keep factors of a tile (rows x block, row j = key key_first + j, column i = query query_first + i, the
 // layout of the scores) for head `head` of the sequence whose global sample index is `sample`: keep / (1 - p) or 0 by
-// kernels/math.hpp's attention_dropout_keep, and 0 where the key or the query lies beyond the sequence or (causal) the
-// key after the query, so those elements draw no random numbers. Each query walks its keys in order, one Philox call
-// per group of four indices.
+// kernels/math.hpp's contract (the keys of a query are consecutive indices: their groups' bits come 16 groups at a
+// time), and 0 where the key or the query lies beyond the sequence or (causal) the key after the query.
 template <class C>
 void dropout_factors(const AttentionGeometry& g, std::uint64_t key, std::int64_t sample, std::int64_t head,
                      std::int64_t key_first, std::int64_t rows, std::int64_t query_first, C* factors) {
   const float p = g.dropout.p;
   const C kept = kernel_math::dropout_scale<C>(p);
+  // A query's at most `block` keys start anywhere in a group of four: 17 groups at most, two calls of 16.
+  alignas(64) std::uint32_t words[2 * 16 * 4];
   for (std::int64_t i = 0; i < block; ++i) {
     const std::int64_t query = query_first + i;
     std::int64_t key_end = query < g.sequence ? std::min(key_first + rows, g.sequence) : key_first;
     if (g.causal) key_end = std::min(key_end, query + 1);
-    std::int64_t j = 0;
-    Philox4 bits{};
-    for (; key_first + j < key_end; ++j) {
-      const std::uint64_t index =
-          kernel_math::attention_dropout_index(sample, g.heads, head, g.sequence, query, key_first + j);
-      if (j == 0 || (index & 3u) == 0)
-        bits = kernel_math::attention_dropout_group_bits(key, g.dropout.layer, index >> 2);
-      factors[j * block + i] = kernel_math::attention_dropout_keep_from_bits(bits, index, p) ? kept : C(0);
+    const std::int64_t count = std::max<std::int64_t>(key_end - key_first, 0);
+    if (count > 0) {
+      const std::uint64_t first_index =
+          kernel_math::attention_dropout_index(sample, g.heads, head, g.sequence, query, key_first);
+      const std::uint64_t offset = first_index & 3u;
+      attention_dropout_words(key, g.dropout.layer, first_index >> 2, words);
+      if (offset + static_cast<std::uint64_t>(count) > 64)
+        attention_dropout_words(key, g.dropout.layer, (first_index >> 2) + 16, words + 64);
+      for (std::int64_t j = 0; j < count; ++j)
+        factors[j * block + i] = uniform_from_bits(words[offset + static_cast<std::uint64_t>(j)]) >= p ? kept : C(0);
     }
-    for (; j < rows; ++j) factors[j * block + i] = C(0);
+    for (std::int64_t j = count; j < rows; ++j) factors[j * block + i] = C(0);
   }
 }
 
