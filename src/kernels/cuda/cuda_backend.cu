@@ -80,6 +80,8 @@ class CudaBackend final : public Backend {
     std::memcpy(uuid_.data(), properties.uuid.bytes, uuid_.size());
     compute_major_ = properties.major;
     attention_kernel_ = cuda::parse_attention_kernel(std::getenv(cuda::attention_kernel_variable));
+    if (attention_kernel_ == cuda::AttentionKernel::tensor_core)  // the run's log says which kernels it asked for
+      name_ += ", attention on tensor cores";
     HPCTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     HPCTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&wait_event_, cudaEventDisableTiming));
     gemm_ = std::make_unique<cuda::CudaGemm>(stream_, false);
