@@ -75,12 +75,15 @@ __device__ void load_tile(const T* source, std::int64_t stride, std::int64_t fir
 }
 
 // The dropout keep factors of one (sequence, head)'s elements, walked by one thread; consecutive calls for keys of one
-// query in increasing order reuse the Philox call of their group of four indices (kernels/math.hpp's contract).
+// query in increasing order reuse the Philox call of their group of four indices (kernels/math.hpp's contract). The
+// kernels are instantiated with and without dropout: without, every factor is the constant 1, which the compiler
+// folds away, so those kernels are the plain ones (no registers spent on the generator's state).
+template <bool enabled>
 class DropoutFactors {
  public:
   __device__ DropoutFactors(const AttentionGeometry& g, std::int64_t batch_head)
-      : active_(g.dropout.p > 0.0f), p_(g.dropout.p), layer_(g.dropout.layer) {  // active(), host only
-    if (!active_) return;
+      : p_(g.dropout.p), layer_(g.dropout.layer) {
+    if (!enabled) return;
     key_ = kernel_math::dropout_key(g.dropout.seed, g.dropout.step);
     kept_ = kernel_math::dropout_scale<float>(p_);
     const std::int64_t b = batch_head / g.heads;
@@ -90,7 +93,7 @@ class DropoutFactors {
   }
   // 1 without dropout.
   __device__ float operator()(std::int64_t query, std::int64_t key) {
-    if (!active_) return 1.0f;
+    if (!enabled) return 1.0f;
     const std::uint64_t index =
         first_index_ + static_cast<std::uint64_t>(query) * sequence_ + static_cast<std::uint64_t>(key);
     if ((index >> 2) != group_) {
@@ -101,7 +104,6 @@ class DropoutFactors {
   }
 
  private:
-  bool active_;
   float p_, kept_ = 1.0f;
   std::uint32_t layer_;
   std::uint64_t key_ = 0, first_index_ = 0, sequence_ = 0, group_ = ~std::uint64_t{0};
@@ -112,7 +114,7 @@ __device__ __forceinline__ bool visible(const AttentionGeometry& g, std::int64_t
   return query < g.sequence && key < g.sequence && (!g.causal || key <= query);
 }
 
-template <class T>
+template <class T, bool with_dropout>
 __global__ void __launch_bounds__(query_tile)
     attention_forward_kernel(AttentionGeometry g, const T* qkv, T* out, float* lse) {
   __shared__ float keys[stream_tile * max_head_dim];
@@ -128,7 +130,7 @@ __global__ void __launch_bounds__(query_tile)
     output[d] = 0.0f;
   }
   float running_max = minus_infinity, running_sum = 0.0f;
-  DropoutFactors dropout(g, blockIdx.x);
+  DropoutFactors<with_dropout> dropout(g, blockIdx.x);
   const std::int64_t end = g.causal ? std::min<std::int64_t>(g.sequence, first + query_tile) : g.sequence;
   for (std::int64_t key_first = 0; key_first < end; key_first += stream_tile) {
     __syncthreads();  // the previous tile is read
@@ -207,7 +209,7 @@ __device__ __forceinline__ Pair backward_pair(bool seen, const volatile float* o
 }
 
 // dK, dV of one key tile (a thread per key) over the query tiles that see it.
-template <class T>
+template <class T, bool with_dropout>
 __global__ void __launch_bounds__(query_tile) attention_dkdv_kernel(AttentionGeometry g, const T* qkv, const T* dout,
                                                                     const float* lse, const float* delta, T* dqkv) {
   __shared__ float keys[query_tile * padded_dim];
@@ -226,7 +228,7 @@ __global__ void __launch_bounds__(query_tile) attention_dkdv_kernel(AttentionGeo
   float dkey[max_head_dim], dvalue[max_head_dim];
 #pragma unroll
   for (int d = 0; d < max_head_dim; ++d) dkey[d] = dvalue[d] = 0.0f;
-  DropoutFactors dropout(g, blockIdx.x);
+  DropoutFactors<with_dropout> dropout(g, blockIdx.x);
   // Causal: query tiles before this key tile see none of its keys.
   for (std::int64_t query_first = g.causal ? key_first : 0; query_first < g.sequence; query_first += backward_tile) {
     __syncthreads();  // the previous tile is read (and the own tiles are loaded)
@@ -263,7 +265,7 @@ __global__ void __launch_bounds__(query_tile) attention_dkdv_kernel(AttentionGeo
 }
 
 // dQ of one query tile (a thread per query) over the key tiles it sees.
-template <class T>
+template <class T, bool with_dropout>
 __global__ void __launch_bounds__(query_tile) attention_dq_kernel(AttentionGeometry g, const T* qkv, const T* dout,
                                                                   const float* lse, const float* delta, T* dqkv) {
   __shared__ float queries[query_tile * padded_dim];
@@ -283,7 +285,7 @@ __global__ void __launch_bounds__(query_tile) attention_dq_kernel(AttentionGeome
   float dquery[max_head_dim];
 #pragma unroll
   for (int d = 0; d < max_head_dim; ++d) dquery[d] = 0.0f;
-  DropoutFactors dropout(g, blockIdx.x);
+  DropoutFactors<with_dropout> dropout(g, blockIdx.x);
   const std::int64_t end = g.causal ? std::min<std::int64_t>(g.sequence, query_first + query_tile) : g.sequence;
   for (std::int64_t key_first = 0; key_first < end; key_first += backward_tile) {
     __syncthreads();
@@ -402,8 +404,12 @@ void attention_forward(cudaStream_t stream, const AttentionGeometry& geometry, c
   HPCTRAIN_ASSERT(out.data != qkv.data, "attention_forward: out must not alias qkv");
   if (qkv.rows == 0) return;
   dispatch_storage(qkv.dtype, "attention_forward", [&]<class T>() {
-    attention_forward_kernel<T><<<attention_grid(geometry), query_tile, 0, stream>>>(
-        geometry, static_cast<const T*>(qkv.data), static_cast<T*>(out.data), lse);
+    const auto* q = static_cast<const T*>(qkv.data);
+    auto* o = static_cast<T*>(out.data);
+    if (geometry.dropout.active())
+      attention_forward_kernel<T, true><<<attention_grid(geometry), query_tile, 0, stream>>>(geometry, q, o, lse);
+    else
+      attention_forward_kernel<T, false><<<attention_grid(geometry), query_tile, 0, stream>>>(geometry, q, o, lse);
     HPCTRAIN_CUDA_CHECK_LAUNCH();
   });
 }
@@ -424,12 +430,18 @@ void attention_backward(cudaStream_t stream, SequenceScratch& scratch, const Att
     attention_delta_kernel<T>
         <<<grid_for(rows), block_threads, 0, stream>>>(geometry, static_cast<const T*>(out.data), gradient, delta);
     HPCTRAIN_CUDA_CHECK_LAUNCH();
-    attention_dkdv_kernel<T>
-        <<<attention_grid(geometry), query_tile, 0, stream>>>(geometry, q, gradient, lse, delta, result);
-    HPCTRAIN_CUDA_CHECK_LAUNCH();
-    attention_dq_kernel<T>
-        <<<attention_grid(geometry), query_tile, 0, stream>>>(geometry, q, gradient, lse, delta, result);
-    HPCTRAIN_CUDA_CHECK_LAUNCH();
+    const auto launch = [&]<bool with_dropout>() {
+      attention_dkdv_kernel<T, with_dropout>
+          <<<attention_grid(geometry), query_tile, 0, stream>>>(geometry, q, gradient, lse, delta, result);
+      HPCTRAIN_CUDA_CHECK_LAUNCH();
+      attention_dq_kernel<T, with_dropout>
+          <<<attention_grid(geometry), query_tile, 0, stream>>>(geometry, q, gradient, lse, delta, result);
+      HPCTRAIN_CUDA_CHECK_LAUNCH();
+    };
+    if (geometry.dropout.active())
+      launch.template operator()<true>();
+    else
+      launch.template operator()<false>();
   });
 }
 
