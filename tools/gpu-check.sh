@@ -372,6 +372,20 @@ for mode in fp32 bf16; do
     compare_losses "$name" attention-cpu-$mode.log attention-cuda-$mode.log $tolerance "$seconds"
   fi
 done
+# Attention dropout: both backends drop the same probabilities (the mask is a function of seed, step, layer, sample,
+# head, query and key), so the losses agree as closely as without dropout.
+name="attention dropout 0.1, 20 steps, fp32, cuda vs cpu"
+timeout 240 "$hpctrain" train attention.toml --set run.device=cpu --set 'model.layers[1].dropout=0.1' \
+  --output attention-dropout-cpu >attention-dropout-cpu.log 2>&1 || true
+status=0
+timed seconds timeout 240 "$hpctrain" train attention.toml --set run.device=cuda --set 'model.layers[1].dropout=0.1' \
+  --output attention-dropout-cuda >attention-dropout-cuda.log 2>&1 || status=$?
+if ((status != 0)); then
+  record "$name" FAIL "$seconds" "exit $status: $(grep error attention-dropout-cuda.log | head -1)"
+  tail -20 attention-dropout-cuda.log
+else
+  compare_losses "$name" attention-dropout-cpu.log attention-dropout-cuda.log 1e-3 "$seconds"
+fi
 # The same layer on the tensor-core kernels (HPCTRAIN_CUDA_ATTENTION=tensor_core) inside a training step: one head of
 # 64 (a head_dim they cover), bf16 and fp16 against the CPU.
 one_head='model.layers=[{type="embedding", vocabulary=256, out=64, positions=true}, {type="attention", heads=1}, {type="layernorm"}, {type="linear", out=256}]'
