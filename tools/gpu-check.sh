@@ -3,15 +3,15 @@
 # the CPU backend (and one large shape per kernel, the fused and copy-stream paths, graph slots), the tensor-core
 # attention kernels against the reference kernels and f64 (and timed beside them and PyTorch's SDPA), compute-sanitizer
 # (memcheck, racecheck, synccheck) where installed, the device gradient all-reduce on 1 and 2 ranks (with a captured
-# graph and the trainer's teardown order), 20 training steps on run.device = cuda against the same deck on the CPU
-# (fp32 and bf16, 1 rank; fp32 on 2 ranks; with class weights and label smoothing; linear + relu / gelu(tanh) pairs
-# folded into the products' epilogues forward and backward), 20 steps of CNNs the same way (16-bit ones channels-last,
-# fp32 ones channels-first, each row checking the layout its run reports), an fp16 loss-scale trajectory against the
-# CPU's, a bf16 deck of odd widths with batches over 8 MiB, CUDA graphs with evaluation, a checkpoint and --resume
-# against the eager run bit for bit, predict/evaluate on cuda against the CPU, two identical runs diffed, --profile phases from CUDA events, the throughput of a
-# GEMM-bound bf16 MLP against the cuBLASLt ceiling and its PyTorch twin (bench/torch_twin.py, when torch with CUDA is
-# installed), and with 2 or more GPUs 2-rank NCCL runs with and without graphs. Prints a table at the end; exits
-# non-zero when a check failed.
+# graph and the trainer's teardown order), 20 training steps on run.device = cuda against the same deck on the CPU (fp32
+# and bf16, 1 rank; fp32 on 2 ranks; with class weights and label smoothing; linear + relu / gelu(tanh) pairs folded
+# into the products' epilogues forward and backward), 20 steps of CNNs and of a vision transformer the same way (16-bit
+# ones channels-last, fp32 ones channels-first, each row checking the layout its run reports), an fp16 loss-scale
+# trajectory against the CPU's, a bf16 deck of odd widths with batches over 8 MiB, CUDA graphs with evaluation, a
+# checkpoint and --resume against the eager run bit for bit, predict/evaluate on cuda against the CPU, two identical
+# runs diffed, --profile phases from CUDA events, the throughput of a GEMM-bound bf16 MLP against the cuBLASLt ceiling
+# and its PyTorch twin (bench/torch_twin.py, when torch with CUDA is installed), and with 2 or more GPUs 2-rank NCCL
+# runs with and without graphs. Prints a table at the end; exits non-zero when a check failed.
 #
 #   tools/gpu-check.sh                 uses .device/rt.tar.xz (tools/pack-gpu.sh) when present, else build-gpu/
 #   HPCTRAIN_BIN=DIR tools/gpu-check.sh   takes the programs from DIR (hpctrain and the test programs; the CUDA
@@ -279,6 +279,8 @@ fi
 # ---- 3b. convolutional networks on cuda against the CPU (cuDNN convolutions, pooling and groupnorm kernels) ----
 "$hpctrain" data generate images --samples 4000 --seed 1 --output images.h5 >/dev/null
 "$hpctrain" data generate volumes --samples 640 --size 16 --channels 2 --seed 1 --output volumes.h5 >/dev/null
+"$hpctrain" data generate images --samples 1280 --size 32 --channels 3 --classes 8 --seed 1 --output images32.h5 \
+  >/dev/null
 # Grouped, strided and dilated convolutions, groupnorm, average and global average pooling (cnn2d and
 # cosmoflow-small cover max pooling and 3-D convolutions).
 cat >cnn-norm.toml <<'TOML'
@@ -307,13 +309,16 @@ cnn() { # cnn DECK DATA DEVICE MODE: 20 steps of a CNN deck (the inputs/ decks g
     sets+=(--set data.train="$2" --set data.validation="$2" --set train.epochs=0 --set train.steps=20)
   timeout 240 "$hpctrain" train "$1" "${sets[@]}" --output "out-$(basename "$1" .toml)-$3-$4"
 }
+# vit-small (issue 16): a patch conv2d, to_sequence (class token, positions), non-causal attention in 2 transformer
+# blocks, sequence_pool: the to_sequence kernels and the encoder on cuda, its patch conv channels-last in bf16.
 # Issue 15, item 11: 16-bit models run their conv stacks channels-last on cuda (NHWC / NDHWC cuDNN descriptors, KRSC
 # filters, the fused bias, 16-bit inputs into fp32 weight gradients, channels-last pooling and groupnorm); fp32 ones
 # channels-first. Each row's name says the layout its cuda run must report (the model's summary line), checked too.
 for case in "cnn2d fp32 $root/inputs/cnn2d.toml images.h5 1e-3" "cnn2d bf16 $root/inputs/cnn2d.toml images.h5 3e-2" \
   "cosmoflow-small fp32 $root/inputs/cosmoflow-small.toml volumes.h5 1e-3" \
   "cosmoflow-small bf16 $root/inputs/cosmoflow-small.toml volumes.h5 3e-2" "cnn-norm fp32 cnn-norm.toml images.h5 1e-3" \
-  "cnn-norm fp16 cnn-norm.toml images.h5 3e-2"; do
+  "cnn-norm fp16 cnn-norm.toml images.h5 3e-2" "vit-small fp32 $root/inputs/vit-small.toml images32.h5 1e-3" \
+  "vit-small bf16 $root/inputs/vit-small.toml images32.h5 3e-2"; do
   read -r log_name mode deck data tolerance <<<"$case"
   layout=channels-first
   [[ $mode != fp32 ]] && layout=channels-last

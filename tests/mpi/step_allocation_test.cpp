@@ -1,12 +1,13 @@
 // No allocation in the training step: every malloc/calloc/realloc (operator new goes through malloc) is counted
 // while TrainingStep::run (the trainer's step: upload, forward, loss, backward with the bucketed all-reduce, gradient
 // statistics, the fused optimizer, the scaler update and the step's record) runs, for fp32 and bf16, with gradient
-// accumulation, and for a language model with attention (token batches, the fused attention kernels). The first steps
-// may allocate (oneDNN primitives, scratch growth); steps after them must not — except inside the libraries: oneDNN 2.6
-// builds a small argument map on every primitive execution (its execution context), and Open MPI's libnbc builds a
-// schedule for every MPI_Iallreduce; their APIs give no way to avoid either. Allocations whose call stack passes
-// through libdnnl or Open MPI are counted apart and reported; every other allocation fails the test. (Writing
-// metrics.h5 rows allocates inside libhdf5; that is rank 0's logging, outside the step.)
+// accumulation, for a language model with attention (token batches, the fused attention kernels) and for a vision
+// transformer (images: a patch conv2d channels-last, to_sequence, a non-causal transformer_block, sequence_pool). The
+// first steps may allocate (oneDNN primitives, scratch growth); steps after them must not — except inside the
+// libraries: oneDNN 2.6 builds a small argument map on every primitive execution (its execution context), and Open
+// MPI's libnbc builds a schedule for every MPI_Iallreduce; their APIs give no way to avoid either. Allocations whose
+// call stack passes through libdnnl or Open MPI are counted apart and reported; every other allocation fails the test.
+// (Writing metrics.h5 rows allocates inside libhdf5; that is rank 0's logging, outside the step.)
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <gtest/gtest.h>
@@ -82,13 +83,19 @@ LayerSpec layer(const std::string& type, std::int64_t out = 0) {
   return spec;
 }
 
-// (dtype, micro-batches per step, class weights and label smoothing: the per-step sum of the labels' weights, a
-// language model: embedding -> attention -> layernorm -> linear on sequences of `features` tokens)
-class StepAllocations : public testing::TestWithParam<std::tuple<DType, std::int64_t, bool, bool>> {};
+// The model of a case: an MLP on features, a language model (embedding -> attention -> layernorm -> linear on
+// sequences of `features` tokens) or a vision transformer on (3, 8, 8) images.
+enum class Network { mlp, language, vision };
+
+// (dtype, micro-batches per step, class weights and label smoothing: the per-step sum of the labels' weights, network)
+class StepAllocations : public testing::TestWithParam<std::tuple<DType, std::int64_t, bool, Network>> {};
 
 TEST_P(StepAllocations, NoneAfterWarmUp) {
-  const auto [dtype, accumulate, weighted, sequence] = GetParam();
-  const std::int64_t rows = 32, micro = rows / accumulate, features = 16, vocabulary = 10;
+  const auto [dtype, accumulate, weighted, network] = GetParam();
+  const bool sequence = network == Network::language;
+  const std::int64_t rows = 32, micro = rows / accumulate, vocabulary = 10;
+  const SampleShape shape = network == Network::vision ? SampleShape{3, 8, 8} : SampleShape{16};
+  const std::int64_t features = shape_size(shape);
   auto backend = make_cpu_backend();
   ModelSection spec;
   spec.layers = {layer("linear", 64), layer("layernorm"), layer("gelu"), layer("dropout"), layer("linear", 10)};
@@ -98,11 +105,19 @@ TEST_P(StepAllocations, NoneAfterWarmUp) {
     spec.layers[0].positions = true;
     spec.layers[1].heads = 2;
   }
+  if (network == Network::vision) {
+    LayerSpec patches = layer("conv2d", 16), tokens = layer("to_sequence"), block = layer("transformer_block");
+    patches.kernel = patches.stride = {4};
+    tokens.class_token = tokens.positions = true;
+    block.heads = 2;
+    block.causal = false;
+    spec.layers = {patches, tokens, block, layer("layernorm"), layer("sequence_pool"), layer("linear", vocabulary)};
+  }
   if (weighted) {
     spec.class_weights = {0.5, 1, 2, 1, 1, 3, 1, 1, 0.25, 1};
     spec.label_smoothing = 0.1;
   }
-  Model model(spec, features, *backend, {dtype, DType::f32, micro}, "test.toml");
+  Model model(spec, shape, *backend, {dtype, DType::f32, micro}, "test.toml");
   model.initialize(1);
   OptimizerSection section;
   Optimizer optimizer(section, model, *backend);
@@ -152,10 +167,12 @@ TEST_P(StepAllocations, NoneAfterWarmUp) {
   after_warm_up = allocations.load();
   EXPECT_EQ(after_warm_up, 0) << after_warm_up << " allocations in 9 steps after the warm-up (" << dtype_name(dtype)
                               << ", accumulate " << accumulate << (weighted ? ", class weights" : "")
-                              << (sequence ? ", attention" : "") << ")";
+                              << (sequence ? ", attention" : "") << (network == Network::vision ? ", vision" : "")
+                              << ")";
   std::printf("%s, accumulate %lld%s%s: in 9 steps, %ld allocations by hpctrain, %ld inside oneDNN / Open MPI\n",
               dtype_name(dtype), static_cast<long long>(accumulate), weighted ? ", class weights" : "",
-              sequence ? ", attention" : "", after_warm_up, library_allocations.load());
+              sequence ? ", attention" : (network == Network::vision ? ", vision transformer" : ""), after_warm_up,
+              library_allocations.load());
   // The counter works: an allocation while counting is seen.
   counting = true;
   void* volatile probe = std::malloc(64);
@@ -165,12 +182,13 @@ TEST_P(StepAllocations, NoneAfterWarmUp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, StepAllocations,
-                         testing::Values(std::tuple{DType::f32, std::int64_t{1}, false, false},
-                                         std::tuple{DType::bf16, std::int64_t{1}, false, false},
-                                         std::tuple{DType::f32, std::int64_t{4}, false, false},
-                                         std::tuple{DType::f32, std::int64_t{2}, true, false},
-                                         std::tuple{DType::f32, std::int64_t{2}, false, true},
-                                         std::tuple{DType::bf16, std::int64_t{1}, false, true}));
+                         testing::Values(std::tuple{DType::f32, std::int64_t{1}, false, Network::mlp},
+                                         std::tuple{DType::bf16, std::int64_t{1}, false, Network::mlp},
+                                         std::tuple{DType::f32, std::int64_t{4}, false, Network::mlp},
+                                         std::tuple{DType::f32, std::int64_t{2}, true, Network::mlp},
+                                         std::tuple{DType::f32, std::int64_t{2}, false, Network::language},
+                                         std::tuple{DType::bf16, std::int64_t{1}, false, Network::language},
+                                         std::tuple{DType::bf16, std::int64_t{2}, false, Network::vision}));
 
 }  // namespace
 }  // namespace hpctrain

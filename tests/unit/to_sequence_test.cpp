@@ -194,6 +194,31 @@ TEST(ToSequenceLayer, RefusesWhatIsNotAFeatureMap) {
   }
 }
 
+double standard_deviation(const float* values, std::int64_t count) {
+  double sum = 0.0, squares = 0.0;
+  for (std::int64_t i = 0; i < count; ++i) sum += values[i], squares += double(values[i]) * values[i];
+  const double mean = sum / static_cast<double>(count);
+  return std::sqrt(squares / static_cast<double>(count) - mean * mean);
+}
+
+// pytorch (the default): timm's ViT, position table normal(0, 0.02) and class token normal(0, 1e-6); gpt2: both
+// normal(0, 0.02), as the embedding's tables.
+TEST(ToSequenceLayer, InitialisationPerScheme) {
+  auto layer = make_layer(to_sequence_spec(true, true), SampleShape{64, 8, 8}, "test.toml:1:1");
+  const std::int64_t channels = 64, table = 65 * 64;
+  for (InitScheme scheme : {InitScheme::pytorch, InitScheme::gpt2}) {
+    SCOPED_TRACE(std::string(word_of(scheme)));
+    std::vector<float> values(static_cast<std::size_t>(channels + table), NAN);
+    layer->initialize(values.data(), 5, 1, Initialization{scheme});
+    const double token_std = scheme == InitScheme::pytorch ? 1e-6 : 0.02;
+    EXPECT_NEAR(standard_deviation(values.data(), channels), token_std, 0.3 * token_std) << "class token";
+    EXPECT_NEAR(standard_deviation(values.data() + channels, table), 0.02, 0.002) << "position table";
+    std::vector<float> again(values.size());
+    layer->initialize(again.data(), 5, 1, Initialization{scheme});
+    EXPECT_EQ(again, values);  // the seed alone decides
+  }
+}
+
 // ---- a small vision transformer as a Model ----
 
 LayerSpec layer(LayerType type, std::int64_t out = 0) {

@@ -140,10 +140,10 @@ class Layer {
                         const TensorView& dy, const TensorView& dx, bool accumulate) = 0;
   // Embedding: the layer reads the batch's int32 token ids (rows, T), bound by the model, not its activation input.
   [[nodiscard]] virtual bool reads_token_ids() const { return false; }
+  virtual void bind_token_ids(const std::int32_t* /*ids*/) {}
   // Whether the layer's output (T, C) is a sequence the layers after it act on per position (the embedding,
   // to_sequence); the sequence lasts until a layer's output is not (T, C) (sequence_pool, flatten).
   [[nodiscard]] virtual bool starts_sequence() const { return false; }
-  virtual void bind_token_ids(const std::int32_t* /*ids*/) {}
   // Incremental decoding (see IncrementalDecoding). The model runs a layer's new positions only when every layer
   // of the model supports it on its backend; otherwise it recomputes the window.
   [[nodiscard]] virtual IncrementalDecoding incremental_decoding(const Backend& /*backend*/) const {

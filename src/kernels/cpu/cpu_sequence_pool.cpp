@@ -2,7 +2,6 @@
 // values to rows of channels, by the mean over the positions or the first position, and the backward of each.
 #include <algorithm>
 #include <cstdint>
-#include <vector>
 
 #include "cpu_sequence.hpp"
 #include "hpctrain/core/error.hpp"
@@ -26,22 +25,23 @@ void sequence_pool_forward(SequencePooling mode, std::int64_t sequence, const Te
     using Compute = compute_t<T>;  // f32, or f64 for f64 activations
     const T* in = static_cast<const T*>(x.data);
     T* out = static_cast<T*>(y.data);
-#pragma omp parallel if (x.size() > 32768)
-    {
-      std::vector<Compute> sums(static_cast<std::size_t>(channels));
-#pragma omp for schedule(static)
-      for (std::int64_t r = 0; r < y.rows; ++r) {
-        const T* row = in + r * x.cols;
-        if (mode == SequencePooling::first) {
-          for (std::int64_t c = 0; c < channels; ++c) out[r * channels + c] = row[c];
-          continue;
-        }
-        std::fill(sums.begin(), sums.end(), Compute(0));
+    // Sums of a block of channels on the stack: nothing is allocated in the step.
+    constexpr std::int64_t block = 64;
+#pragma omp parallel for schedule(static) if (x.size() > 32768)
+    for (std::int64_t r = 0; r < y.rows; ++r) {
+      const T* row = in + r * x.cols;
+      if (mode == SequencePooling::first) {
+        for (std::int64_t c = 0; c < channels; ++c) out[r * channels + c] = row[c];
+        continue;
+      }
+      for (std::int64_t first = 0; first < channels; first += block) {
+        const std::int64_t width = std::min(block, channels - first);
+        Compute sums[block] = {};
         for (std::int64_t t = 0; t < sequence; ++t)  // in position order: the CUDA kernel adds in the same order
 #pragma omp simd
-          for (std::int64_t c = 0; c < channels; ++c) sums[c] += load(row[t * channels + c]);
-        for (std::int64_t c = 0; c < channels; ++c)
-          out[r * channels + c] = store<T>(sums[c] / static_cast<Compute>(sequence));
+          for (std::int64_t c = 0; c < width; ++c) sums[c] += load(row[t * channels + first + c]);
+        for (std::int64_t c = 0; c < width; ++c)
+          out[r * channels + first + c] = store<T>(sums[c] / static_cast<Compute>(sequence));
       }
     }
   });
