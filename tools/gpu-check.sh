@@ -8,10 +8,11 @@
 # into the products' epilogues forward and backward), 20 steps of CNNs and of a vision transformer the same way (16-bit
 # ones channels-last, fp32 ones channels-first, each row checking the layout its run reports), an fp16 loss-scale
 # trajectory against the CPU's, a bf16 deck of odd widths with batches over 8 MiB, CUDA graphs with evaluation, a
-# checkpoint and --resume against the eager run bit for bit, predict/evaluate on cuda against the CPU, two identical
-# runs diffed, --profile phases from CUDA events, the throughput of a GEMM-bound bf16 MLP against the cuBLASLt ceiling
-# and its PyTorch twin (bench/torch_twin.py, when torch with CUDA is installed), and with 2 or more GPUs 2-rank NCCL
-# runs with and without graphs. Prints a table at the end; exits non-zero when a check failed.
+# checkpoint and --resume against the eager run bit for bit, predict/evaluate on cuda against the CPU (features and
+# token data), two identical runs diffed, hpctrain generate with the key/value cache against --no-cache, --profile
+# phases from CUDA events, the throughput of a GEMM-bound bf16 MLP against the cuBLASLt ceiling and its PyTorch twin
+# (bench/torch_twin.py, when torch with CUDA is installed), and with 2 or more GPUs 2-rank NCCL runs with and without
+# graphs. Prints a table at the end; exits non-zero when a check failed.
 #
 #   tools/gpu-check.sh                 uses .device/rt.tar.xz (tools/pack-gpu.sh) when present, else build-gpu/
 #   HPCTRAIN_BIN=DIR tools/gpu-check.sh   takes the programs from DIR (hpctrain and the test programs; the CUDA
@@ -395,6 +396,38 @@ for mode in bf16 fp16; do
   fi
 done
 
+# hpctrain generate on cuda (issue 16): the key/value cache (Backend::cached_attention's kernel, the cache in device
+# memory) against recomputing the window (--no-cache), from the attention runs' checkpoints above: sampled, top-k and
+# greedy, 10 + 90 tokens (the window of 64 slides), the same text required, and no fallback notice on stderr.
+generate_cached_vs_recomputed() { # MODE: prints the first difference; returns 1 on one
+  local mode=$1 options run=0 f
+  for options in "--seed 1" "--seed 2 --top-k 5 --temperature 0.7" "--temperature 0"; do
+    run=$((run + 1))
+    f="generate-$mode-$run"
+    # shellcheck disable=SC2086
+    timeout 120 "$hpctrain" generate "attention-cuda-$mode" --device cuda --prompt "Copyright " --max-new-tokens 90 \
+      $options >"$f-cached.txt" 2>"$f-cached.err" || { echo "cached: exit $?"; return 1; }
+    grep -q "without the key/value cache" "$f-cached.err" && { echo "fell back: $(head -1 "$f-cached.err")"; return 1; }
+    # shellcheck disable=SC2086
+    timeout 120 "$hpctrain" generate "attention-cuda-$mode" --device cuda --prompt "Copyright " --max-new-tokens 90 \
+      $options --no-cache >"$f-recomputed.txt" 2>&1 || { echo "--no-cache: exit $?"; return 1; }
+    cmp -s "$f-cached.txt" "$f-recomputed.txt" ||
+      { echo "$options: $(cmp "$f-cached.txt" "$f-recomputed.txt" | head -1)"; return 1; }
+  done
+  echo "3 option sets, 100 tokens each: the same text; e.g. $(head -c 40 "generate-$mode-1-cached.txt" | tr -c '[:print:]' ' ')..."
+}
+for mode in fp32 bf16; do
+  name="generate cache vs --no-cache, $mode"
+  if [[ ! -d attention-cuda-$mode ]]; then
+    [[ -n ${HPCTRAIN_GPU_CHECK_SECONDS:-} ]] && ((SECONDS >= HPCTRAIN_GPU_CHECK_SECONDS)) && out_of_time=1
+    record "$name" FAIL 0 "no checkpoint: the attention run ($mode, cuda) above failed"
+    continue
+  fi
+  status=0
+  timed seconds generate_cached_vs_recomputed "$mode" >"generate-$mode.log" 2>&1 || status=$?
+  record "$name" "$( ((status == 0)) && echo PASS || echo FAIL)" "$seconds" "$(tail -1 "generate-$mode.log")"
+done
+
 # ---- 3c. determinism, the fp16 loss-scale trajectory, odd widths with batches over 8 MiB ----
 h5same() { # h5same A.h5 B.h5 OBJECT...: every named dataset/group identical bit for bit (h5diff, no tolerance)
   local a=$1 b=$2 object
@@ -590,6 +623,43 @@ elif h5diff -d 1e-4 predict-cpu.h5 predict-cuda.h5 /predictions /predictions >pr
   record "$name" PASS "$seconds" "2048 samples: logits within 1e-4, loss within 1e-5 of the CPU; auto = cuda"
 else
   record "$name" FAIL "$seconds" "$(head -3 predict-diff.log | tr '\n' ' ')"
+fi
+
+# predict and evaluate on token data (issue 16) on cuda against the CPU: the fp32 attention model of section 3b' on its
+# text, every position of every window scored; the same weights on both, so only the forward pass's rounding differs.
+name="GPT predict/evaluate cuda vs cpu"
+checkpoint=attention-cpu-fp32/checkpoints/step-00000020.h5
+status=0
+seconds=0
+if [[ ! -f $checkpoint ]]; then
+  status=1
+else
+  for device in cpu cuda; do
+    timed seconds timeout 120 "$hpctrain" predict "$checkpoint" --data text.h5 --device $device \
+      --output "predict-text-$device.h5" >"predict-text-$device.log" 2>&1 || status=$?
+    timeout 120 "$hpctrain" evaluate "$checkpoint" --data text.h5 --device $device \
+      --output "evaluate-text-$device.h5" >"evaluate-text-$device.log" 2>&1 || status=$?
+  done
+fi
+if ((status != 0)); then
+  record "$name" FAIL "$seconds" "exit $status (or no checkpoint): $(grep -h error predict-text-*.log evaluate-text-*.log | head -1)"
+elif ! command -v h5diff >/dev/null; then
+  record "$name" SKIP "$seconds" "no h5diff"
+elif h5diff -d 1e-5 evaluate-text-cpu.h5 evaluate-text-cuda.h5 /eval/loss /eval/loss >predict-text-diff.log 2>&1 &&
+  h5diff -d 1e-3 predict-text-cpu.h5 predict-text-cuda.h5 /target_log_probabilities /target_log_probabilities \
+    >>predict-text-diff.log 2>&1 &&
+  h5diff predict-text-cpu.h5 predict-text-cuda.h5 /targets /targets >>predict-text-diff.log 2>&1; then
+  # argmax may flip where two logits are within rounding: at most 0.1% of the positions
+  differing=$(h5diff predict-text-cpu.h5 predict-text-cuda.h5 /next_tokens /next_tokens 2>/dev/null |
+    sed -n 's/^\([0-9]*\) differences\? found$/\1/p')
+  positions=$(sed -n 's/.*windows, \([0-9]*\) positions scored.*/\1/p' evaluate-text-cpu.log)
+  if ((${differing:-0} * 1000 <= ${positions:-0})); then
+    record "$name" PASS "$seconds" "$positions positions: loss within 1e-5, log p within 1e-3, ${differing:-0} argmaxes differ"
+  else
+    record "$name" FAIL "$seconds" "${differing} of ${positions:-?} argmaxes differ"
+  fi
+else
+  record "$name" FAIL "$seconds" "$(head -3 predict-text-diff.log | tr '\n' ' ')"
 fi
 
 # ---- 5. throughput: a GEMM-bound MLP in bf16, hpctrain against its PyTorch twin (when torch with CUDA is here) ----

@@ -262,11 +262,17 @@ int predict_command(const Arguments& args, const MpiEnvironment& mpi) {
                     return;
                   }
                   const std::int32_t* target = batch.token_targets.data();
-                  targets.insert(targets.end(), target, target + batch.rows * positions);
-                  for (std::int64_t row = 0; row < batch.rows * positions; ++row) {
+                  const std::int64_t scored_rows = batch.rows * positions;
+                  const std::size_t first = targets.size();
+                  targets.insert(targets.end(), target, target + scored_rows);
+                  next_tokens.resize(first + static_cast<std::size_t>(scored_rows));
+                  target_log_probabilities.resize(next_tokens.size());
+    // A pass over the vocabulary per position (GPT-2: 50,304 exp each): over the rank's threads.
+#pragma omp parallel for schedule(static)
+                  for (std::int64_t row = 0; row < scored_rows; ++row) {
                     const LogSoftmaxAt scored = log_softmax_at(host + row * classes, classes, target[row]);
-                    next_tokens.push_back(scored.argmax);
-                    target_log_probabilities.push_back(scored.log_probability);
+                    next_tokens[first + static_cast<std::size_t>(row)] = scored.argmax;
+                    target_log_probabilities[first + static_cast<std::size_t>(row)] = scored.log_probability;
                   }
                 });
 
