@@ -151,7 +151,7 @@ fi
 # >= 70,000 rows / >= 4,096 columns per kernel, BGRADB, uploads, graph slots, scratch growing after a capture,
 # bookkeeping replays, event timing, TF32
 gtest_row "large shapes, fused, uploads, graphs" cuda_paths_test 240 \
-  --gtest_filter=-CudaPaths.LinearWithReluFoldedIntoTheProduct:CudaPaths.LinearActivationPairs*
+  --gtest_filter=-CudaPaths.LinearWithReluFoldedIntoTheProduct:CudaPaths.LinearActivationPairs*:CudaPaths.LinearResidual*
 # Issue 15, item 9: linear + relu in one product (RELU_BIAS / RELU epilogue, and the odd-shape fallback) against the
 # CPU, a NaN row kept NaN. The training rows below run it too (their decks pair linear and relu).
 gtest_row "linear+relu epilogue vs CPU" cuda_paths_test 120 --gtest_filter=CudaPaths.LinearWithReluFoldedIntoTheProduct
@@ -159,6 +159,9 @@ gtest_row "linear+relu epilogue vs CPU" cuda_paths_test 120 --gtest_filter=CudaP
 # next product (DRELU, DGELU), fp32/bf16/fp16, widths taking each path, NaN rows kept NaN, against the CPU.
 gtest_row "linear+relu/gelu(tanh) backward epilogues vs CPU" cuda_paths_test 180 \
   --gtest_filter='CudaPaths.LinearActivationPairs*'
+# Issue 16: the residual add as the product's C operand (beta = 1, bias epilogue), fp32/bf16/fp16, aligned and odd
+# shapes, against the CPU's fused product.
+gtest_row "linear + residual add vs CPU" cuda_paths_test 120 --gtest_filter='CudaPaths.LinearResidual*'
 
 # ---- 2. device gradient all-reduce (NCCL, or through the host when ranks share a GPU) ----
 if program=$(find_program device_allreduce_mpi_test); then

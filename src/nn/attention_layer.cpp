@@ -61,14 +61,28 @@ class Attention final : public Layer {
 
   void forward(const StepContext& context, std::uint32_t layer_index, const TensorView& x,
                const TensorView& y) override {
+    forward_with_skip(context, layer_index, x, nullptr, y);
+  }
+  // c_proj with the residual block's add (see Layer::forward_residual).
+  bool forward_residual(const StepContext& context, std::uint32_t layer_index, const TensorView& x,
+                        const TensorView& skip, const TensorView& y) override {
+    forward_with_skip(context, layer_index, x, &skip, y);
+    return true;
+  }
+  void forward_with_skip(const StepContext& context, std::uint32_t layer_index, const TensorView& x,
+                         const TensorView* skip, const TensorView& y) {
     Backend& backend = *context.backend;
     const TensorView qkv = packed(saved_activations(), x.dtype, x.rows);
     const TensorView heads = heads_output(saved_activations(), x.dtype, x.rows);
     // (rows T, 3C) = (rows T, C) x W_attn^T (C, 3C) + b_attn
     backend.gemm(last_axis(x, width_), false, weight(0, 3 * width_), true, qkv, master(1), false);
     backend.attention_forward(geometry(x.rows, context, layer_index, context.training), qkv, heads, saved(0));
-    // (rows T, C) = (rows T, C) x W_proj^T + b_proj
-    backend.gemm(heads, false, weight(2, width_), true, last_axis(y, width_), master(3), false);
+    // (rows T, C) = (rows T, C) x W_proj^T + b_proj [+ skip]
+    if (skip != nullptr)
+      backend.linear_residual_forward(heads, weight(2, width_), master(3), last_axis(*skip, width_),
+                                      last_axis(y, width_));
+    else
+      backend.gemm(heads, false, weight(2, width_), true, last_axis(y, width_), master(3), false);
   }
 
   // Incremental decoding (hpctrain generate): the keys and values of past positions stay in the model's (T, 2C)

@@ -421,6 +421,15 @@ class Backend {
   virtual void linear_activation_backward(const TensorView& dy, const TensorView& weight, Activation kind, float alpha,
                                           const TensorView& pre, const TensorView& y, const TensorView& dx);
 
+  // Whether linear_residual_forward folds the add into the product for activations of `dtype` (CPU: oneDNN's binary
+  // add post-op, or the loop that stores the product; CUDA: cuBLASLt's D = A B + C with C = skip, when aligned).
+  [[nodiscard]] virtual bool fuses_residual_add(DType /*dtype*/) const { return false; }
+  // y = (x weight^T + bias) + skip (weight (out, in), bias in master dtype or null, skip of y's shape and dtype, not
+  // aliasing y): a linear product that ends a residual branch, with the block's add. The default composes gemm into y
+  // and add (the branch output rounded to y's dtype before the add); a fusing backend rounds once.
+  virtual void linear_residual_forward(const TensorView& x, const TensorView& weight, const void* bias,
+                                       const TensorView& skip, const TensorView& y);
+
   // ---- step bookkeeping in backend memory (what a captured step replays without the host) ----
   // base + slot * stride <- source, and the reverse, `slot` read from backend memory at run (replay) time;
   // advance_slot: *slot += 1. The trainer keeps the step's records and its learning-rate table this way.
