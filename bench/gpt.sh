@@ -4,6 +4,7 @@
 #   bench/gpt.sh                      run with build/release (build it first: cmake --build --preset release)
 #   bench/gpt.sh --build-dir DIR      use DIR/bin/hpctrain
 #   bench/gpt.sh --only gpt2|tiny     one model only (GPT-2 124M: both precisions; gpt-tiny: fp32)
+#   bench/gpt.sh --baseline PROGRAM   also another hpctrain (an earlier build) in the same rounds: before/after
 #   bench/gpt.sh --quick              1 round, few steps, the twin eager only: checks the harness, measures nothing
 #
 # Models, 1 rank x T threads (T = the cores, --threads):
@@ -40,6 +41,7 @@ TINY_TWIN=(--warmup 20 --windows 5 --window-steps 30)
 MODELS=(gpt2 tiny)
 GPT2_LAYERS=12 GPT2_VOCABULARY=50304  # --quick: 2 layers and 2,048 ids (starts in seconds; the harness is the same)
 KEEP=0
+BASELINE=""
 TINY_THREADS=()  # gpt-tiny runs at the deck's 1 thread and at --threads
 while (($#)); do
   case $1 in
@@ -50,6 +52,7 @@ while (($#)); do
       MODELS=("$2"); shift 2 ;;
     --quick) RUNS=1; GPT2_STEPS=4; GPT2_WARMUP=1; GPT2_LAYERS=2; GPT2_VOCABULARY=2048; TINY_STEPS=10; TINY_WARMUP=2; TWIN_COMPILE=off
       GPT2_TWIN=(--warmup 1 --windows 1 --window-steps 2); TINY_TWIN=(--warmup 2 --windows 2 --window-steps 3); shift ;;
+    --baseline) BASELINE=$(realpath "$2"); shift 2 ;;
     --keep) KEEP=1; shift ;;
     -h | --help) sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench/gpt.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
@@ -122,12 +125,17 @@ import h5py, statistics, sys
 print(statistics.median(h5py.File(sys.argv[1], "r")["train/samples_per_sec"][int(sys.argv[2]):]))
 PY
 }
-# hpctrain_run NAME DECK WARMUP SET...: one run; appends its median samples/s to NAME.hpctrain.
+# hpctrain_run NAME DECK WARMUP SET...: one run; appends its median samples/s to NAME.hpctrain (and one of the
+# --baseline program to NAME.baseline).
 hpctrain_run() {
-  local name=$1 deck=$2 warmup=$3 run=$WORK/$1-$round overrides=() setting; shift 3
+  local name=$1 deck=$2 warmup=$3 run=$WORK/$1-$round overrides=() setting program; shift 3
   for setting in "$@"; do overrides+=(--set "$setting"); done
-  "$HPCTRAIN" train "$deck" "${overrides[@]}" --output "$run" >"$run.log" 2>&1 || { tail -20 "$run.log" >&2; exit 1; }
-  median_rate "$run/metrics.h5" "$warmup" >>"$WORK/$name.hpctrain"
+  for program in "$HPCTRAIN" ${BASELINE:+"$BASELINE"}; do
+    local kind=hpctrain
+    [[ $program == "$HPCTRAIN" ]] || kind=baseline run=$run-baseline
+    "$program" train "$deck" "${overrides[@]}" --output "$run" >"$run.log" 2>&1 || { tail -20 "$run.log" >&2; exit 1; }
+    median_rate "$run/metrics.h5" "$warmup" >>"$WORK/$name.$kind"
+  done
   [[ -n ${COMMAND[$name]:-} ]] || COMMAND[$name]="OMP_NUM_THREADS=$OMP_NUM_THREADS hpctrain train $(basename "$deck") ${overrides[*]}"
 }
 # twin_run NAME ARGS...: one twin run; appends its samples/s to NAME.torch and which variant won to NAME.variant.
@@ -200,17 +208,25 @@ for model in "${MODELS[@]}"; do
       done
       ratio=$(awk -v a="$mine" -v b="$theirs" 'BEGIN {printf "%.2f", a / b}')
     else
-      theirs_step="-" theirs_tokens="not measured" split="" variants="" ratio="-"
+      theirs="" theirs_step="-" theirs_tokens="not measured" split="" variants="" ratio="-"
     fi
     label=("$GPT2_LABEL" "${name##*-}")
     [[ $name == tiny-* ]] && label=(gpt-tiny "fp32 ${name#tiny-}")
     printf '%-11s %-7s %7s | %9s %10s | %9s %10s %-14s | %6s %s\n' "${label[@]}" "$batch x $context" \
       "$mine_step" "$mine_tokens" "$theirs_step" "$theirs_tokens" "($split)" "$ratio" "$goal"
     [[ -n $variants ]] && echo "              torch's faster variant per round: $variants"
+    if [[ -s $WORK/$name.baseline ]]; then
+      before=$(median_of "$WORK/$name.baseline")
+      awk -v r="$before" -v b=$batch -v t=$context -v now="$mine" -v theirs="${theirs:-0}" 'BEGIN {
+        printf "              baseline %.3f s/step, %.0f tokens/s: this build is %.2fx as fast", b / r, r * t, now / r
+        if (theirs > 0) printf "; baseline/torch = %.2f", r / theirs
+        printf "\n" }'
+    fi
   done
 done
 echo
 echo "s/step = batch / samples/s; (eager/comp.): the twin's s/step of each variant (median over the rounds)."
+[[ -n $BASELINE ]] && echo "baseline: $BASELINE (run right after this build's run in every round)"
 echo "commands (gpt2.toml is the deck this script writes):"
 for line in "${COMMANDS[@]}"; do echo "  $line"; done
 for key in "${!COMMAND[@]}"; do echo "  $key: ${COMMAND[$key]}"; done | sed "s|$WORK/||g" | sort
