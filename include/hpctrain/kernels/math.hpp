@@ -31,7 +31,7 @@ HPCTRAIN_HD double square_root(double x) { return ::sqrt(x); }
 // tanh in float without a branch or a library call, so that the CPU's element-wise loops vectorise (GELU's tanh form
 // in every GPT block took 20-30% of a GPT-2 124M CPU step and ~60% of gpt-tiny's while each element called libm's
 // scalar tanhf; docs/performance.md). Within 1.5 ulp of the exact value (glibc's tanhf: ~2 ulp), odd, tanh(+-inf) =
-// +-1, NaN stays NaN (kernel_math_test checks it against double). Results differ from tanhf's in the last bit for ~4%
+// +-1, NaN stays NaN (kernel_math_test checks it against double). Results differ from tanhf's in the last bit for ~10%
 // of inputs, so runs with gelu(tanh) or tanh layers are not bit-identical to those of earlier builds.
 // |x| < 0.55: x + x^3 P(x^2), P a degree-5 least-squares fit of (tanh x - x) / x^3 (relative error 8e-11);
 // above: 1 - 2 / (e^{2|x|} + 1) with e^y = 2^n e^r, |r| <= ln2 / 2, e^r a degree-6 fit (6e-9), and |x| capped at 10
