@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Everything GPU-side in one go, on a machine with a GPU (under 8 minutes on one H200): the CUDA kernel tests against
+# Everything GPU-side in one go, on a machine with a GPU (under 8 minutes on one H200 before the GPT-2 row, which adds
+# an estimated 2-4, not measured yet: the twin compiles): the CUDA kernel tests against
 # the CPU backend (and one large shape per kernel, the fused and copy-stream paths, graph slots), compute-sanitizer
 # (memcheck, racecheck, synccheck) where installed, the device gradient all-reduce on 1 and 2 ranks (with a captured
 # graph and the trainer's teardown order), 20 training steps on run.device = cuda against the same deck on the CPU
@@ -9,7 +10,8 @@
 # CPU's, a bf16 deck of odd widths with batches over 8 MiB, CUDA graphs with evaluation, a checkpoint and --resume
 # against the eager run bit for bit, predict/evaluate on cuda against the CPU, two identical runs diffed, --profile phases from CUDA events, the throughput of a
 # GEMM-bound bf16 MLP against the cuBLASLt ceiling and its PyTorch twin (bench/torch_twin.py, when torch with CUDA is
-# installed), and with 2 or more GPUs 2-rank NCCL runs with and without graphs. Prints a table at the end; exits
+# installed), GPT-2 124M in bf16 at batch 16 x context 1024 (tokens/s, model FLOP utilisation) against its twin, and
+# with 2 or more GPUs 2-rank NCCL runs with and without graphs. Prints a table at the end; exits
 # non-zero when a check failed.
 #
 #   tools/gpu-check.sh                 uses .device/rt.tar.xz (tools/pack-gpu.sh) when present, else build-gpu/
