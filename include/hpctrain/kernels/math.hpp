@@ -32,11 +32,11 @@ HPCTRAIN_HD double square_root(double x) { return ::sqrt(x); }
 // in every GPT block took 20-30% of a GPT-2 124M CPU step and ~60% of gpt-tiny's while each element called libm's
 // scalar tanhf; docs/performance.md). Within 1.5 ulp of the exact value (glibc's tanhf: ~2 ulp), odd, tanh(+-inf) =
 // +-1, NaN stays NaN (kernel_math_test checks it against double). Results differ from tanhf's in the last bit for ~10%
-// of inputs, so runs with gelu(tanh) or tanh layers are not bit-identical to those of earlier builds.
+// of inputs, so runs with gelu(tanh) layers are not bit-identical to those of builds before 2026-12-05.
 // |x| < 0.55: x + x^3 P(x^2), P a degree-5 least-squares fit of (tanh x - x) / x^3 (relative error 8e-11);
 // above: 1 - 2 / (e^{2|x|} + 1) with e^y = 2^n e^r, |r| <= ln2 / 2, e^r a degree-6 fit (6e-9), and |x| capped at 10
 // (where the result rounds to 1). The threshold keeps the result >= 0.5, so the subtraction loses nothing.
-HPCTRAIN_HD float hyperbolic_tangent(float x) {
+HPCTRAIN_HD float fast_tanh(float x) {
   const float a = ::fabsf(x);  // NaN stays NaN
   const float s = a * a;
   float p = 0.0024036866763094897f;
@@ -61,6 +61,10 @@ HPCTRAIN_HD float hyperbolic_tangent(float x) {
   const float t = a >= 0.55f ? large : small;
   return ::copysignf(t, x);
 }
+HPCTRAIN_HD double fast_tanh(double x) { return ::tanh(x); }
+// The tanh layer keeps libm's tanh, so that decks with tanh layers (cosmoflow.toml's output) give the results of
+// earlier builds bit for bit; GELU's tanh form (new with the transformers) takes fast_tanh.
+HPCTRAIN_HD float hyperbolic_tangent(float x) { return ::tanhf(x); }
 HPCTRAIN_HD double hyperbolic_tangent(double x) { return ::tanh(x); }
 HPCTRAIN_HD float error_function(float x) { return ::erff(x); }
 HPCTRAIN_HD double error_function(double x) { return ::erf(x); }
@@ -110,7 +114,7 @@ HPCTRAIN_HD C gelu_derivative(C x) {
 template <class C>
 HPCTRAIN_HD C gelu_tanh(C x) {
   const C sqrt_2_over_pi = C(0.79788456080286535588);
-  const C t = hyperbolic_tangent(sqrt_2_over_pi * (x + C(0.044715) * x * x * x));
+  const C t = fast_tanh(sqrt_2_over_pi * (x + C(0.044715) * x * x * x));
   return C(0.5) * x * (C(1) + t);
 }
 // (1 + t)/2 + x/2 (1 - t^2) du/dx with du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
@@ -118,7 +122,7 @@ template <class C>
 HPCTRAIN_HD C gelu_tanh_derivative(C x) {
   const C sqrt_2_over_pi = C(0.79788456080286535588);
   const C x2 = x * x;
-  const C t = hyperbolic_tangent(sqrt_2_over_pi * x * (C(1) + C(0.044715) * x2));
+  const C t = fast_tanh(sqrt_2_over_pi * x * (C(1) + C(0.044715) * x2));
   const C du = sqrt_2_over_pi * (C(1) + C(3 * 0.044715) * x2);
   return C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * du;
 }
