@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "hpctrain/kernels/backend.hpp"
@@ -189,6 +190,36 @@ TEST_F(CpuKernels, DropoutForwardAndBackwardInEveryDtype) {
     // in place (y over x) gives the same result
     backend->dropout_forward(c.p, c.seed, c.step, c.layer, sample_ids.data(), x.view(), x.view());
     EXPECT_EQ(x.get(), y_values);
+  }
+}
+
+// The kernel draws its mask 64 elements per vectorised Philox call: every element's decision and value must be exactly
+// those of math.hpp's scalar dropout_keep, for rows of odd lengths that start anywhere in a group of four, across
+// several calls per row, and for element indices whose groups cross 2^32 (the counter's high word).
+TEST_F(CpuKernels, DropoutMaskIsExactlyTheScalarOne) {
+  const DropoutCase c{0.4f, 1234, 17, 5};
+  const float scale = 1.0f / (1.0f - c.p);
+  const std::int64_t near_high_word = (std::int64_t{1} << 34) - 2;  // element 4 * 2^32 - 2: group 2^32 - 1
+  for (const std::int64_t cols : {1, 3, 5, 37, 63, 65, 67, 129, 131, 201}) {
+    SCOPED_TRACE("cols " + std::to_string(cols));
+    std::vector<std::int64_t> ids;
+    for (std::int64_t i = 0; i < 9; ++i) ids.push_back(7 * i + 3);
+    for (std::int64_t i = 0; i < 6; ++i) ids.push_back(near_high_word / cols - 2 + i);
+    const auto rows = static_cast<std::int64_t>(ids.size());
+    TestArray<std::int64_t> sample_ids(*backend, ids);
+    auto x = tensor(DType::f32, rows, cols), y = tensor(DType::f32, rows, cols);
+    const auto x_values = x.randomize(101, 0.5, 2.0);
+    y.poison();
+    backend->dropout_forward(c.p, c.seed, c.step, c.layer, sample_ids.data(), x.view(), y.view());
+    const auto y_values = y.get();
+    for (std::int64_t row = 0; row < rows; ++row)
+      for (std::int64_t col = 0; col < cols; ++col) {
+        const std::uint64_t element = static_cast<std::uint64_t>(ids[row] * cols + col);
+        const std::size_t at = static_cast<std::size_t>(row * cols + col);
+        const bool keep = km::dropout_keep(c.seed, c.step, c.layer, element, c.p);
+        const double expected = keep ? static_cast<double>(static_cast<float>(x_values[at]) * scale) : 0.0;
+        ASSERT_EQ(y_values[at], expected) << "row " << row << " col " << col << " element " << element;
+      }
   }
 }
 

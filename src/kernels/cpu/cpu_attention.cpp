@@ -37,6 +37,7 @@
 #include <limits>
 #include <numbers>
 
+#include "cpu_philox.hpp"
 #include "cpu_sequence.hpp"
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/core/rng.hpp"
@@ -311,36 +312,11 @@ void mask_scores(C* s, std::int64_t rows, std::int64_t key_first, std::int64_t q
   }
 }
 
-// Attention dropout's Philox-4x32-10 (core/rng.hpp) on 16 consecutive counters at once, in 64-byte vectors (one
-// scalar call per four elements would cost more than the tile's products): words[4 g + w] = word w of group
-// first_group + g of kernels/math.hpp's counter (group low, group high, layer, RngPurpose::attention_dropout) under
-// `key`, i.e. the bits of element index 4 first_group + 4 g + w, exactly what attention_dropout_group_bits gives.
+// Attention dropout's Philox on 16 consecutive counters at once (cpu_philox.hpp; one scalar call per four elements
+// would cost more than the tile's products): words[4 g + w] = word w of the bits of group first_group + g, i.e. of
+// element index 4 first_group + 4 g + w, exactly what attention_dropout_group_bits gives.
 void attention_dropout_words(std::uint64_t key, std::uint32_t layer, std::uint64_t first_group, std::uint32_t* words) {
-  using Words = std::uint32_t __attribute__((vector_size(64)));
-  using Wide = std::uint64_t __attribute__((vector_size(128)));
-  Wide groups;
-  for (int lane = 0; lane < 16; ++lane) groups[lane] = first_group + static_cast<std::uint64_t>(lane);
-  Words c0 = __builtin_convertvector(groups, Words), c1 = __builtin_convertvector(groups >> 32, Words);
-  Words c2 = Words{} + layer, c3 = Words{} + static_cast<std::uint32_t>(RngPurpose::attention_dropout);
-  auto k0 = static_cast<std::uint32_t>(key), k1 = static_cast<std::uint32_t>(key >> 32);
-  for (int round = 0; round < 10; ++round) {
-    const Wide product0 = __builtin_convertvector(c0, Wide) * std::uint64_t{0xD2511F53u};
-    const Wide product1 = __builtin_convertvector(c2, Wide) * std::uint64_t{0xCD9E8D57u};
-    const Words high0 = __builtin_convertvector(product0 >> 32, Words), low0 = __builtin_convertvector(product0, Words);
-    const Words high1 = __builtin_convertvector(product1 >> 32, Words), low1 = __builtin_convertvector(product1, Words);
-    c0 = high1 ^ c1 ^ k0;
-    c1 = low1;
-    c2 = high0 ^ c3 ^ k1;
-    c3 = low0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  for (int lane = 0; lane < 16; ++lane) {
-    words[4 * lane] = c0[lane];
-    words[4 * lane + 1] = c1[lane];
-    words[4 * lane + 2] = c2[lane];
-    words[4 * lane + 3] = c3[lane];
-  }
+  philox_words16(key, layer, RngPurpose::attention_dropout, first_group, words);
 }
 
 // The dropout keep factors of a tile (rows x block, row j = key key_first + j, column i = query query_first + i, the

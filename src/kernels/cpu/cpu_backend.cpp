@@ -21,6 +21,7 @@
 #include "cpu_common.hpp"
 #include "cpu_convolution.hpp"
 #include "cpu_gemm.hpp"
+#include "cpu_philox.hpp"
 #include "cpu_sequence.hpp"
 #include "cpu_spatial.hpp"
 #include "hpctrain/core/error.hpp"
@@ -197,7 +198,8 @@ void with_activation(Activation kind, C alpha, bool derivative, F f) {
 }
 
 // out = in * mask / (1 - p) with the mask regenerated from (seed, step, layer, global element index): the forward and
-// the backward of dropout are the same operation.
+// the backward of dropout are the same operation. The bits come 64 elements (16 Philox groups of four) per vectorised
+// call (cpu_philox.hpp), the same numbers as kernels/math.hpp's scalar dropout_uniform gives each element.
 template <class T>
 void apply_dropout(float p, std::uint64_t seed, std::uint32_t step, std::uint32_t layer, const std::int64_t* sample_ids,
                    const T* in, T* out, std::int64_t rows, std::int64_t cols) {
@@ -206,19 +208,22 @@ void apply_dropout(float p, std::uint64_t seed, std::uint32_t step, std::uint32_
   const C scale = km::dropout_scale<C>(p);
 #pragma omp parallel for schedule(static) if (rows * cols > parallel_threshold)
   for (std::int64_t row = 0; row < rows; ++row) {
+    alignas(64) std::uint32_t words[64];
     const std::uint64_t first = static_cast<std::uint64_t>(sample_ids[row]) * static_cast<std::uint64_t>(cols);
-    // Philox gives four numbers per call: reuse them for the up to four consecutive elements of one group.
-    std::uint64_t group = std::numeric_limits<std::uint64_t>::max();
-    Philox4 bits{};
-    for (std::int64_t col = 0; col < cols; ++col) {
+    const T* row_in = in + row * cols;
+    T* row_out = out + row * cols;
+    for (std::int64_t col = 0; col < cols;) {
+      // Elements first + col .. : their groups start at (first + col) / 4, the first element at lane (first + col) % 4.
       const std::uint64_t element = first + static_cast<std::uint64_t>(col);
-      if ((element >> 2) != group) {
-        group = element >> 2;
-        bits = km::dropout_group_bits(key, layer, group);
+      cpu::philox_words16(key, layer, RngPurpose::dropout, element >> 2, words);
+      const auto offset = static_cast<std::int64_t>(element & 3u);
+      const std::int64_t count = std::min<std::int64_t>(64 - offset, cols - col);
+      const std::uint32_t* bits = words + offset;
+      for (std::int64_t j = 0; j < count; ++j) {
+        const bool keep = uniform_from_bits(bits[j]) >= p;
+        row_out[col + j] = store<T>(load(row_in[col + j]) * (keep ? scale : C(0)));
       }
-      const bool keep = uniform_from_bits(km::dropout_lane_bits(bits, element)) >= p;
-      const std::int64_t index = row * cols + col;
-      out[index] = store<T>(load(in[index]) * (keep ? scale : C(0)));
+      col += count;
     }
   }
 }
