@@ -235,6 +235,50 @@ TEST_F(CudaVsCpu, SoftmaxCrossEntropy) {
     }
 }
 
+// Evaluation's argmax and top-5 hits (issue 16): the same counts as the CPU backend on scores with ties (integer
+// grid), NaN scores (first and later in a row), ignored targets (-100) and targets on a row's tied maximum; counts
+// NaN-poisoned before the overwriting call, then added to. 70,000 rows of 3 go past one grid of blocks; 300 rows of
+// GPT-2's 50,304 classes are the real width.
+TEST_F(CudaVsCpu, CountClassHits) {
+  struct Shape {
+    std::int64_t rows, cols;
+  };
+  for (DType dtype : gpu_dtypes)
+    for (const Shape shape : {Shape{70, 37}, Shape{70000, 3}, Shape{300, 50304}}) {
+      const std::string where =
+          std::string(dtype_name(dtype)) + " " + std::to_string(shape.rows) + " x " + std::to_string(shape.cols);
+      auto scores = pair(dtype, shape.rows, shape.cols);
+      std::vector<double> values = random_values(static_cast<std::size_t>(shape.rows * shape.cols), 91, -4.5, 4.5);
+      for (double& value : values) value = std::round(value);  // ties everywhere
+      for (std::int64_t row = 0; row < shape.rows; row += 11)
+        values[static_cast<std::size_t>(row * shape.cols + (row % 2 == 0 ? 0 : shape.cols - 1))] = std::nan("");
+      scores.set(values);
+      std::vector<std::int32_t> target_values;
+      for (std::int64_t row = 0; row < shape.rows; ++row) {
+        std::int64_t target = (row * 7 + 3) % shape.cols;
+        if (row % 3 == 1)  // the row's maximum at its first or last index: ties decide
+          for (std::int64_t k = 0; k < shape.cols; ++k)
+            if (values[static_cast<std::size_t>(row * shape.cols + k)] >= 4.0) {
+              target = k;
+              if (row % 2 == 0) break;
+            }
+        target_values.push_back(row % 9 == 4 ? -100 : static_cast<std::int32_t>(target));
+      }
+      auto targets = array(target_values);
+      auto counts = array(std::vector<double>(2, std::nan("")));
+      cpu->count_class_hits(scores.cpu(), targets.cpu(), counts.cpu(), false);
+      gpu->count_class_hits(scores.gpu(), targets.gpu(), counts.gpu(), false);
+      const std::vector<double> want = counts.cpu_values();
+      EXPECT_FALSE(std::isnan(want[0]) || std::isnan(want[1])) << where;
+      EXPECT_GT(want[0], 0.0) << where;
+      EXPECT_EQ(counts.gpu_values(), want) << where;
+      cpu->count_class_hits(scores.cpu(), targets.cpu(), counts.cpu(), true);
+      gpu->count_class_hits(scores.gpu(), targets.gpu(), counts.gpu(), true);
+      EXPECT_EQ(counts.gpu_values(), counts.cpu_values()) << where;
+      EXPECT_EQ(counts.gpu_values()[1], 2 * want[1]) << where;
+    }
+}
+
 TEST_F(CudaVsCpu, MeanSquaredError) {
   for (DType dtype : gpu_dtypes) {
     const std::int64_t rows = 53, cols = 5;

@@ -1,0 +1,13 @@
+// Evaluation counts of the CPU backend (cpu_class_hits.cpp). Private to src/kernels/cpu.
+#pragma once
+
+#include <cstdint>
+
+#include "hpctrain/kernels/backend.hpp"
+
+namespace hpctrain::cpu {
+
+// The contract of Backend::count_class_hits.
+void count_class_hits(const TensorView& scores, const std::int32_t* targets, double* counts, bool accumulate);
+
+}  // namespace hpctrain::cpu

@@ -1,0 +1,16 @@
+// Evaluation counts on the CUDA backend (cuda_class_hits.cu). Private to src/kernels/cuda.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "hpctrain/kernels/backend.hpp"
+
+namespace hpctrain::cuda {
+
+// The contract of Backend::count_class_hits (f32/bf16/f16 scores).
+void count_class_hits(cudaStream_t stream, const TensorView& scores, const std::int32_t* targets, double* counts,
+                      bool accumulate);
+
+}  // namespace hpctrain::cuda
