@@ -9,9 +9,10 @@
 # ones channels-last, fp32 ones channels-first, each row checking the layout its run reports), an fp16 loss-scale
 # trajectory against the CPU's, a bf16 deck of odd widths with batches over 8 MiB, CUDA graphs with evaluation, a
 # checkpoint and --resume against the eager run bit for bit, predict/evaluate on cuda against the CPU (features and
-# token data), two identical runs diffed, --profile phases from CUDA events, the throughput of a GEMM-bound bf16 MLP
-# against the cuBLASLt ceiling and its PyTorch twin (bench/torch_twin.py, when torch with CUDA is installed), and with 2
-# or more GPUs 2-rank NCCL runs with and without graphs. Prints a table at the end; exits non-zero when a check failed.
+# token data), two identical runs diffed, hpctrain generate with the key/value cache against --no-cache, --profile
+# phases from CUDA events, the throughput of a GEMM-bound bf16 MLP against the cuBLASLt ceiling and its PyTorch twin
+# (bench/torch_twin.py, when torch with CUDA is installed), and with 2 or more GPUs 2-rank NCCL runs with and without
+# graphs. Prints a table at the end; exits non-zero when a check failed.
 #
 #   tools/gpu-check.sh                 uses .device/rt.tar.xz (tools/pack-gpu.sh) when present, else build-gpu/
 #   HPCTRAIN_BIN=DIR tools/gpu-check.sh   takes the programs from DIR (hpctrain and the test programs; the CUDA
@@ -390,6 +391,38 @@ for mode in bf16 fp16; do
   else
     compare_losses "$name" tc-cpu-$mode.log tc-cuda-$mode.log 3e-2 "$seconds"
   fi
+done
+
+# hpctrain generate on cuda (issue 16): the key/value cache (Backend::cached_attention's kernel, the cache in device
+# memory) against recomputing the window (--no-cache), from the attention runs' checkpoints above: sampled, top-k and
+# greedy, 10 + 90 tokens (the window of 64 slides), the same text required, and no fallback notice on stderr.
+generate_cached_vs_recomputed() { # MODE: prints the first difference; returns 1 on one
+  local mode=$1 options run=0 f
+  for options in "--seed 1" "--seed 2 --top-k 5 --temperature 0.7" "--temperature 0"; do
+    run=$((run + 1))
+    f="generate-$mode-$run"
+    # shellcheck disable=SC2086
+    timeout 120 "$hpctrain" generate "attention-cuda-$mode" --device cuda --prompt "Copyright " --max-new-tokens 90 \
+      $options >"$f-cached.txt" 2>"$f-cached.err" || { echo "cached: exit $?"; return 1; }
+    grep -q "without the key/value cache" "$f-cached.err" && { echo "fell back: $(head -1 "$f-cached.err")"; return 1; }
+    # shellcheck disable=SC2086
+    timeout 120 "$hpctrain" generate "attention-cuda-$mode" --device cuda --prompt "Copyright " --max-new-tokens 90 \
+      $options --no-cache >"$f-recomputed.txt" 2>&1 || { echo "--no-cache: exit $?"; return 1; }
+    cmp -s "$f-cached.txt" "$f-recomputed.txt" ||
+      { echo "$options: $(cmp "$f-cached.txt" "$f-recomputed.txt" | head -1)"; return 1; }
+  done
+  echo "3 option sets, 100 tokens each: the same text; e.g. $(head -c 40 "generate-$mode-1-cached.txt" | tr -c '[:print:]' ' ')..."
+}
+for mode in fp32 bf16; do
+  name="generate cache vs --no-cache, $mode"
+  if [[ ! -d attention-cuda-$mode ]]; then
+    [[ -n ${HPCTRAIN_GPU_CHECK_SECONDS:-} ]] && ((SECONDS >= HPCTRAIN_GPU_CHECK_SECONDS)) && out_of_time=1
+    record "$name" FAIL 0 "no checkpoint: the attention run ($mode, cuda) above failed"
+    continue
+  fi
+  status=0
+  timed seconds generate_cached_vs_recomputed "$mode" >"generate-$mode.log" 2>&1 || status=$?
+  record "$name" "$( ((status == 0)) && echo PASS || echo FAIL)" "$seconds" "$(tail -1 "generate-$mode.log")"
 done
 
 # ---- 3c. determinism, the fp16 loss-scale trajectory, odd widths with batches over 8 MiB ----

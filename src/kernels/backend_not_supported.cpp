@@ -30,6 +30,9 @@ void Backend::attention_backward(const AttentionGeometry&, const TensorView&, co
                                  const void*, const TensorView&) {
   not_supported(*this, "attention");
 }
+void Backend::cached_attention(const AttentionGeometry&, const TensorView&, void*, std::int64_t, const TensorView&) {
+  not_supported(*this, "cached attention (incremental decoding)");
+}
 void Backend::embedding_forward(const std::int32_t*, const void*, std::int64_t, const TensorView&, const void*,
                                 std::int64_t) {
   not_supported(*this, "embedding");

@@ -68,10 +68,10 @@ class Attention final : public Layer {
   }
 
   // Incremental decoding (hpctrain generate): the keys and values of past positions stay in the model's (T, 2C)
-  // cache, each new position's query attends over them (nn_detail::cached_attention, a host loop: on the CUDA backend
-  // the generator recomputes the window instead). A non-causal attention cannot decode at all.
-  [[nodiscard]] IncrementalDecoding incremental_decoding(const Backend& backend) const override {
-    return causal_ && backend.memory_is_host() ? IncrementalDecoding::own : IncrementalDecoding::unsupported;
+  // cache in backend memory, each new position's query attends over them (Backend::cached_attention, on either
+  // backend). A non-causal attention cannot decode at all.
+  [[nodiscard]] IncrementalDecoding incremental_decoding(const Backend&) const override {
+    return causal_ ? IncrementalDecoding::own : IncrementalDecoding::unsupported;
   }
   [[nodiscard]] std::int64_t decoding_cache_per_position() const override { return 2 * width_; }
   [[nodiscard]] bool reads_later_positions() const override { return !causal_; }
@@ -80,16 +80,11 @@ class Attention final : public Layer {
                          const TensorView& y, void* cache) override {
     Backend& backend = *context.backend;
     const std::int64_t count = x.rows;
-    const auto size = static_cast<std::int64_t>(dtype_size(x.dtype));
     const TensorView qkv = matrix(saved_activations(), x.dtype, count, 3 * width_);  // (count, 3C)
     const TensorView heads{heads_output(saved_activations(), x.dtype, 1).data, x.dtype, count, width_};
     backend.gemm(x, false, weight(0, 3 * width_), true, qkv, master(1), false);
-    // k and v of the new positions (columns [C, 3C) of their qkv rows) into cache rows [first, first + count)
-    for (std::int64_t i = 0; i < count; ++i)
-      backend.copy(static_cast<char*>(cache) + (first + i) * 2 * width_ * size,
-                   static_cast<const char*>(qkv.data) + (i * 3 * width_ + width_) * size,
-                   static_cast<std::size_t>(2 * width_ * size));
-    nn_detail::cached_attention(geometry(1), qkv, cache, first, heads);
+    // appends the new positions' k and v to the cache, then attends
+    backend.cached_attention(geometry(1), qkv, cache, first, heads);
     backend.gemm(heads, false, weight(2, width_), true, y, master(3), false);
   }
 

@@ -45,10 +45,5 @@ std::unique_ptr<Layer> make_to_sequence_layer(const LayerSpec& spec, const Sampl
 // Multi-head self-attention (attention_layer.cpp): on a sequence only (sequence: as make_layer's).
 std::unique_ptr<Layer> make_attention_layer(const LayerSpec& spec, const SampleShape& input_shape,
                                             const std::string& deck_location, bool sequence);
-// Incremental decoding of a causal attention on host memory: new position first + i (row i of qkv, (count, 3C): q,
-// k, v) attends to positions [0, first + i] of `cache` ((T, 2C) in qkv's dtype: each position's k then v, the new
-// positions' rows already written); out (count, C). Scores and softmax in fp32 (fp64 for f64), as the fused kernel.
-void cached_attention(const AttentionGeometry& geometry, const TensorView& qkv, const void* cache, std::int64_t first,
-                      const TensorView& out);
 
 }  // namespace hpctrain::nn_detail

@@ -240,7 +240,7 @@ TEST(CachedAttention, MatchesTheFusedKernel) {
     std::vector<double> lse(heads * sequence);
     backend->attention_forward(geometry, {packed.data(), dtype, sequence, 3 * width},
                                {fused.data(), dtype, sequence, width}, lse.data());
-    // the cache: k and v of each position (qkv's columns [C, 3C)), written as the layer writes them
+    // the cache: k and v of each position (qkv's columns [C, 3C)), as the backend appends them
     std::vector<char> cache(sequence * 2 * width * dtype_size(dtype));
     const std::size_t size = dtype_size(dtype);
     for (std::int64_t p = 0; p < sequence; ++p)
@@ -249,8 +249,8 @@ TEST(CachedAttention, MatchesTheFusedKernel) {
     std::vector<double> error_sum(1, 0.0), norm(1, 0.0);
     for (const auto& [first, count] : {std::pair<std::int64_t, std::int64_t>{0, 4}, {4, 1}, {5, 3}, {8, 1}}) {
       std::vector<char> out = as_dtype(std::vector<double>(count * width, std::nan("")));
-      nn_detail::cached_attention(geometry, {packed.data() + first * 3 * width * size, dtype, count, 3 * width},
-                                  cache.data(), first, {out.data(), dtype, count, width});
+      backend->cached_attention(geometry, {packed.data() + first * 3 * width * size, dtype, count, 3 * width},
+                                cache.data(), first, {out.data(), dtype, count, width});
       for (std::int64_t i = 0; i < count * width; ++i) {
         const double got = value(out, static_cast<std::size_t>(i)),
                      expected = value(fused, static_cast<std::size_t>(first * width + i));

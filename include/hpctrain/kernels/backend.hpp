@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/core/error.hpp"
 #include "hpctrain/core/tensor.hpp"
 
 namespace hpctrain {
@@ -117,6 +118,18 @@ struct AttentionGeometry {
   [[nodiscard]] std::int64_t width() const { return heads * head_dim; }
   bool operator==(const AttentionGeometry&) const = default;
 };
+
+// The shapes Backend::cached_attention takes (both backends check them the same way): one causal sequence of
+// geometry.sequence positions, qkv (count, 3C) and out (count, C) in one dtype, the new positions inside the sequence.
+inline void check_cached_attention(const AttentionGeometry& g, const TensorView& qkv, std::int64_t first,
+                                   const TensorView& out) {
+  HPCTRAIN_ASSERT(g.batch == 1 && g.causal && g.heads > 0 && g.head_dim > 0 && qkv.cols == 3 * g.width() &&
+                      out.cols == g.width() && out.rows == qkv.rows && out.dtype == qkv.dtype && qkv.rows > 0 &&
+                      first >= 0 && first + qkv.rows <= g.sequence && out.data != qkv.data,
+                  "cached attention: qkv (" << qkv.rows << ", " << qkv.cols << "), out (" << out.rows << ", "
+                                            << out.cols << "), positions [" << first << ", " << first + qkv.rows
+                                            << ") of " << g.sequence << ", width " << g.width());
+}
 
 // The recordings a backend keeps (CUDA graphs): the training step, and forward passes without gradients (evaluation,
 // predict, evaluate), so that one does not replace the other.
@@ -240,6 +253,14 @@ class Backend {
   // dqkv (qkv's shape, overwritten) from dout; out and lse are the forward's.
   virtual void attention_backward(const AttentionGeometry& geometry, const TensorView& qkv, const TensorView& out,
                                   const TensorView& dout, const void* lse, const TensorView& dqkv);
+  // Incremental decoding (hpctrain generate) of a causal attention over a key/value cache in backend memory. qkv
+  // (count, 3C): the packed projections of positions [first, first + count) of one sequence (geometry: batch 1,
+  // causal, `sequence` the cache's capacity T). cache (T, 2C) in qkv's dtype: each position's k then v. Writes the new
+  // positions' k and v into cache rows [first, first + count) (rows [0, first) must hold the earlier positions'),
+  // then out row i (count, C) = softmax(scale * q_i k^T) v over cache rows [0, first + i], scores, softmax and the
+  // weighted sum in fp32 (fp64 for f64). out must not alias qkv or the cache.
+  virtual void cached_attention(const AttentionGeometry& geometry, const TensorView& qkv, void* cache,
+                                std::int64_t first, const TensorView& out);
   // Embedding lookup: y row r = table row ids[r] (table: master dtype (vocabulary, y.cols); y in the activation dtype).
   // ids in backend memory, each in [0, vocabulary) (checked by the data layer). With positions (master dtype,
   // (sequence, y.cols), a learned position embedding): + positions row (r % sequence), added in the master dtype

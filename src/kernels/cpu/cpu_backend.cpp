@@ -439,6 +439,10 @@ class CpuBackend final : public Backend {
                           const TensorView& dout, const void* lse, const TensorView& dqkv) override {
     attention_.backward(geometry, qkv, out, dout, lse, dqkv);
   }
+  void cached_attention(const AttentionGeometry& geometry, const TensorView& qkv, void* cache, std::int64_t first,
+                        const TensorView& out) override {
+    cpu::cached_attention(geometry, qkv, cache, first, out);
+  }
   void embedding_forward(const std::int32_t* ids, const void* table, std::int64_t vocabulary, const TensorView& y,
                          const void* positions, std::int64_t sequence) override {
     embedding_.forward(ids, table, vocabulary, y, positions, sequence);

@@ -1,7 +1,8 @@
 // Sequence kernels of the CPU backend (transformers): fused multi-head attention in tiles with an online softmax
-// (cpu_attention.cpp), the embedding lookup with its deterministic gradient (cpu_embedding.cpp) and the pooling of a
-// sequence into one vector (cpu_sequence_pool.cpp), and a conv feature map turned into a sequence
-// (cpu_to_sequence.cpp). Private to src/kernels/cpu.
+// (cpu_attention.cpp) and its one-query form over a key/value cache (cpu_cached_attention.cpp), the embedding lookup
+// with its deterministic gradient (cpu_embedding.cpp) and the pooling of a sequence into one vector
+// (cpu_sequence_pool.cpp), and a conv feature map turned into a sequence (cpu_to_sequence.cpp). Private to
+// src/kernels/cpu.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,10 @@ class CpuAttention {
   std::vector<ScratchBuffer>& thread_scratch();
   std::vector<ScratchBuffer> thread_scratch_;  // one per OpenMP thread
 };
+
+// The contract of Backend::cached_attention (cpu_cached_attention.cpp).
+void cached_attention(const AttentionGeometry& geometry, const TensorView& qkv, void* cache, std::int64_t first,
+                      const TensorView& out);
 
 class CpuEmbedding {
  public:

@@ -10,6 +10,7 @@
 //   cuda_timeline    --profile phases on CUDA events and NVTX ranges
 //   cuda_attention   fused attention (the reference: fp32 FMAs), the embedding lookup, sequence pooling
 //   tensor_core_attention  fused attention on tensor cores (bf16/fp16; HPCTRAIN_CUDA_ATTENTION=tensor_core)
+//   cuda_cached_attention  one-query attention over the key/value cache (hpctrain generate)
 //   cuda_to_sequence a conv feature map as a sequence (a vision transformer's patch tokens)
 //   cuda_class_hits  evaluation's argmax and top-5 hits (a warp per row)
 // The kernels are thin loops around the HPCTRAIN_HD arithmetic of kernels/math.hpp, so they compute the CPU backend's
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "cuda_attention.hpp"
+#include "cuda_cached_attention.hpp"
 #include "cuda_class_hits.hpp"
 #include "cuda_dispatch.hpp"
 #include "cuda_elementwise.hpp"
@@ -411,6 +413,10 @@ class CudaBackend final : public Backend {
     else
       cuda::attention_backward(stream_, sequence_scratch_, geometry, qkv, out, dout, static_cast<const float*>(lse),
                                dqkv);
+  }
+  void cached_attention(const AttentionGeometry& geometry, const TensorView& qkv, void* cache, std::int64_t first,
+                        const TensorView& out) override {
+    cuda::cached_attention(stream_, geometry, qkv, cache, first, out);
   }
   void embedding_forward(const std::int32_t* ids, const void* table, std::int64_t vocabulary, const TensorView& y,
                          const void* positions, std::int64_t sequence) override {
