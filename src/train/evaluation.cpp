@@ -76,17 +76,17 @@ EvalMetrics evaluate_split(const TrainingData& data, Model& model, Backend& back
   backend.zero(hits_buffer.data, 2 * sizeof(double));
   // reduced: loss sum, argmax hits, top-5 hits, |error| sum, then per output: sum t, sum t^2, sum (p - t)^2, and last
   // the loss's denominator (samples, or with class weights the sum of the labels' weights, or the scored positions: the
-  // training loss's mean)
-  std::vector<double> totals(5 + 3 * static_cast<std::size_t>(width), 0.0);
+  // training loss's mean). The per-output sums are regression's only (a GPT's 50,304 classes need none).
+  std::vector<double> totals(5 + (classification ? 0 : 3 * static_cast<std::size_t>(width)), 0.0);
   forward_split(
       data, model, backend, device, local_batch, context, mpi,
       [&](const HostBatch& batch, const TensorView& output, const float* host) {
         model.apply_loss(batch.rows, nullptr, sums_buffer.as<LossSums>());
         const std::int64_t scored_rows = batch.rows * positions;
         const std::int32_t* labels = positions > 1 ? batch.token_targets.data() : batch.labels.data();
-        totals.back() += positions > 1                      ? Loss::counted_targets(labels, scored_rows)
-                         : task == TaskKind::classification ? model.loss().label_weight_sum(labels, batch.rows)
-                                                            : static_cast<double>(batch.rows);
+        totals.back() += positions > 1    ? Loss::counted_targets(labels, scored_rows)
+                         : classification ? model.loss().label_weight_sum(labels, batch.rows)
+                                          : static_cast<double>(batch.rows);
         if (classification) {  // each scored position a row of `width` class scores
           const TensorView scores{output.data, output.dtype, scored_rows, width};
           backend.count_class_hits(scores, static_cast<const std::int32_t*>(model.loss().answers()),
