@@ -12,6 +12,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_support.hpp"
@@ -276,6 +277,41 @@ TEST_F(CudaVsCpu, CountClassHits) {
       gpu->count_class_hits(scores.gpu(), targets.gpu(), counts.gpu(), true);
       EXPECT_EQ(counts.gpu_values(), counts.cpu_values()) << where;
       EXPECT_EQ(counts.gpu_values()[1], 2 * want[1]) << where;
+    }
+}
+
+// predict's per-position scores (issue 16): the same argmax as the CPU backend, log p(target) within fp32 rounding
+// (the double sum's order differs), NaN for ignored targets; outputs poisoned before the run.
+TEST_F(CudaVsCpu, ScoreTargets) {
+  for (DType dtype : gpu_dtypes)
+    for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{70, 37}, {70000, 5}, {64, 50304}}) {
+      const std::string where =
+          std::string(dtype_name(dtype)) + " " + std::to_string(rows) + " x " + std::to_string(cols);
+      auto logits = pair(dtype, rows, cols);
+      std::vector<double> values = random_values(static_cast<std::size_t>(rows * cols), 93, -8.0, 8.0);
+      for (std::size_t i = 0; i < values.size(); i += 2) values[i] = std::round(values[i]);  // tied maxima
+      logits.set(values);
+      std::vector<std::int32_t> target_values;
+      for (std::int64_t row = 0; row < rows; ++row)
+        target_values.push_back(row % 9 == 4 ? -100 : static_cast<std::int32_t>((row * 7 + 3) % cols));
+      auto targets = array(target_values);
+      auto argmax = array(std::vector<std::int32_t>(static_cast<std::size_t>(rows), -1));
+      auto log_probability = array(std::vector<float>(static_cast<std::size_t>(rows), nan_float));
+      cpu->score_targets(logits.cpu(), targets.cpu(), argmax.cpu(), log_probability.cpu());
+      gpu->score_targets(logits.gpu(), targets.gpu(), argmax.gpu(), log_probability.gpu());
+      EXPECT_EQ(argmax.gpu_values(), argmax.cpu_values()) << where;
+      const std::vector<float> want = log_probability.cpu_values(), got = log_probability.gpu_values();
+      double worst = 0.0;
+      for (std::size_t row = 0; row < want.size(); ++row) {
+        if (target_values[row] == -100) {
+          EXPECT_TRUE(std::isnan(got[row]) && std::isnan(want[row])) << where << " row " << row;
+          continue;
+        }
+        const double scale = std::max(std::abs(static_cast<double>(want[row])), 1e-3);
+        worst = std::max(worst, std::abs(static_cast<double>(got[row]) - want[row]) / scale);
+        ASSERT_FALSE(std::isnan(got[row])) << where << " row " << row;
+      }
+      EXPECT_LE(worst, 1e-6) << where;
     }
 }
 

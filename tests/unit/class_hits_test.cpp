@@ -2,7 +2,9 @@
 // naive host reference: the sequential argmax of kernel_math::row_argmax and the top-5 rule evaluation counted on the
 // host before (fewer than 5 scores strictly above the target's), on random scores with ties injected, NaN scores,
 // ignored targets (-100), in every dtype; counts NaN-poisoned before a call that overwrites them, then added to; and
-// the argmax hits equal to the cross-entropy kernel's `correct` (the accuracy training reported before).
+// the argmax hits equal to the cross-entropy kernel's `correct` (the accuracy training reported before). And
+// Backend::score_targets (predict's per-position argmax and log p(target)) against the formula predict computed on
+// the host before, bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -158,6 +160,56 @@ TEST_F(ClassHits, NoRowsOverwriteOrKeepTheCounts) {
   got = count(scores, targets, counts, true);
   EXPECT_EQ(got.argmax, 3.0);
   EXPECT_EQ(got.top5, 4.0);
+}
+
+// predict's host formula of before: the first maximum; x[t] - max - log sum exp(x - max), summed in double in order.
+void reference_scores(const std::vector<double>& logits, const std::vector<std::int32_t>& targets, std::int64_t cols,
+                      std::vector<std::int32_t>& argmax, std::vector<float>& log_probability) {
+  for (std::size_t row = 0; row < targets.size(); ++row) {
+    const double* x = logits.data() + row * static_cast<std::size_t>(cols);
+    std::int64_t first = 0;
+    for (std::int64_t k = 1; k < cols; ++k)
+      if (x[k] > x[first]) first = k;
+    argmax.push_back(static_cast<std::int32_t>(first));
+    const std::int32_t target = targets[row];
+    if (target < 0 || target >= cols) {
+      log_probability.push_back(std::numeric_limits<float>::quiet_NaN());
+      continue;
+    }
+    double total = 0.0;
+    for (std::int64_t k = 0; k < cols; ++k) total += std::exp(x[k] - x[first]);
+    log_probability.push_back(static_cast<float>(x[target] - x[first] - std::log(total)));
+  }
+}
+
+TEST_F(ClassHits, ScoreTargetsIsPredictsHostFormula) {
+  const std::int64_t rows = 45, cols = 300;
+  for (DType dtype : all_dtypes) {
+    TestTensor logits(*backend, dtype, rows, cols);
+    auto values = random_values(static_cast<std::size_t>(rows * cols), 17, -6.0, 6.0);
+    for (std::size_t i = 0; i < values.size(); i += 3) values[i] = std::round(values[i]);  // tied maxima
+    values = quantized(dtype, values);
+    logits.set(values);
+    const auto target_values = targets_for(values, rows, cols, 18);  // with -100s
+    TestArray<std::int32_t> targets(*backend, target_values);
+    TestArray<std::int32_t> argmax(*backend, std::vector<std::int32_t>(rows, -1));
+    TestArray<float> log_probability(*backend, std::vector<float>(rows, std::numeric_limits<float>::quiet_NaN()));
+    backend->score_targets(logits.view(), targets.data(), argmax.data(), log_probability.data());
+    std::vector<std::int32_t> want_argmax;
+    std::vector<float> want_log_probability;
+    reference_scores(values, target_values, cols, want_argmax, want_log_probability);
+    EXPECT_EQ(argmax.get(), want_argmax) << dtype_name(dtype);
+    const std::vector<float> got = log_probability.get();
+    for (std::int64_t row = 0; row < rows; ++row) {
+      const auto r = static_cast<std::size_t>(row);
+      if (target_values[r] == -100) {
+        EXPECT_TRUE(std::isnan(got[r])) << dtype_name(dtype) << " row " << row;
+      } else {
+        EXPECT_EQ(got[r], want_log_probability[r]) << dtype_name(dtype) << " row " << row;  // NaN never passes
+        EXPECT_LT(got[r], 0.0f);
+      }
+    }
+  }
 }
 
 }  // namespace

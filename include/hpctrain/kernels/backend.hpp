@@ -324,6 +324,11 @@ class Backend {
   // backend memory, overwritten, or added to with accumulate; the counts are exact integers. What evaluation keeps on
   // the device instead of copying the model's output to the host.
   virtual void count_class_hits(const TensorView& scores, const std::int32_t* targets, double* counts, bool accumulate);
+  // Per row of logits (rows, cols) and its int32 target (backend memory): argmax[row] = the first maximum (as above),
+  // target_log_probability[row] = log softmax(row)[target] = x[target] - max - log sum_k exp(x[k] - max), the sum in
+  // double (NaN for a target outside [0, cols), e.g. -100). What `predict` writes per position of a token model.
+  virtual void score_targets(const TensorView& logits, const std::int32_t* targets, std::int32_t* argmax,
+                             float* target_log_probability);
 
   // ---- optimizer (flat fp32 buffers) ----
   // Global statistics of the (all-reduced, still scaled) gradients: sets scalars->found_nonfinite, grad_norm
