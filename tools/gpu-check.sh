@@ -151,7 +151,7 @@ fi
 # >= 70,000 rows / >= 4,096 columns per kernel, BGRADB, uploads, graph slots, scratch growing after a capture,
 # bookkeeping replays, event timing, TF32
 gtest_row "large shapes, fused, uploads, graphs" cuda_paths_test 240 \
-  --gtest_filter=-CudaPaths.LinearWithReluFoldedIntoTheProduct:CudaPaths.LinearActivationPairs*
+  --gtest_filter=-CudaPaths.LinearWithReluFoldedIntoTheProduct:CudaPaths.LinearActivationPairs*:CudaPaths.LinearResidual*
 # Issue 15, item 9: linear + relu in one product (RELU_BIAS / RELU epilogue, and the odd-shape fallback) against the
 # CPU, a NaN row kept NaN. The training rows below run it too (their decks pair linear and relu).
 gtest_row "linear+relu epilogue vs CPU" cuda_paths_test 120 --gtest_filter=CudaPaths.LinearWithReluFoldedIntoTheProduct
@@ -159,6 +159,9 @@ gtest_row "linear+relu epilogue vs CPU" cuda_paths_test 120 --gtest_filter=CudaP
 # next product (DRELU, DGELU), fp32/bf16/fp16, widths taking each path, NaN rows kept NaN, against the CPU.
 gtest_row "linear+relu/gelu(tanh) backward epilogues vs CPU" cuda_paths_test 180 \
   --gtest_filter='CudaPaths.LinearActivationPairs*'
+# Issue 16: the residual add as the product's C operand (beta = 1, bias epilogue), fp32/bf16/fp16, aligned and odd
+# shapes, against the CPU's fused product.
+gtest_row "linear + residual add vs CPU" cuda_paths_test 120 --gtest_filter='CudaPaths.LinearResidual*'
 
 # ---- 2. device gradient all-reduce (NCCL, or through the host when ranks share a GPU) ----
 if program=$(find_program device_allreduce_mpi_test); then
@@ -372,6 +375,20 @@ for mode in fp32 bf16; do
     compare_losses "$name" attention-cpu-$mode.log attention-cuda-$mode.log $tolerance "$seconds"
   fi
 done
+# Attention dropout: both backends drop the same probabilities (the mask is a function of seed, step, layer, sample,
+# head, query and key), so the losses agree as closely as without dropout.
+name="attention dropout 0.1, 20 steps, fp32, cuda vs cpu"
+timeout 240 "$hpctrain" train attention.toml --set run.device=cpu --set 'model.layers[1].dropout=0.1' \
+  --output attention-dropout-cpu >attention-dropout-cpu.log 2>&1 || true
+status=0
+timed seconds timeout 240 "$hpctrain" train attention.toml --set run.device=cuda --set 'model.layers[1].dropout=0.1' \
+  --output attention-dropout-cuda >attention-dropout-cuda.log 2>&1 || status=$?
+if ((status != 0)); then
+  record "$name" FAIL "$seconds" "exit $status: $(grep error attention-dropout-cuda.log | head -1)"
+  tail -20 attention-dropout-cuda.log
+else
+  compare_losses "$name" attention-dropout-cpu.log attention-dropout-cuda.log 1e-3 "$seconds"
+fi
 # The same layer on the tensor-core kernels (HPCTRAIN_CUDA_ATTENTION=tensor_core) inside a training step: one head of
 # 64 (a head_dim they cover), bf16 and fp16 against the CPU.
 one_head='model.layers=[{type="embedding", vocabulary=256, out=64, positions=true}, {type="attention", heads=1}, {type="layernorm"}, {type="linear", out=256}]'

@@ -133,6 +133,7 @@ const std::vector<LayerFieldSpec>& layer_fields() {
       {"heads", Kind::integer, bind_layer_field<&LayerSpec::heads>},
       {"causal", Kind::boolean, bind_layer_field<&LayerSpec::causal>},
       {"dropout", Kind::number, bind_layer_field<&LayerSpec::dropout>},
+      {"residual_dropout", Kind::number, bind_layer_field<&LayerSpec::residual_dropout>},
       {"layers", Kind::layers, bind_no_layer_field},
       {"mlp_ratio", Kind::integer, bind_layer_field<&LayerSpec::mlp_ratio>},
       {"mode", Kind::string, bind_layer_field<&LayerSpec::mode>},
@@ -162,7 +163,7 @@ const std::vector<LayerTypeSpec>& layer_types() {
       {embedding, {"vocabulary", "out", "positions"}},
       {attention, {"heads", "causal", "dropout"}},
       {residual, {"layers"}},
-      {transformer_block, {"heads", "causal", "mlp_ratio"}},
+      {transformer_block, {"heads", "causal", "mlp_ratio", "dropout", "residual_dropout"}},
       {sequence_pool, {"mode"}},
       {to_sequence, {"positions", "class_token"}},
   };

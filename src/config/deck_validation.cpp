@@ -340,6 +340,8 @@ void DeckReader::validate_layer_list(std::vector<LayerSpec>& layers, const std::
     validate_spatial_layer(table_key, layer, given);
     if (layer.type == LayerType::transformer_block) {
       check_integer(key_of("mlp_ratio"), layer.mlp_ratio, 1);
+      check_number(key_of("residual_dropout"), layer.residual_dropout,
+                   layer.residual_dropout >= 0 && layer.residual_dropout < 1, "in [0, 1)");
       if (!block_key.empty())
         fail(location(table_key),
              table_key + " is a transformer_block (two residual blocks) inside the residual block " + block_key +

@@ -112,6 +112,7 @@ std::vector<LayerSpec> expand_transformer_block(const LayerSpec& block, std::int
   LayerSpec attention = layer(LayerType::attention, "attn");
   attention.heads = block.heads;
   attention.causal = block.causal;
+  attention.dropout = block.dropout;
   LayerSpec gelu = layer(LayerType::gelu, "gelu");
   gelu.approximate = GeluApproximation::tanh;
   std::vector<LayerSpec> blocks(2, layer(LayerType::residual, ""));
@@ -119,6 +120,14 @@ std::vector<LayerSpec> expand_transformer_block(const LayerSpec& block, std::int
   blocks[0].layers = {layer(LayerType::layernorm, "ln_1"), attention};
   blocks[1].layers = {layer(LayerType::layernorm, "ln_2"), layer(LayerType::linear, "c_fc", block.mlp_ratio * width),
                       gelu, layer(LayerType::linear, "c_proj", width)};
+  // GPT-2's resid_pdrop: a dropout layer ends each branch, only when asked for, so a block without it keeps its layers
+  // (and their indices, which key the initialisation) exactly.
+  if (block.residual_dropout > 0.0)
+    for (std::size_t branch = 0; branch < blocks.size(); ++branch) {
+      LayerSpec dropout = layer(LayerType::dropout, branch == 0 ? "resid_dropout_1" : "resid_dropout_2");
+      dropout.p = block.residual_dropout;
+      blocks[branch].layers.push_back(dropout);
+    }
   return blocks;
 }
 

@@ -111,6 +111,12 @@ void Backend::linear_activation_forward(const TensorView& x, const TensorView& w
   activation_forward(kind, alpha, pre, y);
 }
 
+void Backend::linear_residual_forward(const TensorView& x, const TensorView& weight, const void* bias,
+                                      const TensorView& skip, const TensorView& y) {
+  gemm(x, false, weight, true, y, bias, false);
+  add(y, skip, y);
+}
+
 void Backend::linear_activation_backward(const TensorView& dy, const TensorView& weight, Activation kind, float alpha,
                                          const TensorView& pre, const TensorView& y, const TensorView& dx) {
   gemm(dy, false, weight, false, dx, nullptr, false);

@@ -64,6 +64,12 @@ class Linear final : public Layer {
     context.backend->gemm(last_axis(x, in_), false, weight(), true, last_axis(y, out_), bias_ ? master(1) : nullptr,
                           false);
   }
+  bool forward_residual(const StepContext& context, std::uint32_t, const TensorView& x, const TensorView& skip,
+                        const TensorView& y) override {
+    context.backend->linear_residual_forward(last_axis(x, in_), weight(), bias_ ? master(1) : nullptr,
+                                             last_axis(skip, out_), last_axis(y, out_));
+    return true;
+  }
   bool forward_activated(const StepContext& context, const TensorView& x, const TensorView& pre, const TensorView& y,
                          Activation kind, float alpha) override {
     context.backend->linear_activation_forward(last_axis(x, in_), weight(), bias_ ? master(1) : nullptr, kind, alpha,

@@ -43,6 +43,18 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
       ++i;  // the activation is taken; it cannot start a pair
     }
   }
+  // A branch ending with a linear or attention layer writes the block's sum itself when the backend folds the add
+  // into the product (Backend::fuses_residual_add); the closing marker's forward then does nothing. Test and
+  // benchmark hook: HPCTRAIN_FUSE_RESIDUAL=0 keeps the separate add.
+  const char* fuse_setting = std::getenv("HPCTRAIN_FUSE_RESIDUAL");
+  const bool fuse_residual = (fuse_setting == nullptr || std::string(fuse_setting) != "0") &&
+                             backend_.fuses_residual_add(buffers_.activation_dtype);
+  adds_residual_.assign(layers_.size(), false);
+  for (const ResidualBlock& block : blocks_) {
+    const std::size_t last = block.close - 1;
+    if (fuse_residual && last > block.open && !(last > 0 && folded_[last - 1]) && layers_[last]->ends_with_projection())
+      adds_residual_[last] = true;
+  }
 
   // Lay out the parameters, in forward order. Each tensor starts at a multiple of the backend's alignment (CUDA: 256
   // bytes, so no product or convolution stages a misaligned weight); the gaps hold zeros in every flat buffer, which
@@ -115,7 +127,9 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
   const std::size_t activation_size = dtype_size(buffers_.activation_dtype);
   std::int64_t layer_width = input_width_;
   for (std::size_t i = 0; i <= layers_.size(); ++i) {
-    if (i > 0 && opens_block(i - 1))
+    // A fused branch end writes the closing marker's output, not its input (decoding runs the add separately).
+    const bool unused_branch_output = i > 0 && adds_residual_[i - 1] && !buffers_.decoding;
+    if ((i > 0 && opens_block(i - 1)) || unused_branch_output)
       activations_.emplace_back();
     else
       activations_.emplace_back(backend_, static_cast<std::size_t>(buffers_.max_rows * layer_width) * activation_size);
@@ -161,7 +175,8 @@ Model::Model(const ModelSection& spec, const SampleShape& input_shape, Backend& 
       keep_working_copy ? static_cast<std::size_t>(parameter_count_) * dtype_size(buffers_.activation_dtype) : 0;
   std::int64_t activation_elements = 0;  // per row
   for (std::size_t i = 0; i <= layers_.size(); ++i)
-    if (i == 0 || !opens_block(i - 1)) activation_elements += i == 0 ? input_width_ : layers_[i - 1]->output_width();
+    if (i == 0 || !(opens_block(i - 1) || (adds_residual_[i - 1] && !buffers_.decoding)))
+      activation_elements += i == 0 ? input_width_ : layers_[i - 1]->output_width();
   if (layout_ == SpatialLayout::channels_last) activation_elements += input_width_;
   if (buffers_.training) activation_elements += 2 * widest;
   activation_elements += saved_activation_elements + workspace_elements;
@@ -421,6 +436,18 @@ TensorView Model::forward(const StepContext& context) {
         ++i;
         continue;
       }
+    }
+    if (adds_residual_[i]) {
+      const ResidualBlock& block = *std::find_if(
+          blocks_.begin(), blocks_.end(), [i](const ResidualBlock& candidate) { return candidate.close == i + 1; });
+      const TensorView skip{activation(block.open), dtype, context.rows, layers_[i]->output_width()};
+      const TensorView sum{activation(i + 2), dtype, context.rows, layers_[i]->output_width()};
+      if (layers_[i]->forward_residual(context, static_cast<std::uint32_t>(i), layer_input(i, context.rows), skip,
+                                       sum)) {
+        ++i;  // the closing marker's add is done
+        continue;
+      }
+      HPCTRAIN_ASSERT(activation(i + 1) != nullptr, "layer '" << layers_[i]->name() << "' has no residual path");
     }
     layers_[i]->forward(context, static_cast<std::uint32_t>(i), layer_input(i, context.rows), y);
   }

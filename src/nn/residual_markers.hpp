@@ -38,8 +38,11 @@ class ResidualOpen final : public Layer {
   void* skip_ = nullptr;  // (rows, width) activation dtype: the closing marker's dy
 };
 
-// Closes a block. Forward: y = branch output + the block's input. Backward: dy goes on into the branch unchanged
-// (dx = dy, no copy) and is kept as the skip gradient for the opening marker.
+// Closes a block. Forward: y = branch output + the block's input, unless the branch's last layer (a linear or
+// attention layer) wrote that sum in its product (Layer::forward_residual, chosen by the Model): then the Model does
+// not run this forward, and the branch output has no buffer. Backward: dy goes on into the branch unchanged (dx = dy,
+// no copy) and is kept as the skip gradient for the opening marker (a copy: the branch's backward overwrites dy's
+// ping-pong buffer).
 class ResidualClose final : public Layer {
  public:
   ResidualClose(std::string name, const SampleShape& shape) : Layer(std::move(name), shape, shape) {}

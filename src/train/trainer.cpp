@@ -209,7 +209,10 @@ void Trainer::Impl::set_up_step() {
 
   // A replayed graph repeats its launches exactly: only steps that are the same every time can be captured.
   std::string why_not;
-  const auto drops = [](const LayerSpec& layer) { return layer.type == LayerType::dropout && layer.p > 0; };
+  // Dropout layers, the attention's dropout on its probabilities and a transformer_block's (both kinds).
+  const auto drops = [](const LayerSpec& layer) {
+    return (layer.type == LayerType::dropout && layer.p > 0) || layer.dropout > 0 || layer.residual_dropout > 0;
+  };
   const bool dropout = std::any_of(config.model.layers.begin(), config.model.layers.end(), [&](const LayerSpec& layer) {
     return drops(layer) || std::any_of(layer.layers.begin(), layer.layers.end(), drops);  // a residual's branch
   });
@@ -218,7 +221,7 @@ void Trainer::Impl::set_up_step() {
   else if (config.train.accumulate > 1)
     why_not = "train.accumulate > 1";
   else if (dropout)
-    why_not = "a dropout layer's mask depends on the step";
+    why_not = "a dropout mask depends on the step";
   else if (shared_device_ && mpi_.size() > 1)
     why_not = "gradients are all-reduced through host memory";
   graphs_ = config.run.cuda_graphs && why_not.empty();

@@ -1,9 +1,10 @@
 // The CUDA backend's sequence kernels against the CPU backend (the reference, itself checked against an f64 reference
 // in tests/unit/attention_kernels_test.cpp): fused attention forward (output, row log-sum-exp) and backward, causal
-// and not, sequences that are not multiples of the 64-row tiles, head_dim 64 and smaller; the embedding lookup and its
-// gradient (repeated ids, accumulate on and off); sequence pooling (mean, first). Random inputs, outputs poisoned with
-// NaN, tolerances per storage dtype; the backward must give identical results on two runs. Skips (77) without a GPU;
-// HPCTRAIN_GPU_TEST_SELF_CHECK=1 runs it CPU against CPU.
+// and not, sequences that are not multiples of the 64-row tiles, head_dim 64 and smaller, without and with dropout on
+// the probabilities (both backends must drop the same elements: a different mask fails by far); the embedding lookup
+// and its gradient (repeated ids, accumulate on and off); sequence pooling (mean, first). Random inputs, outputs
+// poisoned with NaN, tolerances per storage dtype; the backward must give identical results on two runs. Skips (77)
+// without a GPU; HPCTRAIN_GPU_TEST_SELF_CHECK=1 runs it CPU against CPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -67,6 +68,46 @@ TEST_F(CudaVsCpu, AttentionForwardAndBackward) {
       dqkv.poison();
       gpu->attention_backward(g, qkv.gpu(), out.gpu(), dout.gpu(), lse.gpu(), dqkv.gpu());
       EXPECT_EQ(dqkv.gpu_values(0, count), first) << "dqkv not reproducible, " << where;
+    }
+}
+
+// Dropout: the mask is kernels/math.hpp's function of (seed, step, layer, global sample, head, query, key), so the CUDA
+// kernels drop exactly the CPU's elements and the results agree to the plain kernels' tolerances (sample ids in each
+// backend's memory; large ones, so the 64-bit element index is exercised).
+TEST_F(CudaVsCpu, AttentionDropoutDropsTheSameElements) {
+  std::vector<AttentionGeometry> shapes;
+  for (bool causal : {true, false}) {
+    shapes.push_back(make_attention(2, 150, 2, 64, causal));
+    shapes.push_back(make_attention(2, 70, 3, 16, causal));
+  }
+  auto samples = array(std::vector<std::int64_t>{3000000007, 12});
+  for (DType dtype : gpu_dtypes)
+    for (const AttentionGeometry& plain : shapes) {
+      AttentionGeometry on_cpu = plain, on_gpu = plain;
+      on_cpu.dropout = {0.2f, 99, 11, 6, samples.cpu()};
+      on_gpu.dropout = {0.2f, 99, 11, 6, samples.gpu()};
+      const std::string where = describe(plain, dtype) + " dropout 0.2";
+      const std::int64_t rows = plain.batch * plain.sequence;
+      const auto lse_count = static_cast<std::size_t>(plain.batch * plain.heads * plain.sequence);
+      auto qkv = pair(dtype, rows, 3 * plain.width());
+      auto out = pair(dtype, rows, plain.width());
+      auto dout = pair(dtype, rows, plain.width());
+      auto dqkv = pair(dtype, rows, 3 * plain.width());
+      qkv.randomize(3001 + static_cast<std::uint64_t>(plain.sequence), -2.0, 2.0);
+      dout.randomize(4001 + static_cast<std::uint64_t>(plain.head_dim));
+      out.poison();
+      dqkv.poison();
+      auto lse = array(nan_floats(lse_count));
+      cpu->attention_forward(on_cpu, qkv.cpu(), out.cpu(), lse.cpu());
+      gpu->attention_forward(on_gpu, qkv.gpu(), out.gpu(), lse.gpu());
+      EXPECT_LE(out.difference(), forward_tolerance(dtype)) << "out, " << where;
+      EXPECT_LE(lse.difference(), 2e-5) << "lse, " << where;
+      const auto out_values = out.cpu_values(0, static_cast<std::size_t>(rows * plain.width()));
+      out.set(out_values);
+      lse.set(lse.cpu_values());
+      cpu->attention_backward(on_cpu, qkv.cpu(), out.cpu(), dout.cpu(), lse.cpu(), dqkv.cpu());
+      gpu->attention_backward(on_gpu, qkv.gpu(), out.gpu(), dout.gpu(), lse.gpu(), dqkv.gpu());
+      EXPECT_LE(dqkv.difference(), backward_tolerance(dtype)) << "dqkv, " << where;
     }
 }
 

@@ -3,7 +3,8 @@
 // bias gradient folded into the weight-gradient product, linear + relu / gelu(tanh) folded into the forward product
 // and their backward into the next layer's input-gradient product, batch uploads
 // on the copy stream, graph slots and scratch that grows after a capture, step bookkeeping replayed by a graph, phase
-// timing on events, TF32. Against the CPU backend with the tolerances of cuda_kernels_test; skips (77) without a GPU.
+// timing on events, TF32, the residual add in the product (issue 16). Against the CPU backend with the tolerances of
+// cuda_kernels_test; skips (77) without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -207,6 +208,30 @@ TEST_F(CudaPaths, LinearWithReluFoldedIntoTheProduct) {
         x.randomize(20);
         cpu->linear_activation_forward(x.cpu(), w.cpu(), cpu_bias, Activation::relu, 0.0f, pre.cpu(), y.cpu());
         gpu->linear_activation_forward(x.gpu(), w.gpu(), gpu_bias, Activation::relu, 0.0f, pre.gpu(), y.gpu());
+        EXPECT_LE(y.difference(), tolerance(dtype))
+            << dtype_name(dtype) << " " << shape.rows << "x" << shape.in << "->" << shape.out << " bias " << with_bias;
+      }
+}
+
+// Issue 16: the residual add in the product that ends a branch (cuBLASLt's C = skip, beta = 1, with and without the
+// bias epilogue) against the CPU's fused product (oneDNN post-op), aligned shapes and odd ones (the product and add()).
+TEST_F(CudaPaths, LinearResidualAddFoldedIntoTheProduct) {
+  EXPECT_TRUE(gpu->fuses_residual_add(DType::bf16));
+  struct Shape {
+    std::int64_t rows, in, out;
+  };
+  for (const Shape shape : {Shape{1000, 64, 256}, Shape{333, 37, 129}, Shape{many_rows, 64, 512}})
+    for (DType dtype : gpu_dtypes)
+      for (bool with_bias : {true, false}) {
+        auto x = pair(dtype, shape.rows, shape.in), w = pair(dtype, shape.out, shape.in);
+        auto skip = pair(dtype, shape.rows, shape.out), y = pair(dtype, shape.rows, shape.out);
+        x.randomize(30);
+        w.randomize(31);
+        skip.randomize(32);
+        y.poison();
+        auto bias = array(random_floats(static_cast<std::size_t>(shape.out), 33));
+        cpu->linear_residual_forward(x.cpu(), w.cpu(), with_bias ? bias.cpu() : nullptr, skip.cpu(), y.cpu());
+        gpu->linear_residual_forward(x.gpu(), w.gpu(), with_bias ? bias.gpu() : nullptr, skip.gpu(), y.gpu());
         EXPECT_LE(y.difference(), tolerance(dtype))
             << dtype_name(dtype) << " " << shape.rows << "x" << shape.in << "->" << shape.out << " bias " << with_bias;
       }

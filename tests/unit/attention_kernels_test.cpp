@@ -2,8 +2,10 @@
 // against a naive f64 reference that forms the whole T x T probability matrix, in every storage dtype, causal and not,
 // with sequences that are not a multiple of the 64-position tile (and T = 1), head_dim 16 and 64, several heads and
 // sequences; the backward also against central finite differences in f64; results bit-identical for different OpenMP
-// thread counts; the embedding lookup and its gradient (repeated ids, accumulate on and off) and sequence pooling
-// (mean, first) against references.
+// thread counts; dropout on the probabilities (the reference regenerates the mask per element from the same keys):
+// forward, backward and finite differences with the mask fixed, the dropped fraction, the mask's independence of the
+// batch row, thread count and tile, and its dependence on step, layer, seed and head; the embedding lookup and its
+// gradient (repeated ids, accumulate on and off) and sequence pooling (mean, first) against references.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -16,6 +18,7 @@
 
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/kernels/backend.hpp"
+#include "hpctrain/kernels/math.hpp"
 #include "kernel_test_support.hpp"
 
 namespace hpctrain {
@@ -34,6 +37,17 @@ struct HeadIndex {
     return static_cast<std::size_t>((b * g.sequence + t) * g.width() + h * g.head_dim + d);
   }
 };
+
+// Dropout's factor of element (query i, key j) of head h of sequence b: keep / (1 - p) or 0, drawn element by element
+// from kernels/math.hpp's keys (the kernels walk groups of four); 1 without dropout.
+double dropout_factor(const AttentionGeometry& g, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) {
+  const AttentionDropout& dropout = g.dropout;
+  if (!dropout.active()) return 1.0;
+  const std::uint64_t index = kernel_math::attention_dropout_index(dropout.sample_ids[b], g.heads, h, g.sequence, i, j);
+  const bool keep = kernel_math::attention_dropout_keep(kernel_math::dropout_key(dropout.seed, dropout.step),
+                                                        dropout.layer, index, dropout.p);
+  return keep ? 1.0 / (1.0 - static_cast<double>(dropout.p)) : 0.0;
+}
 
 // probabilities (T x T) of head h of sequence b; lse (T).
 void reference_probabilities(const AttentionGeometry& g, const std::vector<double>& qkv, std::int64_t b, std::int64_t h,
@@ -79,7 +93,7 @@ ForwardResult reference_forward(const AttentionGeometry& g, const std::vector<do
         for (std::int64_t d = 0; d < g.head_dim; ++d) {
           double sum = 0.0;
           for (std::int64_t j = 0; j < n; ++j)
-            sum += p[static_cast<std::size_t>(i * n + j)] * qkv[at.qkv(b, j, 2, h, d)];
+            sum += p[static_cast<std::size_t>(i * n + j)] * dropout_factor(g, b, h, i, j) * qkv[at.qkv(b, j, 2, h, d)];
           result.out[at.out(b, i, h, d)] = sum;
         }
       }
@@ -87,7 +101,9 @@ ForwardResult reference_forward(const AttentionGeometry& g, const std::vector<do
   return result;
 }
 
-// dqkv from dout: dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(P dP)), dQ = scale dS K, dK = scale dS^T Q.
+// dqkv from dout: dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(P dP)), dQ = scale dS K, dK = scale dS^T Q. With
+// dropout (factors F): out = (P F) V, so dV = (P F)^T dO and dP = (dO V^T) F, by the chain rule alone (the kernels'
+// D = rowsum(dO O) shortcut is not used here).
 std::vector<double> reference_backward(const AttentionGeometry& g, const std::vector<double>& qkv,
                                        const std::vector<double>& dout) {
   const HeadIndex at{g};
@@ -103,6 +119,7 @@ std::vector<double> reference_backward(const AttentionGeometry& g, const std::ve
         for (std::int64_t j = 0; j < n; ++j) {
           double dp = 0.0;
           for (std::int64_t d = 0; d < g.head_dim; ++d) dp += dout[at.out(b, i, h, d)] * qkv[at.qkv(b, j, 2, h, d)];
+          dp *= dropout_factor(g, b, h, i, j);
           ds[static_cast<std::size_t>(i * n + j)] = dp;
           row += p[static_cast<std::size_t>(i * n + j)] * dp;
         }
@@ -114,10 +131,11 @@ std::vector<double> reference_backward(const AttentionGeometry& g, const std::ve
       for (std::int64_t i = 0; i < n; ++i)
         for (std::int64_t j = 0; j < n; ++j) {
           const auto ij = static_cast<std::size_t>(i * n + j);
+          const double dropped = p[ij] * dropout_factor(g, b, h, i, j);
           for (std::int64_t d = 0; d < g.head_dim; ++d) {
             dqkv[at.qkv(b, i, 0, h, d)] += scale * ds[ij] * qkv[at.qkv(b, j, 1, h, d)];
             dqkv[at.qkv(b, j, 1, h, d)] += scale * ds[ij] * qkv[at.qkv(b, i, 0, h, d)];
-            dqkv[at.qkv(b, j, 2, h, d)] += p[ij] * dout[at.out(b, i, h, d)];
+            dqkv[at.qkv(b, j, 2, h, d)] += dropped * dout[at.out(b, i, h, d)];
           }
         }
     }
@@ -258,26 +276,152 @@ TEST_F(AttentionKernels, BackwardMatchesFiniteDifferences) {
   }
 }
 
-// Each thread owns whole tiles (forward) and whole heads (backward): the thread count changes no bit.
+// ---- dropout on the probabilities ----
+// Global sample indices of the batch's sequences (host memory: the CPU backend's); large ones too, so the 64-bit
+// element index is exercised.
+const std::int64_t dropout_samples[] = {1000003, 17, 5};
+
+AttentionGeometry with_dropout(AttentionGeometry g, float p, std::uint32_t step = 7, std::uint32_t layer = 3,
+                               std::uint64_t seed = 42, const std::int64_t* samples = dropout_samples) {
+  g.dropout = {p, seed, step, layer, samples};
+  return g;
+}
+
+// Each thread owns whole tiles (forward) and whole heads (backward): the thread count changes no bit, with dropout too
+// (its mask is a function of the element, not of the thread that forms it).
 TEST_F(AttentionKernels, ResultsAreBitIdenticalForAnyThreadCount) {
   const int saved_threads = omp_get_max_threads();
   for (const DType dtype : {DType::f32, DType::bf16})
-    for (const bool causal : {true, false}) {
-      const AttentionGeometry g = make_attention(2, 150, 3, 64, causal);
-      SCOPED_TRACE(describe(g, dtype));
-      std::vector<std::vector<unsigned char>> results;
-      for (const int threads : {1, 3}) {
-        omp_set_num_threads(threads);
-        AttentionRun run(*backend, g, dtype);
-        run.qkv.randomize(7, -2.0, 2.0);
-        run.dout.randomize(8);
-        run.forward();
-        run.backward();
-        results.push_back(run.output_bytes());
+    for (const bool causal : {true, false})
+      for (const float p : {0.0f, 0.2f}) {
+        const AttentionGeometry g = with_dropout(make_attention(2, 150, 3, 64, causal), p);
+        SCOPED_TRACE(describe(g, dtype) + " dropout " + std::to_string(p));
+        std::vector<std::vector<unsigned char>> results;
+        for (const int threads : {1, 3}) {
+          omp_set_num_threads(threads);
+          AttentionRun run(*backend, g, dtype);
+          run.qkv.randomize(7, -2.0, 2.0);
+          run.dout.randomize(8);
+          run.forward();
+          run.backward();
+          results.push_back(run.output_bytes());
+        }
+        EXPECT_TRUE(results[0] == results[1]);
       }
-      EXPECT_TRUE(results[0] == results[1]);
-    }
   omp_set_num_threads(saved_threads);
+}
+
+// The kernels drop the elements the reference regenerates from the same keys, and their gradient is that of the
+// dropped forward (dS = P (dP' F - D), dV from P F): every dtype and shape of the plain test, p = 0.25.
+TEST_F(AttentionKernels, DropoutMatchesTheNaiveReferenceWithTheSameMask) {
+  for (const DType dtype : all_dtypes)
+    for (const AttentionGeometry& plain : attention_shapes()) {
+      const AttentionGeometry g = with_dropout(plain, 0.25f);
+      SCOPED_TRACE(describe(g, dtype) + " dropout 0.25");
+      AttentionRun run(*backend, g, dtype);
+      const auto qkv = run.qkv.randomize(41 + static_cast<std::uint64_t>(g.sequence), -2.0, 2.0);
+      const auto dout = run.dout.randomize(43 + static_cast<std::uint64_t>(g.sequence));
+      run.forward();
+      const ForwardResult want = reference_forward(g, qkv);
+      EXPECT_LE(relative_error(run.out.get(), want.out), attention_tolerance(dtype));
+      EXPECT_LE(relative_error(run.lse.get(), want.lse), lse_tolerance(dtype));  // the undropped softmax's
+      run.backward();
+      EXPECT_LE(relative_error(run.dqkv.get(), reference_backward(g, qkv, dout)), 2.0 * attention_tolerance(dtype));
+      // The mask matters: without it the output is far from the kernel's (one position (T = 1) keeps or drops its
+      // single key, so it is checked by the other shapes).
+      if (g.sequence > 1) EXPECT_GT(relative_error(run.out.get(), reference_forward(plain, qkv).out), 0.05);
+    }
+}
+
+// With the mask fixed (same seed, step, layer, samples), the backward is the derivative of the dropped forward:
+// central differences of sum(out * w) in f64 at every 5th entry of qkv.
+TEST_F(AttentionKernels, DropoutBackwardMatchesFiniteDifferences) {
+  for (const bool causal : {true, false}) {
+    const AttentionGeometry g = with_dropout(make_attention(1, 67, 2, 16, causal), 0.3f);
+    SCOPED_TRACE(describe(g, DType::f64) + " dropout 0.3");
+    AttentionRun run(*backend, g, DType::f64);
+    auto point = run.qkv.randomize(15, -2.0, 2.0);
+    const auto weights = run.dout.randomize(16);
+    run.forward();
+    run.backward();
+    const auto gradient = run.dqkv.get();
+    ASSERT_FALSE(has_nan(gradient));
+    std::vector<double> checked, differences;
+    for (std::size_t i = 0; i < point.size(); i += 5) {
+      std::vector<double> entry{point[i]};
+      const auto difference = central_differences(entry, 1e-5, [&] {
+        point[i] = entry[0];
+        run.qkv.set(point);
+        run.forward();
+        return dot(run.out.get(), weights);
+      });
+      point[i] = entry[0];
+      checked.push_back(gradient[i]);
+      differences.push_back(difference[0]);
+    }
+    EXPECT_LE(relative_error(checked, differences), 1e-7);
+  }
+}
+
+// Queries of zero make every probability 1 / T (not causal) and values of one make each output element the kept
+// fraction of its query's keys over (1 - p): over 2 x 4 heads x 256 x 256 elements the kept fraction is 1 - p within
+// 5 standard deviations. The masks of two heads, and of another step, layer or seed, differ.
+TEST_F(AttentionKernels, DropoutKeepsAFractionNearOneMinusP) {
+  for (const float p : {0.1f, 0.5f}) {
+    const AttentionGeometry g = with_dropout(make_attention(2, 256, 4, 8, false), p);
+    SCOPED_TRACE("dropout " + std::to_string(p));
+    const auto kept_fractions = [&](const AttentionGeometry& geometry) {
+      AttentionRun run(*backend, geometry, DType::f64);
+      std::vector<double> qkv = run.qkv.randomize(3);
+      for (std::size_t i = 0; i < qkv.size(); ++i) {
+        const auto part = static_cast<std::int64_t>(i) % (3 * g.width()) / g.width();  // 0 q, 1 k, 2 v
+        if (part != 1) qkv[i] = part == 0 ? 0.0 : 1.0;
+      }
+      run.qkv.set(qkv);
+      run.forward();
+      std::vector<double> fractions;  // per (row, head): the output's first element times (1 - p)
+      const auto out = run.out.get();
+      for (std::size_t i = 0; i < out.size(); i += static_cast<std::size_t>(g.head_dim))
+        fractions.push_back(out[i] * (1.0 - static_cast<double>(p)));
+      return fractions;
+    };
+    const std::vector<double> fractions = kept_fractions(g);
+    double mean = 0.0;
+    for (const double fraction : fractions) mean += fraction / static_cast<double>(fractions.size());
+    const double elements = static_cast<double>(g.batch * g.heads * g.sequence * g.sequence);
+    EXPECT_NEAR(mean, 1.0 - p, 5.0 * std::sqrt(p * (1.0 - p) / elements));
+    EXPECT_NE(fractions[0], fractions[1]);  // heads 0 and 1 of position 0
+    for (const AttentionGeometry& other :
+         {with_dropout(g, p, 8), with_dropout(g, p, 7, 4), with_dropout(g, p, 7, 3, 43)})
+      EXPECT_NE(kept_fractions(other), fractions);
+  }
+}
+
+// A sequence's mask is keyed by its global sample index, not by its row in the batch: sample 5 alone (one rank's share)
+// gives the bits it gives as the third row of a batch of three (causal T = 150, several tiles).
+TEST_F(AttentionKernels, DropoutMaskFollowsTheSampleNotTheBatchRow) {
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    const AttentionGeometry whole = with_dropout(make_attention(3, 150, 2, 16, true), 0.2f);
+    const AttentionGeometry alone =
+        with_dropout(make_attention(1, 150, 2, 16, true), 0.2f, 7, 3, 42, dropout_samples + 2);
+    SCOPED_TRACE(describe(whole, dtype));
+    AttentionRun batch(*backend, whole, dtype), single(*backend, alone, dtype);
+    const auto qkv = batch.qkv.randomize(51, -2.0, 2.0);
+    const auto dout = batch.dout.randomize(52);
+    const std::size_t qkv_first = 2 * 150 * 3 * whole.width(), out_first = 2 * 150 * whole.width();
+    single.qkv.set(std::vector<double>(qkv.begin() + static_cast<std::ptrdiff_t>(qkv_first), qkv.end()));
+    single.dout.set(std::vector<double>(dout.begin() + static_cast<std::ptrdiff_t>(out_first), dout.end()));
+    for (AttentionRun* run : {&batch, &single}) {
+      run->forward();
+      run->backward();
+    }
+    const auto tail = [](const std::vector<double>& values, std::size_t first) {
+      return std::vector<double>(values.begin() + static_cast<std::ptrdiff_t>(first), values.end());
+    };
+    EXPECT_EQ(tail(batch.out.get(), out_first), single.out.get());
+    EXPECT_EQ(tail(batch.dqkv.get(), qkv_first), single.dqkv.get());
+    EXPECT_EQ(tail(batch.lse.get(), 2 * 150 * 2), single.lse.get());
+  }
 }
 
 TEST_F(AttentionKernels, ShapesThatDoNotMatchTheGeometryAreRejected) {

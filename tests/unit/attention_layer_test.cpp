@@ -1,11 +1,14 @@
 // The attention layer (src/nn/attention_layer.cpp) on the CPU backend, bound by hand as the Model binds it: its
 // forward against a naive f64 reference (qkv projection, an explicit softmax over the T x T scores of each head, output
 // projection) in f64, f32 and bf16; in f64 the gradients of every parameter and of the input against central
-// differences, causal and not, on T = 37 positions (not a multiple of the kernel's tiles); accumulation; deck errors.
+// differences, causal and not, on T = 37 positions (not a multiple of the kernel's tiles), without and with dropout on
+// the probabilities (the mask fixed by the step's keys); dropout only in training (evaluation is the plain layer's
+// output, bit for bit); accumulation; deck errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "hpctrain/config/run_config.hpp"
@@ -20,12 +23,16 @@ using namespace test_support;
 
 constexpr std::int64_t rows = 2, sequence = 37, width = 8, heads = 2;
 
-LayerSpec attention_spec(bool causal) {
+// The global sample indices of the two rows (host memory, the CPU backend's).
+const std::int64_t sample_ids[rows] = {12, 4};
+
+LayerSpec attention_spec(bool causal, double dropout = 0.0) {
   LayerSpec spec;
   spec.type = LayerType::attention;
   spec.name = "attn";
   spec.heads = heads;
   spec.causal = causal;
+  spec.dropout = dropout;
   return spec;
 }
 
@@ -37,13 +44,13 @@ struct BoundAttention {
   std::unique_ptr<Layer> layer;
   std::int64_t parameter_count = 0;
   TestTensor parameters, gradients, working, lse, saved, workspace, x, y, dy, dx;
-  StepContext context{backend.get(), true, 1, 0, nullptr, rows};
+  StepContext context{backend.get(), true, 1, 5, sample_ids, rows};
 
-  BoundAttention(DType storage, bool causal)
+  BoundAttention(DType storage, bool causal, double dropout = 0.0)
       : dtype(storage),
         master(master_of(storage)),
-        layer(make_layer(attention_spec(causal), {sequence, width}, "test.toml:1:1", SpatialLayout::channels_first,
-                         true)),
+        layer(make_layer(attention_spec(causal, dropout), {sequence, width}, "test.toml:1:1",
+                         SpatialLayout::channels_first, true)),
         parameter_count(4 * width * width + 4 * width),
         parameters(*backend, master, 1, parameter_count),
         gradients(*backend, master, 1, parameter_count),
@@ -147,9 +154,10 @@ TEST(AttentionLayer, ForwardMatchesTheNaiveReference) {
 }
 
 TEST(AttentionLayer, GradientsOfParametersAndInputMatchCentralDifferences) {
-  for (const bool causal : {true, false}) {
-    SCOPED_TRACE(causal ? "causal" : "not causal");
-    BoundAttention test(DType::f64, causal);
+  // With dropout (the mask fixed by the context's step): causal only, the kernel's own test covers the other.
+  for (const auto& [dropout, causal] : {std::pair{0.0, true}, std::pair{0.0, false}, std::pair{0.3, true}}) {
+    SCOPED_TRACE(std::string(causal ? "causal" : "not causal") + ", dropout " + std::to_string(dropout));
+    BoundAttention test(DType::f64, causal, dropout);
     std::vector<double> parameters = random_values(test.parameter_count, 5, -0.5, 0.5);
     std::vector<double> x = random_values(rows * sequence * width, 6, -2.0, 2.0);
     const std::vector<double> weights = random_values(rows * sequence * width, 7);  // loss = sum(weights * y)
@@ -183,6 +191,31 @@ TEST(AttentionLayer, GradientsOfParametersAndInputMatchCentralDifferences) {
     std::vector<double> doubled = parameter_gradients;
     for (double& value : doubled) value *= 2.0;
     EXPECT_LE(relative_error(test.gradients.get(), doubled), 1e-14);
+  }
+}
+
+// Dropout acts in training only: evaluation gives the output of the layer without dropout, bit for bit, and training
+// another one (the mask matters) that changes with the step; the same step repeats its mask.
+TEST(AttentionLayer, DropoutActsInTrainingOnly) {
+  for (const DType dtype : {DType::f64, DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    BoundAttention plain(dtype, true), dropped(dtype, true, 0.4);
+    const std::vector<double> parameters = random_values(plain.parameter_count, 3, -0.5, 0.5);
+    const std::vector<double> x = random_values(rows * sequence * width, 4, -2.0, 2.0);
+    for (BoundAttention* test : {&plain, &dropped}) {
+      test->set_parameters(parameters);
+      test->x.set(x);
+    }
+    plain.context.training = dropped.context.training = false;
+    const std::vector<double> evaluation = plain.forward();
+    ASSERT_FALSE(has_nan(evaluation));
+    EXPECT_EQ(dropped.forward(), evaluation);
+    dropped.context.training = true;
+    const std::vector<double> training = dropped.forward();
+    EXPECT_GT(relative_error(training, evaluation), 0.05);
+    EXPECT_EQ(dropped.forward(), training);
+    dropped.context.step += 1;
+    EXPECT_NE(dropped.forward(), training);
   }
 }
 
@@ -243,11 +276,8 @@ TEST(AttentionLayer, DeckMistakesAreInputErrors) {
   // feature vectors and images are not sequences
   EXPECT_THROW(make_layer(spec, {sequence * width}, "deck.toml:4:1"), InputError);
   EXPECT_THROW(make_layer(spec, {2, sequence, width}, "deck.toml:4:1"), InputError);
-  spec.dropout = 0.1;
-  EXPECT_THROW(make_layer(spec, {sequence, width}, "deck.toml:4:1", SpatialLayout::channels_first, true), NotSupported);
   try {
     spec.heads = 3;
-    spec.dropout = 0.0;
     (void)make_layer(spec, {sequence, width}, "deck.toml:4:1", SpatialLayout::channels_first, true);
     ADD_FAILURE() << "heads = 3 on C = 8 was accepted";
   } catch (const InputError& error) {

@@ -421,6 +421,9 @@ TEST(AttentionKernelChoice, DropoutIsReadFromTheGeometryWhereItHasIt) {
   EXPECT_TRUE(cuda::attention_dropout_active(with));
   EXPECT_FALSE(cuda::attention_dropout_active(GeometryWithoutDropout{}));
   EXPECT_FALSE(cuda::attention_dropout_active(AttentionGeometry{}));  // no dropout asked for, whichever it is
+  AttentionGeometry dropped;  // AttentionGeometry has the member now: its dropout sends the call to the reference
+  dropped.dropout.p = 0.1f;
+  EXPECT_TRUE(cuda::attention_dropout_active(dropped));
 }
 
 TEST(TensorCoreAttentionPlan, GridsCoverEverySequencePositionOnce) {

@@ -26,7 +26,8 @@ inline const std::vector<DType> all_dtypes = {DType::f32, DType::bf16, DType::f1
 // An attention geometry with PyTorch's scale 1 / sqrt(head_dim), and its description for failure messages.
 inline AttentionGeometry make_attention(std::int64_t batch, std::int64_t sequence, std::int64_t heads,
                                         std::int64_t head_dim, bool causal) {
-  return {batch, sequence, heads, head_dim, causal, static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))};
+  return {batch, sequence, heads, head_dim, causal, static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))),
+          {}};
 }
 inline std::string describe(const AttentionGeometry& g, DType dtype) {
   return std::string(dtype_name(dtype)) + " batch " + std::to_string(g.batch) + " sequence " +

@@ -51,6 +51,7 @@ void expect_same_values(const RunConfig& a, const RunConfig& b) {
     EXPECT_EQ(x.heads, y.heads);
     EXPECT_EQ(x.causal, y.causal);
     EXPECT_EQ(x.dropout, y.dropout);
+    EXPECT_EQ(x.residual_dropout, y.residual_dropout);
     ASSERT_EQ(x.layers.size(), y.layers.size());  // a residual's branch
     for (std::size_t j = 0; j < x.layers.size(); ++j) {
       EXPECT_EQ(x.layers[j].type, y.layers[j].type);
@@ -383,6 +384,25 @@ TEST(RunConfig, TransformerBlock) {
   EXPECT_EQ(blocks[1].layers[2].approximate, GeluApproximation::tanh);
   EXPECT_EQ(blocks[1].layers[3].name, "c_proj");
   EXPECT_EQ(blocks[1].layers[3].out, 16);
+  EXPECT_EQ(blocks[0].layers[1].dropout, 0.0);
+  // dropout goes to the attention's probabilities; residual_dropout ends each branch with a dropout layer (none when 0)
+  const RunConfig dropping = parse(
+      "[data]\ntrain = \"a.h5\"\n[train]\nsteps = 1\n[model]\nlayers = [\n  {type = \"embedding\", vocabulary = 256, "
+      "out = 16},\n  {type = \"transformer_block\", heads = 4, dropout = 0.1, residual_dropout = 0.2, name = "
+      "\"h0\"},\n]\n");
+  EXPECT_EQ(to_toml(parse(to_toml(dropping))), to_toml(dropping));
+  const std::vector<LayerSpec> dropped = expand_transformer_block(dropping.model.layers[1], 16);
+  EXPECT_EQ(dropped[0].layers[1].dropout, 0.1);
+  for (std::size_t branch = 0; branch < 2; ++branch) {
+    const LayerSpec& last = dropped[branch].layers.back();
+    EXPECT_EQ(last.type, LayerType::dropout);
+    EXPECT_EQ(last.p, 0.2);
+    EXPECT_EQ(last.name, branch == 0 ? "resid_dropout_1" : "resid_dropout_2");
+  }
+  EXPECT_CONTAINS(error_of("[data]\ntrain = \"a.h5\"\n[train]\nsteps = 1\n[[model.layers]]\ntype = "
+                           "\"transformer_block\"\nheads = 1\nresidual_dropout = 1.5\n")
+                      .message,
+                  "model.layers[0].residual_dropout");
   EXPECT_CONTAINS(
       error_of("[data]\ntrain = \"a.h5\"\n[train]\nsteps = 1\n[[model.layers]]\ntype = \"transformer_block\"\n")
           .message,
@@ -759,8 +779,8 @@ TEST(RunConfigDocs, AcceptedKeysCoverTheSchema) {
        {"run.seed", "model.layers", "model.layers[].type", "model.layers[].negative_slope", "data.eval_batch_size",
         "optimizer.nesterov", "schedule.step_size", "precision.max_skipped_steps", "precision.tf32"})
     EXPECT_TRUE(accepted.count(key)) << key;
-  // per section (run: 5 keys; model: 5 keys and 24 layer keys; data: 18; ...); update when adding a key
-  EXPECT_EQ(keys.size(), 5u + 5u + 24u + 18u + 10u + 5u + 8u + 7u + 8u + 5u);
+  // per section (run: 5 keys; model: 5 keys and 25 layer keys; data: 18; ...); update when adding a key
+  EXPECT_EQ(keys.size(), 5u + 5u + 25u + 18u + 10u + 5u + 8u + 7u + 8u + 5u);
   EXPECT_EQ(parse(deck_with("model.init", "\"gpt2\"")).model.init, InitScheme::gpt2);
   EXPECT_EQ(parse(minimal_body).model.init, InitScheme::pytorch);
 }

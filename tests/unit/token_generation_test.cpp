@@ -215,7 +215,7 @@ INSTANTIATE_TEST_SUITE_P(Models, IncrementalDecoding, ::testing::Bool(),
 // positions in one call, then one position per call, in f64 and f32.
 TEST(CachedAttention, MatchesTheFusedKernel) {
   constexpr std::int64_t sequence = 9, heads = 2, head_dim = 4, width = heads * head_dim;
-  const AttentionGeometry geometry{1, sequence, heads, head_dim, true, 0.5f};
+  const AttentionGeometry geometry{1, sequence, heads, head_dim, true, 0.5f, {}};
   auto backend = make_cpu_backend();
   std::mt19937 generator(6);
   std::normal_distribution<double> normal(0.0, 1.0);

@@ -41,7 +41,8 @@ struct LayerSpec {
   bool class_token = false;                  // to_sequence: a learned vector prepended as position 0 (ViT's [CLS])
   std::int64_t heads = 0;                    // attention: number of heads (required), dividing C
   bool causal = true;                        // attention: position t attends to positions <= t only
-  double dropout = 0.0;                      // attention: dropout on the attention probabilities
+  double dropout = 0.0;           // attention, transformer_block: dropout on the attention probabilities (attn_pdrop)
+  double residual_dropout = 0.0;  // transformer_block: dropout at the end of each residual branch (resid_pdrop)
   // residual: the branch, run on the block's input and added to it (output = input + branch(input)); required, not
   // empty, no residual inside. Its layers' names are their own (unique within the block); the model calls them
   // "<block name>.<layer name>" (see Model).
@@ -187,9 +188,9 @@ RunConfig parse_run_config(const std::string& deck_text, const std::string& deck
                            const std::vector<std::string>& overrides = {});
 
 // A transformer_block (GPT-2's pre-LayerNorm block) on a sequence of width C, as the two residual blocks it stands for:
-// residual[layernorm ln_1, attention attn (heads, causal)] and residual[layernorm ln_2, linear c_fc (mlp_ratio x C),
-// gelu (tanh), linear c_proj (C)], both named after the block (so the model calls their layers <block>.ln_1,
-// <block>.attn, ... as GPT-2 names h.0.ln_1, h.0.attn). The model expands it where C is known.
+// residual[layernorm ln_1, attention attn (heads, causal, dropout)] and residual[layernorm ln_2, linear c_fc
+// (mlp_ratio x C), gelu (tanh), linear c_proj (C)], both named after the block (so the model calls their layers
+// <block>.ln_1, <block>.attn, ... as GPT-2 names h.0.ln_1, h.0.attn). The model expands it where C is known.
 std::vector<LayerSpec> expand_transformer_block(const LayerSpec& block, std::int64_t width);
 
 // The resolved deck as TOML (every key, defaults filled in), written to OUTPUT/config.toml.

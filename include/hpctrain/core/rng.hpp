@@ -15,7 +15,8 @@ enum class RngPurpose : std::uint32_t {
   shuffle = 3,
   data_generation = 4,
   augmentation = 5,
-  token_sampling = 6,  // hpctrain generate: one draw per (seed, position of the new token)
+  token_sampling = 6,     // hpctrain generate: one draw per (seed, position of the new token)
+  attention_dropout = 7,  // the attention probabilities' dropout mask (kernels/math.hpp, attention_dropout_keep)
 };
 
 struct Philox4 {

@@ -111,16 +111,35 @@ enum class SequencePooling : std::uint8_t { mean, first };
 // columns h * head_dim ... (h + 1) * head_dim - 1 of each part (PyTorch's GPT-2 c_attn layout: split, then view(B, T,
 // heads, head_dim)). The output has heads * head_dim columns, the heads side by side (the input of the output
 // projection).
+//
+// Dropout on the probabilities (training only; PyTorch's scaled_dot_product_attention(dropout_p = p)): the output is
+// (P * keep / (1 - p)) V, P the undropped softmax (whose log-sum-exp is the lse), and the backward uses the same mask.
+// No mask is stored: element (query i, key j) of head h of sequence b is kept when
+// kernel_math::attention_dropout_keep(dropout_key(seed, step), layer, attention_dropout_index(sample_ids[b], heads, h,
+// sequence, i, j), p), a pure function of (seed, step, layer, global sample index, head, query, key): every backend,
+// tile size, thread count and rank count drops the same elements (see kernels/math.hpp for the contract a new kernel
+// must keep).
+struct AttentionDropout {
+  float p = 0.0f;  // drop probability; 0: no dropout (the kernels then run exactly their plain arithmetic)
+  std::uint64_t seed = 0;
+  std::uint32_t step = 0, layer = 0;
+  const std::int64_t* sample_ids = nullptr;  // (batch) global sample index of each sequence, backend memory
+  [[nodiscard]] bool active() const { return p > 0.0f; }
+  bool operator==(const AttentionDropout&) const = default;
+};
+
 struct AttentionGeometry {
   std::int64_t batch = 0, sequence = 0, heads = 1, head_dim = 0;
-  bool causal = true;  // position t attends to positions <= t only
-  float scale = 0.0f;  // the scores' factor, 1 / sqrt(head_dim) as in PyTorch's scaled_dot_product_attention
+  bool causal = true;        // position t attends to positions <= t only
+  float scale = 0.0f;        // the scores' factor, 1 / sqrt(head_dim) as in PyTorch's scaled_dot_product_attention
+  AttentionDropout dropout;  // on the probabilities (training); default none
   [[nodiscard]] std::int64_t width() const { return heads * head_dim; }
   bool operator==(const AttentionGeometry&) const = default;
 };
 
 // The shapes Backend::cached_attention takes (both backends check them the same way): one causal sequence of
-// geometry.sequence positions, qkv (count, 3C) and out (count, C) in one dtype, the new positions inside the sequence.
+// geometry.sequence positions without dropout (decoding is inference), qkv (count, 3C) and out (count, C) in one
+// dtype, the new positions inside the sequence.
 inline void check_cached_attention(const AttentionGeometry& g, const TensorView& qkv, std::int64_t first,
                                    const TensorView& out) {
   HPCTRAIN_ASSERT(g.batch == 1 && g.causal && g.heads > 0 && g.head_dim > 0 && qkv.cols == 3 * g.width() &&
@@ -129,6 +148,7 @@ inline void check_cached_attention(const AttentionGeometry& g, const TensorView&
                   "cached attention: qkv (" << qkv.rows << ", " << qkv.cols << "), out (" << out.rows << ", "
                                             << out.cols << "), positions [" << first << ", " << first + qkv.rows
                                             << ") of " << g.sequence << ", width " << g.width());
+  HPCTRAIN_ASSERT(!g.dropout.active(), "cached attention is inference: no attention dropout");
 }
 
 // The recordings a backend keeps (CUDA graphs): the training step, and forward passes without gradients (evaluation,
@@ -415,6 +435,15 @@ class Backend {
   // (DRELU/DGELU) when its forward left the mask or pre-activation for it.
   virtual void linear_activation_backward(const TensorView& dy, const TensorView& weight, Activation kind, float alpha,
                                           const TensorView& pre, const TensorView& y, const TensorView& dx);
+
+  // Whether linear_residual_forward folds the add into the product for activations of `dtype` (CPU: oneDNN's binary
+  // add post-op, or the loop that stores the product; CUDA: cuBLASLt's D = A B + C with C = skip, when aligned).
+  [[nodiscard]] virtual bool fuses_residual_add(DType /*dtype*/) const { return false; }
+  // y = (x weight^T + bias) + skip (weight (out, in), bias in master dtype or null, skip of y's shape and dtype, not
+  // aliasing y): a linear product that ends a residual branch, with the block's add. The default composes gemm into y
+  // and add (the branch output rounded to y's dtype before the add); a fusing backend rounds once.
+  virtual void linear_residual_forward(const TensorView& x, const TensorView& weight, const void* bias,
+                                       const TensorView& skip, const TensorView& y);
 
   // ---- step bookkeeping in backend memory (what a captured step replays without the host) ----
   // base + slot * stride <- source, and the reverse, `slot` read from backend memory at run (replay) time;

@@ -217,6 +217,42 @@ HPCTRAIN_HD C dropout_scale(float p) {
   return p < 1.0f ? C(1) / (C(1) - C(p)) : C(0);
 }
 
+// ---- attention dropout (Backend::attention_forward/backward, AttentionDropout) ----
+// The contract every attention kernel keeps (CPU, CUDA, and any new kernel), so that all drop the same elements:
+// - key = dropout_key(seed, step): one Philox call per launch (or per thread), shared with the dropout layers;
+// - element (query i, key j) of head h of sequence b has the global index
+//   attention_dropout_index(sample_ids[b], heads, h, sequence, i, j) = ((sample * heads + h) * T + i) * T + j, which
+//   depends on the sample's global index and the model's T, never on the batch row, tile or thread;
+// - four consecutive indices share one Philox call: counter (index / 4 low word, index / 4 high word, layer,
+//   RngPurpose::attention_dropout) under the key, lane index % 4 of the result (dropout_lane_bits), its top 24 bits a
+//   uniform u in [0, 1) (uniform_from_bits);
+// - kept when u >= p; a kept probability is multiplied by dropout_scale<float>(p) = 1 / (1 - p) (fp32, or f64 for f64
+//   storage), a dropped one by 0. The softmax's statistics (running maximum, sum, lse) are those of the undropped P.
+// - Backward (D_i = rowsum(dO_i O_i) of the dropped output): dV += P'^T dO with P' = P * factor, and
+//   dS = P (dP' * factor - D) with dP' = dO V^T, factor = keep / (1 - p) of the same element.
+HPCTRAIN_HD std::uint64_t attention_dropout_index(std::int64_t sample, std::int64_t heads, std::int64_t head,
+                                                  std::int64_t sequence, std::int64_t query, std::int64_t key) {
+  return ((static_cast<std::uint64_t>(sample) * static_cast<std::uint64_t>(heads) + static_cast<std::uint64_t>(head)) *
+              static_cast<std::uint64_t>(sequence) +
+          static_cast<std::uint64_t>(query)) *
+             static_cast<std::uint64_t>(sequence) +
+         static_cast<std::uint64_t>(key);
+}
+
+HPCTRAIN_HD Philox4 attention_dropout_group_bits(std::uint64_t key, std::uint32_t layer, std::uint64_t group) {
+  return philox4x32(static_cast<std::uint32_t>(group), static_cast<std::uint32_t>(group >> 32), layer,
+                    static_cast<std::uint32_t>(RngPurpose::attention_dropout), key);
+}
+
+// Keep decision of one element from its group's bits (kernels that walk consecutive keys make one call per four).
+HPCTRAIN_HD bool attention_dropout_keep_from_bits(const Philox4& group_bits, std::uint64_t index, float p) {
+  return uniform_from_bits(dropout_lane_bits(group_bits, index)) >= p;
+}
+
+HPCTRAIN_HD bool attention_dropout_keep(std::uint64_t key, std::uint32_t layer, std::uint64_t index, float p) {
+  return attention_dropout_keep_from_bits(attention_dropout_group_bits(key, layer, index >> 2), index, p);
+}
+
 // ---- optimizers: the update of one parameter ----
 // Per-step constants of AdamW, computed once per launch. The bias corrections are computed in double: 1 - beta2^t in
 // fp32 loses most of its digits for small t.

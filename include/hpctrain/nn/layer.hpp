@@ -178,6 +178,13 @@ class Layer {
                                  const TensorView& /*y*/, Activation /*kind*/, float /*alpha*/) {
     return false;
   }
+  // Linear and attention at the end of a residual branch: y = layer(x) + skip in one call, the block's add in the
+  // output projection (Backend::linear_residual_forward; skip: the block's input, y's shape, not aliasing y). False
+  // (nothing done): the layer has no such path. The backward is the layer's usual one (it does not read y).
+  virtual bool forward_residual(const StepContext& /*context*/, std::uint32_t /*layer_index*/, const TensorView& /*x*/,
+                                const TensorView& /*skip*/, const TensorView& /*y*/) {
+    return false;
+  }
   // Linear: backward with the input gradient multiplied by f' of the activation (kind, alpha) this layer reads, run
   // by the linear layer before it with forward_activated: pre and activated are that activation's input and output
   // (Backend::linear_activation_backward). False (nothing done): the layer has no such path.

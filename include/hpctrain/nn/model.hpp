@@ -193,6 +193,9 @@ class Model {
   // folded_[i]: layer i (linear) runs layer i + 1 (an activation the backend folds into the product) in its forward,
   // and that activation's backward reads its own output (see Backend::fuses_linear_activation).
   std::vector<bool> folded_;
+  // adds_residual_[i]: layer i ends a residual branch (layer i + 1 closes it) and writes the block's sum in its forward
+  // (Layer::forward_residual); its own output buffer is then not kept (except when decoding, which runs unfused).
+  std::vector<bool> adds_residual_;
   // Residual blocks: layers_[open] and layers_[close] are a block's markers, its branch lies between them.
   struct ResidualBlock {
     std::size_t open = 0, close = 0;

@@ -15,6 +15,13 @@
 // dV += P^T dO, dP = dO V^T, dS = P (dP - D), dK += scale dS^T Q, dQ += scale dS K (dQ accumulated in the task's
 // scratch until the last key block).
 //
+// Dropout on the probabilities (AttentionGeometry::dropout, training): a tile of keep factors (keep / (1 - p), or 0) is
+// regenerated from the counter-based mask of kernels/math.hpp wherever a tile of probabilities is formed, the forward
+// multiplies P by it after the sums of the online softmax took the undropped P, and the backward forms
+// dS = P (dP' factor - D) and dV from P factor. Without dropout none of this runs (the results are those of before).
+// The Philox calls run 16 counters at once in vectors (attention_dropout_words); the tests check every element's
+// decision against math.hpp's scalar function.
+//
 // Every product of tiles is one register-blocked loop nest on 64-byte vectors (GCC/Clang vector extensions: AVX-512
 // where the compiler targets it, narrower vectors otherwise): the tiles are laid out so that every product broadcasts
 // one operand and reads rows of the other (the "transposed" layout S^T (keys, queries) makes the softmax statistics of
@@ -32,6 +39,8 @@
 
 #include "cpu_sequence.hpp"
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/core/rng.hpp"
+#include "hpctrain/kernels/math.hpp"
 
 // The 64-byte vector types are passed between this file's internal functions only: the warning that their ABI differs
 // without AVX-512 (builds for any x86-64, where each vector is several registers) concerns no caller.
@@ -302,6 +311,74 @@ void mask_scores(C* s, std::int64_t rows, std::int64_t key_first, std::int64_t q
   }
 }
 
+// Attention dropout's Philox-4x32-10 (core/rng.hpp) on 16 consecutive counters at once, in 64-byte vectors (one
+// scalar call per four elements would cost more than the tile's products): words[4 g + w] = word w of group
+// first_group + g of kernels/math.hpp's counter (group low, group high, layer, RngPurpose::attention_dropout) under
+// `key`, i.e. the bits of element index 4 first_group + 4 g + w, exactly what attention_dropout_group_bits gives.
+void attention_dropout_words(std::uint64_t key, std::uint32_t layer, std::uint64_t first_group, std::uint32_t* words) {
+  using Words = std::uint32_t __attribute__((vector_size(64)));
+  using Wide = std::uint64_t __attribute__((vector_size(128)));
+  Wide groups;
+  for (int lane = 0; lane < 16; ++lane) groups[lane] = first_group + static_cast<std::uint64_t>(lane);
+  Words c0 = __builtin_convertvector(groups, Words), c1 = __builtin_convertvector(groups >> 32, Words);
+  Words c2 = Words{} + layer, c3 = Words{} + static_cast<std::uint32_t>(RngPurpose::attention_dropout);
+  auto k0 = static_cast<std::uint32_t>(key), k1 = static_cast<std::uint32_t>(key >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const Wide product0 = __builtin_convertvector(c0, Wide) * std::uint64_t{0xD2511F53u};
+    const Wide product1 = __builtin_convertvector(c2, Wide) * std::uint64_t{0xCD9E8D57u};
+    const Words high0 = __builtin_convertvector(product0 >> 32, Words), low0 = __builtin_convertvector(product0, Words);
+    const Words high1 = __builtin_convertvector(product1 >> 32, Words), low1 = __builtin_convertvector(product1, Words);
+    c0 = high1 ^ c1 ^ k0;
+    c1 = low1;
+    c2 = high0 ^ c3 ^ k1;
+    c3 = low0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  for (int lane = 0; lane < 16; ++lane) {
+    words[4 * lane] = c0[lane];
+    words[4 * lane + 1] = c1[lane];
+    words[4 * lane + 2] = c2[lane];
+    words[4 * lane + 3] = c3[lane];
+  }
+}
+
+// The dropout keep factors of a tile (rows x block, row j = key key_first + j, column i = query query_first + i, the
+// layout of the scores) for head `head` of the sequence whose global sample index is `sample`: keep / (1 - p) or 0 by
+// kernels/math.hpp's contract (the keys of a query are consecutive indices: their groups' bits come 16 groups at a
+// time), and 0 where the key or the query lies beyond the sequence or (causal) the key after the query.
+template <class C>
+void dropout_factors(const AttentionGeometry& g, std::uint64_t key, std::int64_t sample, std::int64_t head,
+                     std::int64_t key_first, std::int64_t rows, std::int64_t query_first, C* factors) {
+  const float p = g.dropout.p;
+  const C kept = kernel_math::dropout_scale<C>(p);
+  // A query's at most `block` keys start anywhere in a group of four: 17 groups at most, two calls of 16.
+  alignas(64) std::uint32_t words[2 * 16 * 4];
+  for (std::int64_t i = 0; i < block; ++i) {
+    const std::int64_t query = query_first + i;
+    std::int64_t key_end = query < g.sequence ? std::min(key_first + rows, g.sequence) : key_first;
+    if (g.causal) key_end = std::min(key_end, query + 1);
+    const std::int64_t count = std::max<std::int64_t>(key_end - key_first, 0);
+    if (count > 0) {
+      const std::uint64_t first_index =
+          kernel_math::attention_dropout_index(sample, g.heads, head, g.sequence, query, key_first);
+      const std::uint64_t offset = first_index & 3u;
+      attention_dropout_words(key, g.dropout.layer, first_index >> 2, words);
+      if (offset + static_cast<std::uint64_t>(count) > 64)
+        attention_dropout_words(key, g.dropout.layer, (first_index >> 2) + 16, words + 64);
+      for (std::int64_t j = 0; j < count; ++j)
+        factors[j * block + i] = uniform_from_bits(words[offset + static_cast<std::uint64_t>(j)]) >= p ? kept : C(0);
+    }
+    for (std::int64_t j = count; j < rows; ++j) factors[j * block + i] = C(0);
+  }
+}
+
+// s (rows x block) *= factors, element by element.
+template <class C>
+void multiply_tile(C* __restrict s, const C* __restrict factors, std::int64_t rows) {
+  for (std::int64_t index = 0; index < rows * block; ++index) s[index] *= factors[index];
+}
+
 // Buffers carved from one thread's scratch, each 64-byte aligned.
 class Carver {
  public:
@@ -340,8 +417,10 @@ void attention_forward_typed(const AttentionGeometry& g, const T* qkv, T* out, c
   const std::int64_t tasks = g.batch * g.heads * query_blocks;
   const C score_scale = static_cast<C>(g.scale) * std::numbers::log2e_v<C>;  // scores in base 2
   const std::int64_t whole = padded_sequence * dim;
-  const std::size_t bytes =
-      Carver::bytes<C>({whole, whole, dim * block, block * block, block * dim, block, block, block, block});
+  const std::size_t bytes = Carver::bytes<C>(
+      {whole, whole, dim * block, block * block, block * dim, block, block, block, block, block * block});
+  const bool dropout = g.dropout.active();
+  const std::uint64_t dropout_key = dropout ? kernel_math::dropout_key(g.dropout.seed, g.dropout.step) : 0;
 
 #pragma omp parallel if (worth_threads(g))
   {
@@ -355,7 +434,8 @@ void attention_forward_typed(const AttentionGeometry& g, const T* qkv, T* out, c
     C* running_sum = carver.take<C>(block);     // (block) l per query
     C* block_max = carver.take<C>(block);
     C* rescale = carver.take<C>(block);
-    std::int64_t loaded_head = -1;  // the (sequence, head) whose keys and values this thread holds
+    C* keep_factors = carver.take<C>(block * block);  // (keys, queries) dropout's keep / (1 - p) or 0
+    std::int64_t loaded_head = -1;                    // the (sequence, head) whose keys and values this thread holds
 
     // Tasks run head by head, the last (causal: longest) query block of each first, so a thread's consecutive tasks
     // mostly share one head's keys and values, loaded once.
@@ -403,6 +483,11 @@ void attention_forward_typed(const AttentionGeometry& g, const T* qkv, T* out, c
         exp2_in_place(rescale, block);
         for (std::int64_t i = 0; i < block; ++i) running_sum[i] *= rescale[i];
         exp2_shifted(scores, key_rows, running_max, running_sum);
+        if (dropout) {  // the sums above took the undropped P
+          dropout_factors(g, dropout_key, g.dropout.sample_ids[sequence_index], head, key_first, key_rows, query_first,
+                          keep_factors);
+          multiply_tile(scores, keep_factors, key_rows);
+        }
         for (std::int64_t i = 0; i < block; ++i)
           for (std::int64_t d = 0; d < dim; ++d) output[i * dim + d] *= rescale[i];
         // O (queries, dim) += P V, P read from P^T.
@@ -433,7 +518,9 @@ void attention_backward_typed(const AttentionGeometry& g, const T* qkv, const T*
   const std::int64_t whole = dim * padded_sequence;
   const std::size_t bytes =
       Carver::bytes<C>({whole, whole, whole, whole, whole, padded_sequence, padded_sequence, block * dim, block * dim,
-                        block * dim, block * dim, block * block, block * block});
+                        block * dim, block * dim, block * block, block * block, block * block});
+  const bool dropout = g.dropout.active();
+  const std::uint64_t dropout_key = dropout ? kernel_math::dropout_key(g.dropout.seed, g.dropout.step) : 0;
 
 #pragma omp parallel if (worth_threads(g))
   {
@@ -451,6 +538,7 @@ void attention_backward_typed(const AttentionGeometry& g, const T* qkv, const T*
     C* dvalue = carver.take<C>(block * dim);           // (block, dim)
     C* probabilities = carver.take<C>(block * block);  // (keys, queries) P^T
     C* dscores = carver.take<C>(block * block);        // (keys, queries) dP^T, then dS^T
+    C* keep_factors = carver.take<C>(block * block);   // (keys, queries) dropout's keep / (1 - p) or 0
 
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t task = 0; task < g.batch * g.heads; ++task) {
@@ -499,9 +587,22 @@ void attention_backward_typed(const AttentionGeometry& g, const T* qkv, const T*
           exp2_shifted(probabilities, key_rows, lse2 + query_first, static_cast<C*>(nullptr));
           tile_product<C, false>(key_rows, block, dim, values, dim, dout_columns + query_first, padded_sequence,
                                  dscores, block, false, columns);
-          for (std::int64_t j = 0; j < key_rows; ++j)
-            for (std::int64_t i = 0; i < block; ++i)
-              dscores[j * block + i] = probabilities[j * block + i] * (dscores[j * block + i] - delta[query_first + i]);
+          if (dropout) {
+            // dscores holds dP' = dO V^T of the dropped probabilities: dS = P (dP' factor - D), then P' = P factor.
+            dropout_factors(g, dropout_key, g.dropout.sample_ids[sequence_index], head, key_first, key_rows,
+                            query_first, keep_factors);
+            for (std::int64_t j = 0; j < key_rows; ++j)
+              for (std::int64_t i = 0; i < block; ++i)
+                dscores[j * block + i] =
+                    probabilities[j * block + i] *
+                    (dscores[j * block + i] * keep_factors[j * block + i] - delta[query_first + i]);
+            multiply_tile(probabilities, keep_factors, key_rows);
+          } else {
+            for (std::int64_t j = 0; j < key_rows; ++j)
+              for (std::int64_t i = 0; i < block; ++i)
+                dscores[j * block + i] =
+                    probabilities[j * block + i] * (dscores[j * block + i] - delta[query_first + i]);
+          }
           const Diagonal over_queries = diagonal ? Diagonal::from_row_products : Diagonal::none;
           tile_product<C, false>(key_rows, dim, block, probabilities, block, dout_rows + query_first * dim, dim, dvalue,
                                  dim, true, over_queries);
@@ -533,6 +634,8 @@ void check_geometry(const AttentionGeometry& g, const TensorView& qkv, const Ten
                   what << ": qkv " << qkv.rows << "x" << qkv.cols << " " << dtype_name(qkv.dtype) << " and out "
                        << out.rows << "x" << out.cols << " " << dtype_name(out.dtype) << " do not match batch "
                        << g.batch << " x sequence " << g.sequence << ", " << g.heads << " heads of " << g.head_dim);
+  HPCTRAIN_ASSERT(!g.dropout.active() || (g.dropout.sample_ids != nullptr && g.dropout.p < 1.0f),
+                  what << ": dropout p = " << g.dropout.p << " needs sample ids and p < 1");
 }
 
 }  // namespace

@@ -272,6 +272,15 @@ class CpuBackend final : public Backend {
             const void* bias, bool accumulate) override {
     gemm_.run(a, transpose_a, b, transpose_b, c, bias, accumulate);
   }
+  // The residual add in the product: a binary add post-op (f32, bf16), or the pass that stores an fp32 result (f16,
+  // and bf16 without oneDNN bf16 kernels), or the f64 loops. The sum is rounded once.
+  [[nodiscard]] bool fuses_residual_add(DType) const override { return true; }
+  void linear_residual_forward(const TensorView& x, const TensorView& weight, const void* bias, const TensorView& skip,
+                               const TensorView& y) override {
+    check_same_shape(skip, y, "linear_residual_forward");
+    HPCTRAIN_ASSERT(skip.data != y.data, "linear_residual_forward: skip aliases y");
+    gemm_.run(x, false, weight, true, y, bias, false, skip.data);
+  }
 
   void bias_gradient(const TensorView& dy, void* dbias, DType master, bool accumulate) override {
     HPCTRAIN_ASSERT(master == master_of(dy.dtype),

@@ -3,7 +3,8 @@
 //
 // Which path a product takes:
 // - f32 x f32 -> f32 and bf16 x bf16 -> f32 or bf16: one oneDNN primitive writes c directly (bias and accumulation
-//   included: bias as the primitive's bias, accumulation as a sum post-op). bf16 runs oneDNN's AVX512-BF16/AMX kernels.
+//   included: bias as the primitive's bias, accumulation as a sum post-op, a residual addend as a binary add
+//   post-op, applied after the bias in fp32). bf16 runs oneDNN's AVX512-BF16/AMX kernels.
 // - f16 inputs, and bf16 inputs on CPUs where oneDNN 2.6 has no bf16 kernel (before AVX-512): widened to fp32
 //   scratch first (exact), then the f32 path; the result is rounded once into c.
 // - any other output dtype: the primitive writes fp32 scratch, and one pass converts it into c (adding c's old value
@@ -47,7 +48,7 @@ struct MatmulKey {
   std::int64_t m = 0, n = 0, k = 0;
   bool transpose_a = false, transpose_b = false;
   DType input = DType::f32, output = DType::f32;
-  bool bias = false, accumulate = false;
+  bool bias = false, accumulate = false, addend = false;
   bool operator==(const MatmulKey&) const = default;
 };
 
@@ -59,7 +60,7 @@ struct MatmulKeyHash {
     mix(static_cast<std::uint64_t>(key.n));
     mix(static_cast<std::uint64_t>(key.k));
     mix((key.transpose_a ? 1u : 0u) | (key.transpose_b ? 2u : 0u) | (key.bias ? 4u : 0u) | (key.accumulate ? 8u : 0u) |
-        (static_cast<unsigned>(key.input) << 4) | (static_cast<unsigned>(key.output) << 8));
+        (key.addend ? 16u : 0u) | (static_cast<unsigned>(key.input) << 8) | (static_cast<unsigned>(key.output) << 12));
     return hash;
   }
 };
@@ -68,9 +69,9 @@ struct MatmulKeyHash {
 // at the caller's buffers, so a call creates no oneDNN object.
 struct Matmul {
   dnnl::matmul primitive;
-  dnnl::memory source, weights, bias, destination, scratchpad;
+  dnnl::memory source, weights, bias, destination, addend, scratchpad;
   std::size_t scratchpad_bytes = 0;
-  std::array<dnnl_exec_arg_t, 5> arguments{};
+  std::array<dnnl_exec_arg_t, 6> arguments{};
   int argument_count = 0;
 };
 
@@ -80,15 +81,15 @@ dnnl::memory::desc matrix_descriptor(std::int64_t rows, std::int64_t cols, bool 
   return dnnl::memory::desc({rows, cols}, type, strides);
 }
 
-// c = converted(result) [+ c]: the last step of the paths whose output dtype oneDNN does not write.
+// c = converted(result [+ addend]) [+ c]: the last step of the paths whose output dtype oneDNN does not write.
 template <class T>
-void store_result(const float* result, T* c, std::int64_t count, bool accumulate) {
+void store_result(const float* result, T* c, const T* addend, std::int64_t count, bool accumulate) {
 #pragma omp parallel for schedule(static) if (count > 32768)
   for (std::int64_t i = 0; i < count; ++i) {
     if constexpr (std::is_same_v<T, double>) {
-      c[i] = static_cast<double>(result[i]) + (accumulate ? c[i] : 0.0);
+      c[i] = static_cast<double>(result[i]) + (accumulate ? c[i] : 0.0) + (addend != nullptr ? addend[i] : 0.0);
     } else {
-      c[i] = store<T>(result[i] + (accumulate ? load(c[i]) : 0.0f));
+      c[i] = store<T>(result[i] + (accumulate ? load(c[i]) : 0.0f) + (addend != nullptr ? load(addend[i]) : 0.0f));
     }
   }
 }
@@ -96,7 +97,7 @@ void store_result(const float* result, T* c, std::int64_t count, bool accumulate
 // Reference-style loops for f64 inputs (gradient checks). Sums in double; c of any dtype.
 template <class TC>
 void gemm_double(const double* a, bool transpose_a, const double* b, bool transpose_b, TC* c, const double* bias,
-                 bool accumulate, std::int64_t m, std::int64_t n, std::int64_t k) {
+                 bool accumulate, const TC* addend, std::int64_t m, std::int64_t n, std::int64_t k) {
 #pragma omp parallel for schedule(static)
   for (std::int64_t i = 0; i < m; ++i) {
     for (std::int64_t j = 0; j < n; ++j) {
@@ -107,6 +108,7 @@ void gemm_double(const double* a, bool transpose_a, const double* b, bool transp
         sum += a_ip * b_pj;
       }
       if (accumulate) sum += static_cast<double>(load(c[i * n + j]));
+      if (addend != nullptr) sum += static_cast<double>(load(addend[i * n + j]));
       c[i * n + j] = store_from_double<TC>(sum);
     }
   }
@@ -114,11 +116,12 @@ void gemm_double(const double* a, bool transpose_a, const double* b, bool transp
 
 // k == 0: the product is empty, c = bias [+ c]. oneDNN is not asked about zero-sized reductions.
 template <class TC, class TB>
-void bias_only(TC* c, const TB* bias, bool accumulate, std::int64_t m, std::int64_t n) {
+void bias_only(TC* c, const TB* bias, bool accumulate, const TC* addend, std::int64_t m, std::int64_t n) {
   for (std::int64_t i = 0; i < m; ++i)
     for (std::int64_t j = 0; j < n; ++j) {
       double value = bias != nullptr ? static_cast<double>(bias[j]) : 0.0;
       if (accumulate) value += static_cast<double>(load(c[i * n + j]));
+      if (addend != nullptr) value += static_cast<double>(load(addend[i * n + j]));
       c[i * n + j] = store_from_double<TC>(value);
     }
 }
@@ -151,7 +154,8 @@ struct CpuGemm::Impl {
   std::mutex mutex;                    // the cache and the scratch buffers are shared by all calls
 
   Matmul& matmul(const MatmulKey& key);
-  void execute(const MatmulKey& key, const void* a, const void* b, const void* bias, void* c);
+  void execute(const MatmulKey& key, const void* a, const void* b, const void* bias, void* c,
+               const void* addend = nullptr);
 };
 
 Matmul& CpuGemm::Impl::matmul(const MatmulKey& key) {
@@ -167,9 +171,10 @@ Matmul& CpuGemm::Impl::matmul(const MatmulKey& key) {
                              : dnnl::matmul::desc(source_desc, weights_desc, destination_desc);
     dnnl::primitive_attr attributes;
     attributes.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    if (key.accumulate) {
+    if (key.accumulate || key.addend) {
       dnnl::post_ops post_ops;
-      post_ops.append_sum(1.0f);
+      if (key.accumulate) post_ops.append_sum(1.0f);
+      if (key.addend) post_ops.append_binary(dnnl::algorithm::binary_add, destination_desc);
       attributes.set_post_ops(post_ops);
     }
     const dnnl::matmul::primitive_desc descriptor(op, attributes, engine);
@@ -187,6 +192,11 @@ Matmul& CpuGemm::Impl::matmul(const MatmulKey& key) {
       created.bias = dnnl::memory(bias_desc, engine, DNNL_MEMORY_NONE);
       created.arguments[created.argument_count++] = {DNNL_ARG_BIAS, created.bias.get()};
     }
+    if (key.addend) {  // the first (only) post-op's second source
+      created.addend = dnnl::memory(destination_desc, engine, DNNL_MEMORY_NONE);
+      created.arguments[created.argument_count++] = {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
+                                                     created.addend.get()};
+    }
     const auto scratchpad_desc = descriptor.scratchpad_desc();
     created.scratchpad_bytes = scratchpad_desc.get_size();
     if (created.scratchpad_bytes > 0) {
@@ -203,13 +213,15 @@ Matmul& CpuGemm::Impl::matmul(const MatmulKey& key) {
   }
 }
 
-void CpuGemm::Impl::execute(const MatmulKey& key, const void* a, const void* b, const void* bias, void* c) {
+void CpuGemm::Impl::execute(const MatmulKey& key, const void* a, const void* b, const void* bias, void* c,
+                            const void* addend) {
   Matmul& entry = matmul(key);
   // oneDNN takes non-const handles but only reads sources, weights and bias.
   entry.source.set_data_handle(const_cast<void*>(a));
   entry.weights.set_data_handle(const_cast<void*>(b));
   entry.destination.set_data_handle(c);
   if (key.bias) entry.bias.set_data_handle(const_cast<void*>(bias));
+  if (key.addend) entry.addend.set_data_handle(const_cast<void*>(addend));
   if (entry.scratchpad_bytes > 0) entry.scratchpad.set_data_handle(scratchpad.reserve(entry.scratchpad_bytes));
   // The C entry point with the stored argument array: the C++ execute() builds a std::vector of arguments every call.
   dnnl_status_t status =
@@ -229,7 +241,9 @@ std::size_t CpuGemm::cached_primitives() const {
 }
 
 void CpuGemm::run(const TensorView& a, bool transpose_a, const TensorView& b, bool transpose_b, const TensorView& c,
-                  const void* bias, bool accumulate) {
+                  const void* bias, bool accumulate, const void* addend) {
+  HPCTRAIN_ASSERT(!(accumulate && addend != nullptr), "gemm: an addend with accumulate");
+  HPCTRAIN_ASSERT(addend == nullptr || addend != c.data, "gemm: the addend aliases c");
   HPCTRAIN_ASSERT(a.dtype == b.dtype,
                   "gemm inputs must share a dtype, got " << dtype_name(a.dtype) << " and " << dtype_name(b.dtype));
   const std::int64_t m = transpose_a ? a.cols : a.rows;
@@ -245,13 +259,15 @@ void CpuGemm::run(const TensorView& a, bool transpose_a, const TensorView& b, bo
   if (a.dtype == DType::f64) {
     dispatch_dtype(c.dtype, [&]<class TC>() {
       gemm_double(static_cast<const double*>(a.data), transpose_a, static_cast<const double*>(b.data), transpose_b,
-                  static_cast<TC*>(c.data), static_cast<const double*>(bias), accumulate, m, n, k);
+                  static_cast<TC*>(c.data), static_cast<const double*>(bias), accumulate,
+                  static_cast<const TC*>(addend), m, n, k);
     });
     return;
   }
   if (k == 0) {
     dispatch_dtype(c.dtype, [&]<class TC>() {
-      bias_only(static_cast<TC*>(c.data), static_cast<const float*>(bias), accumulate, m, n);
+      bias_only(static_cast<TC*>(c.data), static_cast<const float*>(bias), accumulate, static_cast<const TC*>(addend),
+                m, n);
     });
     return;
   }
@@ -270,17 +286,20 @@ void CpuGemm::run(const TensorView& a, bool transpose_a, const TensorView& b, bo
     input = DType::f32;
   }
 
-  MatmulKey key{m, n, k, transpose_a, transpose_b, input, c.dtype, bias != nullptr, accumulate};
+  MatmulKey key{m, n, k, transpose_a, transpose_b, input, c.dtype, bias != nullptr, accumulate, addend != nullptr};
   const bool writes_c_directly = c.dtype == DType::f32 || (input == DType::bf16 && c.dtype == DType::bf16);
   if (writes_c_directly) {
-    impl_->execute(key, a_data, b_data, bias, c.data);
+    impl_->execute(key, a_data, b_data, bias, c.data, addend);
     return;
   }
   key.output = DType::f32;
-  key.accumulate = false;  // added while converting, in fp32, before the single rounding
+  key.accumulate = false;  // added while converting, in fp32, before the single rounding (the addend too)
+  key.addend = false;
   float* result = impl_->float_result.reserve_elements<float>(static_cast<std::size_t>(m * n));
   impl_->execute(key, a_data, b_data, bias, result);
-  dispatch_dtype(c.dtype, [&]<class TC>() { store_result(result, static_cast<TC*>(c.data), m * n, accumulate); });
+  dispatch_dtype(c.dtype, [&]<class TC>() {
+    store_result(result, static_cast<TC*>(c.data), static_cast<const TC*>(addend), m * n, accumulate);
+  });
 }
 
 }  // namespace hpctrain::cpu

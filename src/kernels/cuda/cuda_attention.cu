@@ -12,6 +12,12 @@
 //   of its keys (a thread per key, accumulators in registers) over the query tiles that see them, and one block per
 //   (batch * head, query tile) owning dQ over the key tiles. P = 2^(S - lse2) is recomputed in both. Every gradient
 //   element is summed by one thread in a fixed order: no atomics, results identical run to run.
+// - Dropout on the probabilities (AttentionGeometry::dropout, training): each (query, key) element's keep factor
+//   (keep / (1 - p), or 0) is regenerated from kernels/math.hpp's counter-based mask where the element is formed (no
+//   mask in memory), so every kernel, the CPU's included, drops the same elements. The forward's running sum takes the
+//   undropped P and its output the dropped one; the backward forms dV from P' = P factor and dS = P (dP' factor - D).
+//   The dK/dV kernel walks a key's queries (index stride T): one Philox call per element there, one per four keys in
+//   the others. Without dropout the factor is the constant 1, which changes no bit.
 // Embedding backward: the (id, row) pairs are sorted by id with CUB's radix sort (stable: rows of an id stay in row
 // order), then the thread of (first position of an id, column) adds that id's rows in row order, as the CPU does.
 #include <cstdint>
@@ -23,6 +29,7 @@
 #include "cuda_device.cuh"
 #include "cuda_dispatch.hpp"
 #include "hpctrain/kernels/cuda/cuda_check.hpp"
+#include "hpctrain/kernels/math.hpp"
 
 namespace hpctrain::cuda {
 namespace {
@@ -67,11 +74,47 @@ __device__ void load_tile(const T* source, std::int64_t stride, std::int64_t fir
   }
 }
 
+// The dropout keep factors of one (sequence, head)'s elements, walked by one thread; consecutive calls for keys of one
+// query in increasing order reuse the Philox call of their group of four indices (kernels/math.hpp's contract). The
+// kernels are instantiated with and without dropout: without, every factor is the constant 1, which the compiler
+// folds away, so those kernels are the plain ones (no registers spent on the generator's state).
+template <bool enabled>
+class DropoutFactors {
+ public:
+  __device__ DropoutFactors(const AttentionGeometry& g, std::int64_t batch_head)
+      : p_(g.dropout.p), layer_(g.dropout.layer) {
+    if (!enabled) return;
+    key_ = kernel_math::dropout_key(g.dropout.seed, g.dropout.step);
+    kept_ = kernel_math::dropout_scale<float>(p_);
+    const std::int64_t b = batch_head / g.heads;
+    first_index_ =
+        kernel_math::attention_dropout_index(g.dropout.sample_ids[b], g.heads, batch_head % g.heads, g.sequence, 0, 0);
+    sequence_ = static_cast<std::uint64_t>(g.sequence);
+  }
+  // 1 without dropout.
+  __device__ float operator()(std::int64_t query, std::int64_t key) {
+    if (!enabled) return 1.0f;
+    const std::uint64_t index =
+        first_index_ + static_cast<std::uint64_t>(query) * sequence_ + static_cast<std::uint64_t>(key);
+    if ((index >> 2) != group_) {
+      group_ = index >> 2;
+      bits_ = kernel_math::attention_dropout_group_bits(key_, layer_, group_);
+    }
+    return kernel_math::attention_dropout_keep_from_bits(bits_, index, p_) ? kept_ : 0.0f;
+  }
+
+ private:
+  float p_, kept_ = 1.0f;
+  std::uint32_t layer_;
+  std::uint64_t key_ = 0, first_index_ = 0, sequence_ = 0, group_ = ~std::uint64_t{0};
+  Philox4 bits_{};
+};
+
 __device__ __forceinline__ bool visible(const AttentionGeometry& g, std::int64_t query, std::int64_t key) {
   return query < g.sequence && key < g.sequence && (!g.causal || key <= query);
 }
 
-template <class T>
+template <class T, bool with_dropout>
 __global__ void __launch_bounds__(query_tile)
     attention_forward_kernel(AttentionGeometry g, const T* qkv, T* out, float* lse) {
   __shared__ float keys[stream_tile * max_head_dim];
@@ -87,6 +130,7 @@ __global__ void __launch_bounds__(query_tile)
     output[d] = 0.0f;
   }
   float running_max = minus_infinity, running_sum = 0.0f;
+  DropoutFactors<with_dropout> dropout(g, blockIdx.x);
   const std::int64_t end = g.causal ? std::min<std::int64_t>(g.sequence, first + query_tile) : g.sequence;
   for (std::int64_t key_first = 0; key_first < end; key_first += stream_tile) {
     __syncthreads();  // the previous tile is read
@@ -112,9 +156,11 @@ __global__ void __launch_bounds__(query_tile)
 #pragma unroll
     for (int j = 0; j < stream_tile; ++j) {
       const float p = exp2f(scores[j] - new_max);
-      running_sum += p;
+      running_sum += p;  // the undropped probability
+      // A masked element (p = 0) draws no random number.
+      const float dropped = p * (scores[j] == minus_infinity ? 1.0f : dropout(query, key_first + j));
 #pragma unroll
-      for (int d = 0; d < max_head_dim; ++d) output[d] += p * values[j * max_head_dim + d];
+      for (int d = 0; d < max_head_dim; ++d) output[d] += dropped * values[j * max_head_dim + d];
     }
     running_max = new_max;
   }
@@ -144,12 +190,14 @@ __global__ void attention_delta_kernel(AttentionGeometry g, const T* out, const 
 // P and dS of one (query, key) pair in the backward: the score from the block's own row and a streamed row (S =
 // scale q.k, P = 2^(S log2(e) - lse2)), dP from the own and streamed gradient/value rows, dS = P (dP - D). The own rows
 // are volatile: read from shared memory at each use, not held in registers (those hold the gradient accumulators).
+// With dropout, factor is the element's keep / (1 - p) or 0 (1 without): probability is then the dropped P' (dV's
+// factor) and dS = P (dP' factor - D), dP' the product of the gradient and value rows.
 struct Pair {
   float probability, dscore;
 };
 __device__ __forceinline__ Pair backward_pair(bool seen, const volatile float* own_score_row, const float* score_row,
                                               const volatile float* own_gradient_row, const float* gradient_row,
-                                              float score_scale, float lse2, float delta) {
+                                              float score_scale, float lse2, float delta, float factor) {
   float score = 0.0f, dprobability = 0.0f;
 #pragma unroll
   for (int d = 0; d < max_head_dim; ++d) {
@@ -157,11 +205,11 @@ __device__ __forceinline__ Pair backward_pair(bool seen, const volatile float* o
     dprobability += own_gradient_row[d] * gradient_row[d];
   }
   const float probability = seen ? exp2f(score * score_scale - lse2) : 0.0f;
-  return {probability, probability * (dprobability - delta)};
+  return {probability * factor, probability * (dprobability * factor - delta)};
 }
 
 // dK, dV of one key tile (a thread per key) over the query tiles that see it.
-template <class T>
+template <class T, bool with_dropout>
 __global__ void __launch_bounds__(query_tile) attention_dkdv_kernel(AttentionGeometry g, const T* qkv, const T* dout,
                                                                     const float* lse, const float* delta, T* dqkv) {
   __shared__ float keys[query_tile * padded_dim];
@@ -180,6 +228,7 @@ __global__ void __launch_bounds__(query_tile) attention_dkdv_kernel(AttentionGeo
   float dkey[max_head_dim], dvalue[max_head_dim];
 #pragma unroll
   for (int d = 0; d < max_head_dim; ++d) dkey[d] = dvalue[d] = 0.0f;
+  DropoutFactors<with_dropout> dropout(g, blockIdx.x);
   // Causal: query tiles before this key tile see none of its keys.
   for (std::int64_t query_first = g.causal ? key_first : 0; query_first < g.sequence; query_first += backward_tile) {
     __syncthreads();  // the previous tile is read (and the own tiles are loaded)
@@ -195,8 +244,9 @@ __global__ void __launch_bounds__(query_tile) attention_dkdv_kernel(AttentionGeo
     for (int r = 0; r < backward_tile; ++r) {
       const float* query_row = queries + r * max_head_dim;
       const float* gradient_row = gradients + r * max_head_dim;
-      const Pair pair = backward_pair(visible(g, query_first + r, key), own_key, query_row, own_value, gradient_row,
-                                      score_scale, lse2[r], deltas[r]);
+      const bool seen = visible(g, query_first + r, key);
+      const Pair pair = backward_pair(seen, own_key, query_row, own_value, gradient_row, score_scale, lse2[r],
+                                      deltas[r], seen ? dropout(query_first + r, key) : 1.0f);
 #pragma unroll
       for (int d = 0; d < max_head_dim; ++d) {
         dvalue[d] += pair.probability * gradient_row[d];
@@ -215,7 +265,7 @@ __global__ void __launch_bounds__(query_tile) attention_dkdv_kernel(AttentionGeo
 }
 
 // dQ of one query tile (a thread per query) over the key tiles it sees.
-template <class T>
+template <class T, bool with_dropout>
 __global__ void __launch_bounds__(query_tile) attention_dq_kernel(AttentionGeometry g, const T* qkv, const T* dout,
                                                                   const float* lse, const float* delta, T* dqkv) {
   __shared__ float queries[query_tile * padded_dim];
@@ -235,6 +285,7 @@ __global__ void __launch_bounds__(query_tile) attention_dq_kernel(AttentionGeome
   float dquery[max_head_dim];
 #pragma unroll
   for (int d = 0; d < max_head_dim; ++d) dquery[d] = 0.0f;
+  DropoutFactors<with_dropout> dropout(g, blockIdx.x);
   const std::int64_t end = g.causal ? std::min<std::int64_t>(g.sequence, query_first + query_tile) : g.sequence;
   for (std::int64_t key_first = 0; key_first < end; key_first += backward_tile) {
     __syncthreads();
@@ -244,8 +295,9 @@ __global__ void __launch_bounds__(query_tile) attention_dq_kernel(AttentionGeome
 #pragma unroll 1
     for (int r = 0; r < backward_tile; ++r) {
       const float* key_row = keys + r * max_head_dim;
-      const Pair pair = backward_pair(visible(g, query, key_first + r), own_query, key_row, own_gradient,
-                                      values + r * max_head_dim, score_scale, own_lse2, own_delta);
+      const bool seen = visible(g, query, key_first + r);
+      const Pair pair = backward_pair(seen, own_query, key_row, own_gradient, values + r * max_head_dim, score_scale,
+                                      own_lse2, own_delta, seen ? dropout(query, key_first + r) : 1.0f);
 #pragma unroll
       for (int d = 0; d < max_head_dim; ++d) dquery[d] += pair.dscore * key_row[d];
     }
@@ -330,6 +382,7 @@ void check_attention(const AttentionGeometry& g, const TensorView& qkv, const Te
                        << " do not match batch " << g.batch << " x sequence " << g.sequence << ", " << g.heads
                        << " heads of " << g.head_dim);
   require_device_storage(qkv.dtype, what);
+  HPCTRAIN_ASSERT(!g.dropout.active() || g.dropout.sample_ids != nullptr, what << ": dropout without sample ids");
   if (g.head_dim > max_head_dim)
     throw NotSupported(std::string(what) + " with head_dim " + std::to_string(g.head_dim) +
                        " on the CUDA backend: head_dim <= " + std::to_string(max_head_dim) +
@@ -351,8 +404,12 @@ void attention_forward(cudaStream_t stream, const AttentionGeometry& geometry, c
   HPCTRAIN_ASSERT(out.data != qkv.data, "attention_forward: out must not alias qkv");
   if (qkv.rows == 0) return;
   dispatch_storage(qkv.dtype, "attention_forward", [&]<class T>() {
-    attention_forward_kernel<T><<<attention_grid(geometry), query_tile, 0, stream>>>(
-        geometry, static_cast<const T*>(qkv.data), static_cast<T*>(out.data), lse);
+    const auto* q = static_cast<const T*>(qkv.data);
+    auto* o = static_cast<T*>(out.data);
+    if (geometry.dropout.active())
+      attention_forward_kernel<T, true><<<attention_grid(geometry), query_tile, 0, stream>>>(geometry, q, o, lse);
+    else
+      attention_forward_kernel<T, false><<<attention_grid(geometry), query_tile, 0, stream>>>(geometry, q, o, lse);
     HPCTRAIN_CUDA_CHECK_LAUNCH();
   });
 }
@@ -373,12 +430,18 @@ void attention_backward(cudaStream_t stream, SequenceScratch& scratch, const Att
     attention_delta_kernel<T>
         <<<grid_for(rows), block_threads, 0, stream>>>(geometry, static_cast<const T*>(out.data), gradient, delta);
     HPCTRAIN_CUDA_CHECK_LAUNCH();
-    attention_dkdv_kernel<T>
-        <<<attention_grid(geometry), query_tile, 0, stream>>>(geometry, q, gradient, lse, delta, result);
-    HPCTRAIN_CUDA_CHECK_LAUNCH();
-    attention_dq_kernel<T>
-        <<<attention_grid(geometry), query_tile, 0, stream>>>(geometry, q, gradient, lse, delta, result);
-    HPCTRAIN_CUDA_CHECK_LAUNCH();
+    const auto launch = [&]<bool with_dropout>() {
+      attention_dkdv_kernel<T, with_dropout>
+          <<<attention_grid(geometry), query_tile, 0, stream>>>(geometry, q, gradient, lse, delta, result);
+      HPCTRAIN_CUDA_CHECK_LAUNCH();
+      attention_dq_kernel<T, with_dropout>
+          <<<attention_grid(geometry), query_tile, 0, stream>>>(geometry, q, gradient, lse, delta, result);
+      HPCTRAIN_CUDA_CHECK_LAUNCH();
+    };
+    if (geometry.dropout.active())
+      launch.template operator()<true>();
+    else
+      launch.template operator()<false>();
   });
 }
 

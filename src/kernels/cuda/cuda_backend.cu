@@ -207,6 +207,17 @@ class CudaBackend final : public Backend {
     Backend::linear_weight_gradient(dy, x, dweight, dbias, accumulate);
   }
 
+  // The residual add as the product's C operand (beta = 1): cuBLASLt adds C before the bias epilogue, so the fp32
+  // sum is (x W^T + skip) + bias, rounded once. Misaligned operands or no algorithm: the product and add().
+  [[nodiscard]] bool fuses_residual_add(DType dtype) const override { return dtype != DType::f64; }
+  void linear_residual_forward(const TensorView& x, const TensorView& weight, const void* bias, const TensorView& skip,
+                               const TensorView& y) override {
+    check_same_shape(skip, y, "linear_residual_forward");
+    cuda::require_device_storage(y.dtype, "linear_residual_forward");
+    if (gemm_->run_with_addend(x, weight, y, output_bias(bias, y), skip.data)) return;
+    Backend::linear_residual_forward(x, weight, bias, skip, y);
+  }
+
   // Linear + relu or gelu(tanh) in one product (cuda/linear_epilogue.hpp chooses the epilogue and what it leaves in
   // `pre`: relu's bit mask, gelu's input, or nothing). Misaligned operands or no algorithm: relu as the product into
   // y and relu in place (pre unwritten), gelu as the two operations. Which pre buffers hold a mask is remembered for

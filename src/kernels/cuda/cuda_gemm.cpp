@@ -196,11 +196,13 @@ CudaGemm::Plan& CudaGemm::plan_for(const Key& key, const void* bias, const void*
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
 
-void CudaGemm::execute(Plan& plan, const TensorView& a, const TensorView& b, const TensorView& c, bool accumulate) {
-  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+void CudaGemm::execute(Plan& plan, const TensorView& a, const TensorView& b, const TensorView& c, bool accumulate,
+                       const void* addend) {
+  const float alpha = 1.0f, beta = accumulate || addend != nullptr ? 1.0f : 0.0f;
+  const void* source_c = addend != nullptr ? addend : c.data;
   HPCTRAIN_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.operation, &alpha, b.data, plan.layout_a, a.data, plan.layout_b,
-                                       &beta, c.data, plan.layout_c, c.data, plan.layout_c, &plan.algorithm, workspace_,
-                                       workspace_bytes_, stream_));
+                                       &beta, source_c, plan.layout_c, c.data, plan.layout_c, &plan.algorithm,
+                                       workspace_, workspace_bytes_, stream_));
 }
 
 namespace {
@@ -292,6 +294,23 @@ bool CudaGemm::run_fused(const TensorView& a, bool transpose_b, const TensorView
   if (bias != nullptr) set_attribute(plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   if (aux != nullptr) set_attribute(plan.operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
   execute(plan, a, b, c, false);
+  return true;
+}
+
+bool CudaGemm::run_with_addend(const TensorView& a, const TensorView& b, const TensorView& c, const void* bias,
+                               const void* addend) {
+  HPCTRAIN_ASSERT(addend != nullptr && addend != c.data, "gemm: the addend is missing or aliases c");
+  const Shape shape = product_shape(a, false, b, true, c);
+  if (shape.m == 0 || shape.n == 0 || shape.k == 0) return false;
+  // The addend's alignment stands in the aux slot of the key (this product has no aux); C's layout is D's.
+  CudaGemm::Key key =
+      key_of(shape, false, true, true, bias != nullptr ? Epilogue::bias : Epilogue::none, a, b, c, bias);
+  key.align_aux = alignment_of(addend);
+  if (!epilogue_aligned(key, bias) || key.align_aux < 16) return false;
+  Plan& plan = plan_for(key, bias);
+  if (!plan.available) return false;
+  if (bias != nullptr) set_attribute(plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  execute(plan, a, b, c, true, addend);
   return true;
 }
 

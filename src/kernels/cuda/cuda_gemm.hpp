@@ -65,6 +65,11 @@ class CudaGemm {
   // False (nothing done) as run_activated.
   bool run_with_activation_gradient(const TensorView& a, const TensorView& b, const TensorView& c, Epilogue epilogue,
                                     const void* aux, std::int64_t aux_ld);
+  // c = a b^T [+ bias] + addend in one product (cuBLASLt's D = A B + beta C with C = addend, beta = 1, and the bias
+  // epilogue): a linear layer ending a residual branch with the block's add. addend: c's shape and dtype, not
+  // aliasing c. False (nothing done) when an operand is misaligned or cuBLASLt has no algorithm for it.
+  bool run_with_addend(const TensorView& a, const TensorView& b, const TensorView& c, const void* bias,
+                       const void* addend);
   // TF32 tensor cores for f32 inputs (precision.tf32); plans made before are dropped.
   void allow_tf32(bool allowed);
 
@@ -88,7 +93,9 @@ class CudaGemm {
   // The fused-activation products (run_activated, run_with_activation_gradient): c = op(a) op(b) with `epilogue`.
   bool run_fused(const TensorView& a, bool transpose_b, const TensorView& b, const TensorView& c, const void* bias,
                  Epilogue epilogue, const void* aux, std::int64_t aux_ld);
-  void execute(Plan& plan, const TensorView& a, const TensorView& b, const TensorView& c, bool accumulate);
+  // D = c; C = addend when given (beta = 1), else c when accumulating.
+  void execute(Plan& plan, const TensorView& a, const TensorView& b, const TensorView& c, bool accumulate,
+               const void* addend = nullptr);
   void run_staged(const TensorView& a, bool transpose_a, const TensorView& b, bool transpose_b, const TensorView& c,
                   const void* bias, bool accumulate);
   DeviceScratch staging_[3];  // a, b, c copies for operands no algorithm accepts
