@@ -11,7 +11,8 @@ The same model (Linear 1024->2048, ReLU, Linear 2048->2048, ReLU, Linear 2048->1
 batch, AdamW with the same hyper-parameters (biases without weight decay, as hpctrain's default optimizer.no_decay),
 and the same thread count. fp32 runs plain; bf16 runs the forward under torch.autocast("cpu", dtype=torch.bfloat16)
 with fp32 master weights and optimizer, which is the recipe hpctrain's bf16 mode reproduces. torch.compile is used
-when the installed torch has it and it works (--compile auto); the output says which.
+when the installed torch has it and it works (--compile auto); the output says which. --compile best runs eager and
+compiled steps in alternating timed windows and reports the faster (the other's figure is printed too).
 
 Data: with --data FILE.h5 (the file bench/run.sh generates for hpctrain) the /features and /labels datasets are read
 into memory once; without it, fixed random tensors (seeded) of the same shape stand in. The values do not change a
@@ -52,7 +53,8 @@ def parse_arguments():
     parser.add_argument("--warmup", type=int, default=10, help="untimed steps before the windows")
     parser.add_argument("--windows", type=int, default=5)
     parser.add_argument("--window-steps", type=int, default=20)
-    parser.add_argument("--compile", choices=["auto", "on", "off"], default="auto")
+    parser.add_argument("--compile", choices=["auto", "on", "off", "best"], default="auto",
+                        help="best: time eager and compiled steps in alternating windows, report the faster")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--device",
@@ -268,6 +270,7 @@ def main():
         return train_step
 
     step_function = make_step(model)
+    eager_step = step_function
     # torch.compile (PyTorch >= 2.0) compiles the forward; the backward comes with it through AOTAutograd.
     if arguments.compile == "off":
         compiled = "no (--compile off)"
@@ -284,6 +287,13 @@ def main():
             if arguments.compile == "on":
                 raise
             compiled = f"no (torch.compile failed: {type(error).__name__}: {str(error).splitlines()[0][:120]})"
+    # --compile best: both variants, window by window in turn (the same parameters and optimizer), so that load from
+    # elsewhere hits both; the faster median is the figure (issue 16: PyTorch's best of eager and torch.compile).
+    variants = {"eager": eager_step}
+    if arguments.compile == "best" and compiled == "yes":
+        variants["compile"] = step_function
+    elif compiled == "yes":
+        variants = {"compile": step_function}
 
     print(
         f"torch_twin: torch {torch.__version__}, {arguments.precision}"
@@ -305,26 +315,36 @@ def main():
         position += arguments.batch
         return features.index_select(0, indices), labels.index_select(0, indices)
 
-    for _ in range(arguments.warmup):
-        step_function(*next_batch()).item()
-    rates = []
+    for step in variants.values():
+        for _ in range(arguments.warmup):
+            step(*next_batch()).item()
+    rates = {name: [] for name in variants}
     for _ in range(arguments.windows):
-        start = time.perf_counter()
-        for _ in range(arguments.window_steps):
-            loss = step_function(*next_batch())
-            if device == "cpu":
-                loss.item()  # the host sees the loss every step, as hpctrain's log and metrics do on the CPU
-        loss.item()  # on the GPU once per window (hpctrain reads its losses back every log_every steps)
-        elapsed = time.perf_counter() - start
-        rates.append(arguments.batch * arguments.window_steps / elapsed)
-    median = statistics.median(rates)
-    print("torch_twin: samples/s per window: " + ", ".join(f"{rate:.1f}" for rate in rates))
+        for name, step in variants.items():
+            start = time.perf_counter()
+            for _ in range(arguments.window_steps):
+                loss = step(*next_batch())
+                if device == "cpu":
+                    loss.item()  # the host sees the loss every step, as hpctrain's log and metrics do on the CPU
+            loss.item()  # on the GPU once per window (hpctrain reads its losses back every log_every steps)
+            elapsed = time.perf_counter() - start
+            rates[name].append(arguments.batch * arguments.window_steps / elapsed)
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    best = max(medians, key=medians.get)
+    median = medians[best]
+    for name, values in rates.items():
+        print(f"torch_twin: {name} samples/s per window: " + ", ".join(f"{rate:.4g}" for rate in values)
+              + f" (median {medians[name]:.4g})")
+    if len(variants) > 1:
+        print(f"torch_twin: the faster is {best}")
+    rates = rates[best]
     if arguments.model == "gpt":
         print(f"torch_twin: {median * context:.1f} tokens/s (median), {arguments.batch / median:.3f} s/step")
     print(
         f"TWIN device={device} precision={arguments.precision} threads={torch.get_num_threads()} "
-        f"compile={'yes' if compiled == 'yes' else 'no'} torch={torch.__version__} samples_per_sec={median:.2f} "
+        f"compile={'yes' if best == 'compile' else 'no'} torch={torch.__version__} samples_per_sec={median:.4f} "
         f"windows={len(rates)}x{arguments.window_steps} final_loss={loss.item():.5f}"
+        + "".join(f" {name}_rate={value:.4f}" for name, value in medians.items())
     )
     return 0
 

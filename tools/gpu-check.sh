@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# Everything GPU-side in one go, on a machine with a GPU (under 8 minutes on one H200): the CUDA kernel tests against
-# the CPU backend (and one large shape per kernel, the fused and copy-stream paths, graph slots), the tensor-core
-# attention kernels against the reference kernels and f64 (and timed beside them and PyTorch's SDPA), compute-sanitizer
-# (memcheck, racecheck, synccheck) where installed, the device gradient all-reduce on 1 and 2 ranks (with a captured
-# graph and the trainer's teardown order), 20 training steps on run.device = cuda against the same deck on the CPU (fp32
-# and bf16, 1 rank; fp32 on 2 ranks; with class weights and label smoothing; linear + relu / gelu(tanh) pairs folded
-# into the products' epilogues forward and backward), 20 steps of CNNs and of a vision transformer the same way (16-bit
-# ones channels-last, fp32 ones channels-first, each row checking the layout its run reports), an fp16 loss-scale
-# trajectory against the CPU's, a bf16 deck of odd widths with batches over 8 MiB, CUDA graphs with evaluation, a
-# checkpoint and --resume against the eager run bit for bit, predict/evaluate on cuda against the CPU (features and
-# token data), two identical runs diffed, hpctrain generate with the key/value cache against --no-cache, --profile
-# phases from CUDA events, the throughput of a GEMM-bound bf16 MLP against the cuBLASLt ceiling and its PyTorch twin
-# (bench/torch_twin.py, when torch with CUDA is installed), and with 2 or more GPUs 2-rank NCCL runs with and without
-# graphs. Prints a table at the end; exits non-zero when a check failed.
+# Everything GPU-side in one go, on a machine with a GPU (about 8 minutes on one H200 before the GPT-2 124M rows,
+# which add an estimated 2-4, not measured yet; HPCTRAIN_GPU_CHECK_SECONDS skips what would start too late): the CUDA
+# kernel tests against the CPU backend (and one large shape per kernel, the fused and copy-stream paths, graph slots),
+# the tensor-core attention kernels against the reference kernels and f64 (and timed beside them and PyTorch's SDPA),
+# compute-sanitizer (memcheck, racecheck, synccheck) where installed, the device gradient all-reduce on 1 and 2 ranks
+# (with a captured graph and the trainer's teardown order), 20 training steps on run.device = cuda against the same
+# deck on the CPU (fp32 and bf16, 1 rank; fp32 on 2 ranks; with class weights and label smoothing; linear + relu /
+# gelu(tanh) pairs folded into the products' epilogues forward and backward; residual adds folded into products;
+# attention dropout), 20 steps of CNNs and of a vision transformer the same way (16-bit ones channels-last, fp32 ones
+# channels-first, each row checking the layout its run reports), an fp16 loss-scale trajectory against the CPU's, a
+# bf16 deck of odd widths with batches over 8 MiB, CUDA graphs with evaluation, a checkpoint and --resume against the
+# eager run bit for bit, predict/evaluate on cuda against the CPU (features and token data), two identical runs
+# diffed, hpctrain generate with the key/value cache against --no-cache, --profile phases from CUDA events, the
+# throughput of a GEMM-bound bf16 MLP against the cuBLASLt ceiling and its PyTorch twin (bench/torch_twin.py, when
+# torch with CUDA is installed), GPT-2 124M in bf16 at batch 16 x context 1024 (tokens/s, model FLOP utilisation)
+# against its twin, and with 2 or more GPUs 2-rank NCCL runs with and without graphs. Prints a table at the end; exits
+# non-zero when a check failed.
 #
 #   tools/gpu-check.sh                 uses .device/rt.tar.xz (tools/pack-gpu.sh) when present, else build-gpu/
 #   HPCTRAIN_BIN=DIR tools/gpu-check.sh   takes the programs from DIR (hpctrain and the test programs; the CUDA
@@ -762,6 +765,92 @@ if [[ -n $ceiling && ${rate:-} && ${parameters:-} ]]; then
     "$gbs of $copy_gbs GB/s = $(awk -v a="$gbs" -v b="$copy_gbs" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }') (${optimizer_ms:-?} ms/step)"
 else
   record "GEMM TFLOP/s vs cuBLASLt ceiling" SKIP 0 "no ceiling measured ($(tail -1 ceiling.log 2>/dev/null))"
+fi
+
+# ---- 5a. throughput: GPT-2 124M (issue 16) at batch 16 x context 1024, bf16, against its PyTorch twin ----
+# Tokens/s and model FLOP utilisation: FLOPs per token = 6 N + 12 L T C (N: hpctrain's parameter count, the tied table
+# once and the position table included; 12 L T C: the attention scores and weighted values, forward and backward,
+# counted over the full T x T as nanoGPT's and PaLM's estimates do), over the H200's dense bf16 peak of 989 TFLOP/s.
+# Goals (issue 16): >= 1.2x the twin (autocast bf16, torch.compile) and >= 45% MFU. Random ids over the whole
+# vocabulary (Python's standard library writes the .npy: numpy need not be here).
+gpt_layers='[{type="embedding", vocabulary=50304, out=768, positions=true},'
+for ((layer = 0; layer < 12; ++layer)); do gpt_layers+=' {type="transformer_block", heads=12, causal=true},'; done
+gpt_layers+=' {type="layernorm"}, {type="linear", tie="embedding0", bias=false}]'
+cat >gpt2.toml <<TOML
+[run]
+seed = 1
+device = "cuda"
+[data]
+train = "gpt2-tokens.h5"
+batch_size = 16
+[model]
+init = "gpt2"
+layers = $gpt_layers
+[precision]
+mode = "bf16"
+[optimizer]
+type = "adamw"
+lr = 6e-4
+weight_decay = 0.1
+[train]
+steps = 50
+log_every = 10
+[checkpoint]
+at_end = false
+TOML
+gpt_peak_tflops=989
+name="hpctrain GPT-2 124M bf16, b 16 x 1024"
+status=0
+if ! python3 - gpt2-ids.npy <<'PY' >gpt2-data.log 2>&1; then
+import array, random, struct, sys
+count = 64 * 16 * 1024 + 1  # 64 batches of 16 windows of 1024 tokens, and the last target
+generator = random.Random(1)
+ids = array.array("i", (generator.randrange(50304) for _ in range(count)))
+header = "{'descr': '<i4', 'fortran_order': False, 'shape': (%d,), }" % count
+header += " " * (63 - (10 + len(header)) % 64) + "\n"
+with open(sys.argv[1], "wb") as file:
+    file.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + ids.tobytes())
+PY
+  status=1
+fi
+((status == 0)) && "$hpctrain" data convert --tokens gpt2-ids.npy --vocabulary 50304 --sequence-length 1024 \
+  --output gpt2-tokens.h5 >>gpt2-data.log 2>&1 || status=1
+if ((status != 0)); then
+  record "$name" FAIL 0 "no token data: $(tail -1 gpt2-data.log)"
+else
+  timed seconds timeout 300 "$hpctrain" train gpt2.toml --output gpt2 >gpt2.log 2>&1 || status=$?
+  if ((status == 0)); then
+    gpt_rate=$(sed -n 's/.* \([0-9.]*\) samples\/s (median).*/\1/p' gpt2.log)
+    gpt_parameters=$(sed -n 's/.*total parameters: *\([0-9]*\).*/\1/p' gpt2.log | head -1)
+    # flops per token = 6 N + 12 L T C with L = 12, T = 1024, C = 768
+    gpt_flops=$(awk -v n="${gpt_parameters:-0}" 'BEGIN { printf "%.0f", 6 * n + 12 * 12 * 1024 * 768 }')
+    gpt_tokens=$(awk -v r="${gpt_rate:-0}" 'BEGIN { printf "%.0f", r * 1024 }')
+    gpt_mfu=$(awk -v t="$gpt_tokens" -v f="$gpt_flops" -v p=$gpt_peak_tflops 'BEGIN { printf "%.1f", 100 * t * f / (p * 1e12) }')
+    record "$name" "$(awk -v m="$gpt_mfu" 'BEGIN { print (m >= 45 ? "PASS" : "INFO") }')" "$seconds" \
+      "$gpt_tokens tokens/s, MFU $gpt_mfu% (goal 45%; (6 x $gpt_parameters + 12 L T C) flops/token over $gpt_peak_tflops TFLOP/s)"
+    twin=$root/bench/torch_twin.py
+    if [[ -f $twin ]] && python3 -c 'import torch, h5py, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+      status=0
+      timed seconds timeout 400 python3 "$twin" --model gpt --gpt 12,12,768,1024,50304 --tie --device cuda \
+        --precision bf16 --batch 16 --data gpt2-tokens.h5 --lr 6e-4 --weight-decay 0.1 --warmup 10 --windows 5 \
+        --window-steps 10 >gpt2-twin.log 2>&1 || status=$?
+      twin_rate=$(sed -n 's/^TWIN .*samples_per_sec=\([0-9.]*\).*/\1/p' gpt2-twin.log)
+      if ((status == 0)) && [[ -n $twin_rate ]]; then
+        twin_tokens=$(awk -v r="$twin_rate" 'BEGIN { printf "%.0f", r * 1024 }')
+        ratio=$(awk -v a="$gpt_tokens" -v b="$twin_tokens" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
+        twin_mfu=$(awk -v t="$twin_tokens" -v f="$gpt_flops" -v p=$gpt_peak_tflops 'BEGIN { printf "%.1f", 100 * t * f / (p * 1e12) }')
+        record "GPT-2 124M twin (compile, autocast)" "$(awk -v r="$ratio" 'BEGIN { print (r >= 1.2 ? "PASS" : "INFO") }')" \
+          "$seconds" "$twin_tokens tokens/s, MFU $twin_mfu%; hpctrain/torch = ${ratio}x (goal 1.2x); $(grep -o 'compile=[a-z]*' gpt2-twin.log)"
+      else
+        record "GPT-2 124M twin (compile, autocast)" FAIL "$seconds" "exit $status; $(tail -1 gpt2-twin.log)"
+      fi
+    else
+      record "GPT-2 124M twin (compile, autocast)" SKIP 0 "no python3 torch with CUDA and h5py here"
+    fi
+  else
+    record "$name" FAIL "$seconds" "exit $status: $(grep error gpt2.log | head -1)"
+    tail -20 gpt2.log
+  fi
 fi
 
 # ---- 5b. compute-sanitizer over the kernel tests and a 5-step run (where the tool is installed); last, since it is

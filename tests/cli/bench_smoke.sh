@@ -3,7 +3,7 @@
 # its smallest mode (a check of the scripts, not a measurement; their figures here mean nothing).
 #   bench/data_pipeline.sh --quick, bench/checkpoint_bandwidth.sh 1 (REPEATS=1), bench/run.sh --quick,
 #   bench/cnn.sh --quick (with bench/spatial_kernels --quick), bench/augmentation.sh --quick,
-#   bench/attention.sh --quick
+#   bench/attention.sh --quick, bench/gpt.sh --quick (GPT-2's harness on a 2-layer model with 2,048 ids)
 # bench/run.sh's PyTorch rows run only where torch is installed (bench/install-torch.sh); otherwise the table must say
 # the twin was not run.
 source "$(dirname "$0")/lib/common.bash"
@@ -56,6 +56,11 @@ if [[ -x $build/bin/gemm_ceiling ]]; then
   "$bench/attention.sh" --build-dir "$build" --quick >attention.txt 2>&1 || { cat attention.txt >&2; fail "attention.sh --quick"; }
   grep -qE "^ +64 fp32 +forward +[0-9.]+ " attention.txt && grep -qE "^ +64 bf16 +forward\+backward +[0-9.]+ " attention.txt &&
     pass "attention.sh --quick prints its table" || { cat attention.txt >&2; fail "attention.sh table"; }
+  "$bench/gpt.sh" --build-dir "$build" --quick >gpt.txt 2>&1 || { cat gpt.txt >&2; fail "gpt.sh --quick"; }
+  grep -qE "^gpt2-quick +fp32 +4 x 64 \| +[0-9.]+ s +[0-9]+ \|" gpt.txt &&
+    grep -qE "^gpt2-quick +bf16 +4 x 64 \| +[0-9.]+ s +[0-9]+ \|" gpt.txt &&
+    grep -qE "^gpt-tiny +fp32 1t +16 x 64 \| +[0-9.]+ s +[0-9]+ \|" gpt.txt && pass "gpt.sh --quick prints its table" ||
+    { cat gpt.txt >&2; fail "gpt.sh table"; }
 else
   echo "not run: bench/run.sh, bench/cnn.sh, bench/attention.sh (this build has HPCTRAIN_BENCHMARKS=OFF: no gemm_ceiling,"\
     "spatial_kernels, attention_kernels)"

@@ -13,7 +13,9 @@
 // Transposes are strides in the memory descriptors, never copies.
 #include "cpu_gemm.hpp"
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstdlib>
 #include <dnnl.hpp>
 #include <mutex>
@@ -114,6 +116,21 @@ void gemm_double(const double* a, bool transpose_a, const double* b, bool transp
   }
 }
 
+// out (cols, rows) = in (rows, cols) transposed, bit for bit, in tiles (both sides stay in cache lines).
+template <class Bits>
+void transpose_copy(const Bits* in, Bits* out, std::int64_t rows, std::int64_t cols) {
+  constexpr std::int64_t tile = 32;
+  const std::int64_t row_tiles = (rows + tile - 1) / tile, col_tiles = (cols + tile - 1) / tile;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (std::int64_t row_tile = 0; row_tile < row_tiles; ++row_tile)
+    for (std::int64_t col_tile = 0; col_tile < col_tiles; ++col_tile) {
+      const std::int64_t row_end = std::min(rows, (row_tile + 1) * tile);
+      const std::int64_t col_end = std::min(cols, (col_tile + 1) * tile);
+      for (std::int64_t col = col_tile * tile; col < col_end; ++col)
+        for (std::int64_t row = row_tile * tile; row < row_end; ++row) out[col * rows + row] = in[row * cols + col];
+    }
+}
+
 // k == 0: the product is empty, c = bias [+ c]. oneDNN is not asked about zero-sized reductions.
 template <class TC, class TB>
 void bias_only(TC* c, const TB* bias, bool accumulate, const TC* addend, std::int64_t m, std::int64_t n) {
@@ -150,6 +167,7 @@ struct CpuGemm::Impl {
   std::unordered_map<MatmulKey, Matmul, MatmulKeyHash> primitives;
   ScratchBuffer widened_a, widened_b;  // 16-bit inputs as fp32: (m, k), (k, n) in their stored layout
   ScratchBuffer float_result;          // (m, n) fp32 result for output dtypes oneDNN does not write
+  ScratchBuffer transposed_a;          // op(a) = a^T copied row-major (m, k): see CpuGemm::run
   ScratchBuffer scratchpad;            // oneDNN's own scratch (user-managed, so oneDNN allocates none per call)
   std::mutex mutex;                    // the cache and the scratch buffers are shared by all calls
 
@@ -286,6 +304,20 @@ void CpuGemm::run(const TensorView& a, bool transpose_a, const TensorView& b, bo
     input = DType::f32;
   }
 
+  // A first operand stored transposed (the weight gradients dW = dy^T x, whose reduction runs over the batch rows):
+  // oneDNN 2.6's brgemm matmul runs such a source at about half the rate of a row-major one (ONEDNN_VERBOSE, GPT-2
+  // 124M's products, fp32 and bf16; docs/performance.md), so it gets a row-major copy first when the copy is small
+  // against the product (it reads and writes m x k values, the product does 2 m n k flops).
+  if (transpose_a && n >= 64 && m * k >= 16384) {
+    const std::size_t bytes = dtype_size(input);
+    void* copy = impl_->transposed_a.reserve(static_cast<std::size_t>(m * k) * bytes);
+    if (bytes == 4)
+      transpose_copy(static_cast<const std::uint32_t*>(a_data), static_cast<std::uint32_t*>(copy), k, m);
+    else
+      transpose_copy(static_cast<const std::uint16_t*>(a_data), static_cast<std::uint16_t*>(copy), k, m);
+    a_data = copy;
+    transpose_a = false;
+  }
   MatmulKey key{m, n, k, transpose_a, transpose_b, input, c.dtype, bias != nullptr, accumulate, addend != nullptr};
   const bool writes_c_directly = c.dtype == DType::f32 || (input == DType::bf16 && c.dtype == DType::bf16);
   if (writes_c_directly) {
