@@ -21,6 +21,7 @@
 #include "hpctrain/io/hdf5.hpp"
 #include "hpctrain/io/metrics_writer.hpp"
 #include "hpctrain/io/parallel_file.hpp"
+#include "hpctrain/kernels/backend_buffer.hpp"
 #include "hpctrain/nn/model.hpp"
 #include "hpctrain/precision/policy.hpp"
 #include "hpctrain/train/backend_choice.hpp"
@@ -142,24 +143,6 @@ void softmax_and_argmax(const std::vector<float>& logits, std::int64_t width, st
   }
 }
 
-// One position of a language model: its most likely next token and the log-probability of its target under the
-// softmax of its logits (computed in double; NaN for an ignored target).
-struct LogSoftmaxAt {
-  std::int32_t argmax = 0;
-  float log_probability = NAN;
-};
-
-LogSoftmaxAt log_softmax_at(const float* logits, std::int64_t classes, std::int32_t target) {
-  LogSoftmaxAt result;
-  const float* largest = std::max_element(logits, logits + classes);  // the first of equal maxima
-  result.argmax = static_cast<std::int32_t>(largest - logits);
-  if (target < 0 || target >= classes) return result;
-  double total = 0.0;
-  for (std::int64_t k = 0; k < classes; ++k) total += std::exp(static_cast<double>(logits[k]) - *largest);
-  result.log_probability = static_cast<float>(static_cast<double>(logits[target]) - *largest - std::log(total));
-  return result;
-}
-
 // Writes a dataset of `samples` rows (`columns` values each; 0: a 1-D dataset) collectively, rank r's rows being r,
 // r + R, ... (evaluation_share), `rows` of them at `data`: one strided hyperslab per rank.
 struct RowWriter {
@@ -255,26 +238,33 @@ int predict_command(const Arguments& args, const MpiEnvironment& mpi) {
     outputs.reserve(kept);
   }
   const StepContext context{&backend, false, deck.run.seed, 0, nullptr, 0};
-  forward_split(data, model, backend, device, setup.local_batch, context, mpi,
-                [&](const HostBatch& batch, const TensorView&, const float* host) {
-                  if (!data.holds_tokens()) {
-                    outputs.insert(outputs.end(), host, host + batch.rows * width);
-                    return;
-                  }
-                  const std::int32_t* target = batch.token_targets.data();
-                  const std::int64_t scored_rows = batch.rows * positions;
-                  const std::size_t first = targets.size();
-                  targets.insert(targets.end(), target, target + scored_rows);
-                  next_tokens.resize(first + static_cast<std::size_t>(scored_rows));
-                  target_log_probabilities.resize(next_tokens.size());
-    // A pass over the vocabulary per position (GPT-2: 50,304 exp each): over the rank's threads.
-#pragma omp parallel for schedule(static)
-                  for (std::int64_t row = 0; row < scored_rows; ++row) {
-                    const LogSoftmaxAt scored = log_softmax_at(host + row * classes, classes, target[row]);
-                    next_tokens[first + static_cast<std::size_t>(row)] = scored.argmax;
-                    target_log_probabilities[first + static_cast<std::size_t>(row)] = scored.log_probability;
-                  }
-                });
+  // Token data: each position's argmax and log-probability of its target on the backend (Backend::score_targets), so
+  // only those leave it, not the T x vocabulary logits of a window.
+  const std::size_t batch_positions = data.holds_tokens() ? static_cast<std::size_t>(setup.local_batch * positions) : 0;
+  BackendBuffer device_targets(backend, batch_positions * sizeof(std::int32_t));
+  BackendBuffer device_next_tokens(backend, batch_positions * sizeof(std::int32_t));
+  BackendBuffer device_log_probabilities(backend, batch_positions * sizeof(float));
+  forward_split(
+      data, model, backend, device, setup.local_batch, context, mpi,
+      [&](const HostBatch& batch, const TensorView& output, const float* host) {
+        if (!data.holds_tokens()) {
+          outputs.insert(outputs.end(), host, host + batch.rows * width);
+          return;
+        }
+        const std::int32_t* target = batch.token_targets.data();
+        const std::int64_t scored_rows = batch.rows * positions;
+        const std::size_t first = targets.size(), count = static_cast<std::size_t>(scored_rows);
+        targets.insert(targets.end(), target, target + scored_rows);
+        next_tokens.resize(first + count);
+        target_log_probabilities.resize(first + count);
+        backend.copy_to_backend(device_targets.data, target, count * sizeof(std::int32_t));
+        backend.score_targets({output.data, output.dtype, scored_rows, classes}, device_targets.as<std::int32_t>(),
+                              device_next_tokens.as<std::int32_t>(), device_log_probabilities.as<float>());
+        backend.copy_to_host(next_tokens.data() + first, device_next_tokens.data, count * sizeof(std::int32_t));
+        backend.copy_to_host(target_log_probabilities.data() + first, device_log_probabilities.data,
+                             count * sizeof(float));
+      },
+      data.holds_tokens() ? HostOutputs::none : HostOutputs::copied);
 
   // Write: rank r's rows are samples r, r + R, ...: one strided hyperslab per rank, collective.
   std::vector<float> probabilities;

@@ -17,6 +17,12 @@ void Backend::smoothed_softmax_cross_entropy(const TensorView&, const std::int32
                                              const float*, const TensorView&, LossSums*) {
   not_supported(*this, "cross-entropy with class weights or label smoothing");
 }
+void Backend::count_class_hits(const TensorView&, const std::int32_t*, double*, bool) {
+  not_supported(*this, "counting class hits (evaluation)");
+}
+void Backend::score_targets(const TensorView&, const std::int32_t*, std::int32_t*, float*) {
+  not_supported(*this, "scoring targets (predict)");
+}
 void Backend::add(const TensorView&, const TensorView&, const TensorView&) {
   not_supported(*this, "the element-wise sum (residual blocks)");
 }

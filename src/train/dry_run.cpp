@@ -41,8 +41,10 @@ std::string data_text(const TrainingData& data) {
          shape_text(data.model_input_shape());
 }
 
-// Per rank; the same on every rank (each holds the whole model).
-std::string memory_text(const RunConfig& config, const Model& model, std::int64_t rows) {
+// Per rank; the same on every rank (each holds the whole model). evaluation_rows: an evaluation batch per rank, 0
+// without a validation split.
+std::string memory_text(const RunConfig& config, const Model& model, std::int64_t rows, TaskKind task,
+                        std::int64_t evaluation_rows) {
   const PrecisionPolicy precision = PrecisionPolicy::of(config.precision.mode);
   const auto parameters = static_cast<std::uintmax_t>(model.trainable_parameters());
   const std::uintmax_t master = parameters * dtype_size(precision.master);
@@ -51,7 +53,13 @@ std::string memory_text(const RunConfig& config, const Model& model, std::int64_
   const std::uintmax_t working =
       precision.activations != precision.master ? parameters * dtype_size(precision.activations) : 0;
   const std::uintmax_t activations = model.memory().activations * static_cast<std::uintmax_t>(rows);
-  const std::uintmax_t total = 2 * master + state_vectors * master + working + activations;
+  // Evaluation: a classification model's hits are counted on the backend (two counts); a regression model's output
+  // of an evaluation batch is copied to the host in fp32 (a buffer of that size on the backend and one on the host).
+  const std::uintmax_t evaluation_copy =
+      task == TaskKind::regression
+          ? static_cast<std::uintmax_t>(evaluation_rows) * static_cast<std::uintmax_t>(model.output_width()) * 4
+          : 0;
+  const std::uintmax_t total = 2 * master + state_vectors * master + working + activations + evaluation_copy;
   std::ostringstream text;
   const auto row = [&](const std::string& what, std::uintmax_t bytes) {
     char line[200];
@@ -66,12 +74,17 @@ std::string memory_text(const RunConfig& config, const Model& model, std::int64_
       state_vectors * master);
   if (working > 0) row(std::string("16-bit working copy of the parameters"), working);
   row("activations (" + std::to_string(rows) + " rows per rank)", activations);
+  if (evaluation_copy > 0) row("evaluation's fp32 copy of the outputs", evaluation_copy);
   row("total", total);
   text << "  parameters and state: the model's " << parameters
        << " parameters x bytes per value (CUDA adds up to 256 bytes of alignment per tensor);\n"
        << "  activations: what the model allocates for its largest batch per rank (micro-batch or evaluation batch):\n"
        << "  each layer's input and the output, two backward scratch buffers and saved statistics, in "
        << dtype_name(precision.activations) << ";\n"
+       << "  evaluation: "
+       << (task == TaskKind::regression ? "an fp32 copy of an evaluation batch's outputs (the same again on the host)"
+                                        : "hits counted on the device, no copy of the outputs")
+       << ";\n"
        << "  not counted: the backend's workspaces (oneDNN scratchpads, cuBLASLt/cuDNN), the loader's host batches,\n"
        << "  MPI/NCCL buffers and the CUDA context\n";
   return text.str();
@@ -176,7 +189,8 @@ std::string dry_run(const RunConfig& config, const MpiEnvironment& mpi, const Tr
   text << "; evaluation " << shape.eval_local_batch << " per rank\n"
        << "model:\n"
        << model.summary() << "\n"
-       << memory_text(config, model, std::max(shape.micro_rows, shape.eval_local_batch));
+       << memory_text(config, model, std::max(shape.micro_rows, shape.eval_local_batch), task,
+                      validation ? shape.eval_local_batch : 0);
   char epochs[32];
   std::snprintf(epochs, sizeof epochs, "%.2f", static_cast<double>(total_steps) / static_cast<double>(steps_per_epoch));
   text << "plan: " << total_steps << " steps = " << epochs << " epochs of " << steps_per_epoch

@@ -1,4 +1,5 @@
-// Evaluation over a split: loss on the backend, the other metrics on the host from the fp32 outputs.
+// Evaluation over a split: the loss and the classification counts on the backend; regression metrics on the host from
+// the fp32 outputs.
 #include "hpctrain/train/evaluation.hpp"
 
 #include <algorithm>
@@ -19,18 +20,21 @@ std::vector<std::int64_t> evaluation_share(std::int64_t samples, int rank, int r
 
 void forward_split(const TrainingData& data, Model& model, Backend& backend, DeviceBatch& device,
                    std::int64_t local_batch, const StepContext& context, const MpiEnvironment& mpi,
-                   const ForwardVisit& visit) {
+                   const ForwardVisit& visit, HostOutputs host_outputs) {
   const std::vector<std::int64_t> mine = evaluation_share(data.samples(), mpi.rank(), mpi.size());
   const std::int64_t width = model.output_width();
-  BackendBuffer wide(backend, static_cast<std::size_t>(local_batch * width) * sizeof(float));
-  std::vector<float> host(static_cast<std::size_t>(local_batch * width));
+  const bool copied = host_outputs == HostOutputs::copied;
+  const std::size_t copied_values = copied ? static_cast<std::size_t>(local_batch * width) : 0;
+  BackendBuffer wide(backend, copied_values * sizeof(float));
+  std::vector<float> host(copied_values);
   HostBatch batch;
   StepContext step = context;
   step.training = false;
   step.sample_ids = device.sample_ids();
   // ---- CUDA graphs (issue 15, item 16): after one eager full batch (it sizes the scratch and picks the
-  // algorithms), the forward pass of a full batch is captured once per split and replayed; uploads and read-backs
-  // stay outside. A partial last batch runs eagerly.
+  // algorithms), the forward pass of a full batch (and the cast of its output when it is copied) is captured once per
+  // split and replayed; uploads, read-backs and what the visitor runs (the loss, the class counts) stay outside. A
+  // partial last batch runs eagerly.
   std::int64_t full_batches = 0;
   bool captured = false;
   TensorView captured_output{};
@@ -44,7 +48,7 @@ void forward_split(const TrainingData& data, Model& model, Backend& backend, Dev
     TensorView output{};
     if (!replay || !captured) {
       output = model.forward(step);
-      backend.cast(output, {wide.data, DType::f32, rows, width});
+      if (copied) backend.cast(output, {wide.data, DType::f32, rows, width});
     }
     if (replay) {
       if (!captured) {
@@ -55,8 +59,8 @@ void forward_split(const TrainingData& data, Model& model, Backend& backend, Dev
       backend.replay_capture(CaptureSlot::inference);
       output = captured_output;
     }
-    backend.copy_to_host(host.data(), wide.data, static_cast<std::size_t>(rows * width) * sizeof(float));
-    visit(batch, output, host.data());
+    if (copied) backend.copy_to_host(host.data(), wide.data, static_cast<std::size_t>(rows * width) * sizeof(float));
+    visit(batch, output, copied ? host.data() : nullptr);
   }
 }
 
@@ -64,45 +68,48 @@ EvalMetrics evaluate_split(const TrainingData& data, Model& model, Backend& back
                            std::int64_t local_batch, const StepContext& context, const MpiEnvironment& mpi) {
   // A sequence model scores every position: rows * T rows of `width` classes against the token targets.
   const std::int64_t positions = model.positions(), width = model.classes();
+  const bool classification = task == TaskKind::classification;
   BackendBuffer sums_buffer(backend, sizeof(LossSums));
   backend.zero(sums_buffer.data, sizeof(LossSums));
-  // reduced: loss sum, correct, top-5 hits, |error| sum, then per output: sum t, sum t^2, sum (p - t)^2, and last the
-  // loss's denominator (samples, or with class weights the sum of the labels' weights, or the scored positions: the
-  // training loss's mean)
-  std::vector<double> totals(5 + 3 * static_cast<std::size_t>(width), 0.0);
-  forward_split(data, model, backend, device, local_batch, context, mpi,
-                [&](const HostBatch& batch, const TensorView& output, const float* host) {
-                  model.apply_loss(batch.rows, nullptr, sums_buffer.as<LossSums>());
-                  const std::int64_t scored_rows = batch.rows * positions;
-                  const std::int32_t* labels = positions > 1 ? batch.token_targets.data() : batch.labels.data();
-                  totals.back() += positions > 1 ? Loss::counted_targets(labels, scored_rows)
-                                   : task == TaskKind::classification
-                                       ? model.loss().label_weight_sum(labels, batch.rows)
-                                       : static_cast<double>(batch.rows);
-                  for (std::int64_t row = 0; row < scored_rows; ++row) {
-                    const float* prediction = host + row * width;
-                    if (task == TaskKind::classification) {
-                      if (labels[row] == Loss::ignore_index) continue;
-                      const float target_logit = prediction[labels[row]];
-                      std::int64_t above = 0;
-                      for (std::int64_t k = 0; k < width; ++k) above += prediction[k] > target_logit;
-                      totals[2] += above < 5;
-                    } else {
-                      for (std::int64_t k = 0; k < width; ++k) {
-                        const double target = batch.targets[static_cast<std::size_t>(row * width + k)];
-                        const double error = prediction[k] - target;
-                        totals[3] += std::abs(error);
-                        totals[4 + 3 * k] += target;
-                        totals[5 + 3 * k] += target * target;
-                        totals[6 + 3 * k] += error * error;
-                      }
-                    }
-                  }
-                });
+  // classification: (argmax hits, top-5 hits) counted on the backend from the output and the uploaded targets
+  BackendBuffer hits_buffer(backend, 2 * sizeof(double));
+  backend.zero(hits_buffer.data, 2 * sizeof(double));
+  // reduced: loss sum, argmax hits, top-5 hits, |error| sum, then per output: sum t, sum t^2, sum (p - t)^2, and last
+  // the loss's denominator (samples, or with class weights the sum of the labels' weights, or the scored positions: the
+  // training loss's mean). The per-output sums are regression's only (a GPT's 50,304 classes need none).
+  std::vector<double> totals(5 + (classification ? 0 : 3 * static_cast<std::size_t>(width)), 0.0);
+  forward_split(
+      data, model, backend, device, local_batch, context, mpi,
+      [&](const HostBatch& batch, const TensorView& output, const float* host) {
+        model.apply_loss(batch.rows, nullptr, sums_buffer.as<LossSums>());
+        const std::int64_t scored_rows = batch.rows * positions;
+        const std::int32_t* labels = positions > 1 ? batch.token_targets.data() : batch.labels.data();
+        totals.back() += positions > 1    ? Loss::counted_targets(labels, scored_rows)
+                         : classification ? model.loss().label_weight_sum(labels, batch.rows)
+                                          : static_cast<double>(batch.rows);
+        if (classification) {  // each scored position a row of `width` class scores
+          const TensorView scores{output.data, output.dtype, scored_rows, width};
+          backend.count_class_hits(scores, static_cast<const std::int32_t*>(model.loss().answers()),
+                                   hits_buffer.as<double>(), true);
+          return;
+        }
+        for (std::int64_t row = 0; row < scored_rows; ++row) {
+          const float* prediction = host + row * width;
+          for (std::int64_t k = 0; k < width; ++k) {
+            const double target = batch.targets[static_cast<std::size_t>(row * width + k)];
+            const double error = prediction[k] - target;
+            totals[3] += std::abs(error);
+            totals[4 + 3 * k] += target;
+            totals[5 + 3 * k] += target * target;
+            totals[6 + 3 * k] += error * error;
+          }
+        }
+      },
+      classification ? HostOutputs::none : HostOutputs::copied);
   LossSums sums;
   backend.copy_to_host(&sums, sums_buffer.data, sizeof sums);
   totals[0] = sums.loss_sum;
-  totals[1] = sums.correct;
+  if (classification) backend.copy_to_host(&totals[1], hits_buffer.data, 2 * sizeof(double));  // totals[1], [2]
   HPCTRAIN_MPI_CHECK(
       MPI_Allreduce(MPI_IN_PLACE, totals.data(), static_cast<int>(totals.size()), MPI_DOUBLE, MPI_SUM, mpi.world()));
   EvalMetrics metrics;
@@ -110,7 +117,7 @@ EvalMetrics evaluate_split(const TrainingData& data, Model& model, Backend& back
   const auto n = static_cast<double>(data.samples());
   metrics.loss = totals[0] / totals.back();
   if (positions > 1) metrics.positions = static_cast<std::int64_t>(totals.back());
-  if (task == TaskKind::classification) {
+  if (classification) {
     const double scored = positions > 1 ? totals.back() : n;  // accuracies per scored position of a sequence model
     metrics.accuracy = totals[1] / scored;
     if (width > 5) metrics.top5_accuracy = totals[2] / scored;

@@ -61,6 +61,28 @@ run_ranks 1 train deck.toml --output dry --set precision.mode=bf16 --dry-run >bf
 grep -qE "16-bit working copy of the parameters .*\($((2 * (2 * 16 + 16 + 16 * 12 + 12 + 12 * 3 + 3))) bytes\)" bf16.log &&
   pass "bf16: working copy counted" || { cat bf16.log >&2; fail "bf16: working copy"; }
 
+# Evaluation's memory: a classification model counts its hits on the device (no copy of the outputs, the total above);
+# a regression model copies an evaluation batch's outputs to the host in fp32: 16 rows per rank x 3 outputs x 4 bytes.
+grep -q "evaluation's fp32 copy" dry.log && fail "classification: an fp32 copy of the outputs counted"
+"$HPCTRAIN" data generate regression --samples 256 --outputs 3 --seed 1 --output reg-train.h5 >/dev/null
+"$HPCTRAIN" data generate regression --samples 64 --outputs 3 --seed 2 --output reg-validation.h5 >/dev/null
+cat >reg.toml <<'TOML'
+[data]
+train = "reg-train.h5"
+validation = "reg-validation.h5"
+batch_size = 32
+eval_batch_size = 32
+[model]
+loss = "mse"
+layers = [ { type = "linear", out = 8 }, { type = "relu" }, { type = "linear", out = 3 } ]
+[train]
+steps = 4
+TOML
+run_ranks 2 train reg.toml --output dry --dry-run >reg.log 2>&1 || { cat reg.log >&2; fail "regression dry run"; }
+grep -qE "evaluation's fp32 copy of the outputs .*\($((16 * 3 * 4)) bytes\)" reg.log &&
+  pass "regression: the fp32 copy of an evaluation batch's outputs counted" ||
+  { cat reg.log >&2; fail "regression: the evaluation copy"; }
+
 # the same errors as train, once, on every rank
 same_error() {  # NAME ARGS...: train and train --dry-run fail with the same message
   local name=$1; shift

@@ -11,12 +11,7 @@
 # 4. a window length other than the model's, and a features file, are refused with one message.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
-licence=/usr/share/common-licenses/GPL-3
-[[ -r $licence ]] || { echo "skipped: $licence is missing"; exit 77; }
-mkdir data
-"$HPCTRAIN" data convert --text "$licence" --validation-fraction 0.1 --sequence-length 64 \
-  --output data/gpl3-train.h5 --validation-output data/gpl3-validation.h5 >convert.log 2>&1 ||
-  { cat convert.log >&2; fail "convert --text"; }
+make_gpl3_tokens
 cp "$HPCTRAIN_SOURCE_DIR"/inputs/gpt-tiny.toml .
 # 40 steps, evaluated once at the end (the checkpoint written at the end is of the same step); an eval batch that
 # does not divide the validation windows (54 of GPL-3), so both ranks end on a partial batch

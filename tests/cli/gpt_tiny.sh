@@ -5,12 +5,7 @@
 # full deck's figure (validation loss against the byte-unigram entropy) is in docs/data.md, not measured here.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
-licence=/usr/share/common-licenses/GPL-3
-[[ -r $licence ]] || { echo "skipped: $licence is missing"; exit 77; }
-mkdir data
-"$HPCTRAIN" data convert --text "$licence" --validation-fraction 0.1 --sequence-length 64 \
-  --output data/gpl3-train.h5 --validation-output data/gpl3-validation.h5 >convert.log 2>&1 ||
-  { cat convert.log >&2; fail "convert --text"; }
+make_gpl3_tokens
 cp "$HPCTRAIN_SOURCE_DIR"/inputs/gpt-tiny.toml .
 
 # 1. rank invariance (dropout included: its masks are keyed by sample, not rank)

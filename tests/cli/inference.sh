@@ -152,7 +152,8 @@ expect_error predict_no_overwrite "exists; hpctrain does not overwrite" 2 predic
 "$HPCTRAIN" data generate regression --samples 400 --features 4 --outputs 2 --seed 2 --output reg-val.h5 >/dev/null
 run_ranks 2 train deck.toml --output reg --set model.loss=mse --set data.train=reg.h5 --set data.validation=reg-val.h5 \
   --set 'model.layers[3].out=2' >reg.log 2>&1 || { cat reg.log >&2; fail "regression run"; }
-"$HPCTRAIN" data generate blobs --samples 2000 --features 8 --classes 10 --seed 1 --output ten.h5 >/dev/null
+# overlapping blobs (noise 6): the 10-class model misses some, so its accuracy and top-5 differ
+"$HPCTRAIN" data generate blobs --samples 2000 --features 8 --classes 10 --seed 1 --noise 6 --output ten.h5 >/dev/null
 run_ranks 2 train deck.toml --output ten --set data.train=ten.h5 --set data.validation=ten.h5 \
   --set 'model.layers[3].out=10' >ten.log 2>&1 || { cat ten.log >&2; fail "10-class run"; }
 $PYTHON - <<'PY' && pass "regression MAE/MSE/R^2 and top-5 accuracy recorded" || fail "metrics"
@@ -163,5 +164,21 @@ assert 0 < reg["/eval/mae"][-1] and reg["/eval/r2"][-1] <= 1, reg["/eval/r2"][-1
 ten = h5py.File("ten/metrics.h5", "r")
 assert ten["/eval/top5_accuracy"][-1] >= ten["/eval/accuracy"][-1]
 print("r2", reg["/eval/r2"][-1], "top5", ten["/eval/top5_accuracy"][-1], "top1", ten["/eval/accuracy"][-1])
+PY
+# Training's validation counts its hits on the backend (issue 16): the same accuracies as the host rule on the model's
+# fp32 outputs that predict writes (argmax: the first maximum; top-5: fewer than 5 outputs strictly larger).
+run_ranks 2 predict ten --data ten.h5 --output ten-predictions.h5 >ten-predict.log 2>&1 ||
+  { cat ten-predict.log >&2; fail "10-class predict"; }
+$PYTHON - <<'PY' && pass "validation accuracy and top-5 equal the host rule on predict's outputs" || fail "hits"
+import h5py, numpy as np
+outputs = h5py.File("ten-predictions.h5", "r")["predictions"][()]
+labels = h5py.File("ten.h5", "r")["/labels"][()]
+ten = h5py.File("ten/metrics.h5", "r")
+target = outputs[np.arange(len(labels)), labels][:, None]
+accuracy = np.mean(np.argmax(outputs, axis=1) == labels)
+top5 = np.mean(np.sum(outputs > target, axis=1) < 5)
+print(f"accuracy {accuracy} vs {ten['/eval/accuracy'][-1]}, top-5 {top5} vs {ten['/eval/top5_accuracy'][-1]}")
+assert 0 < accuracy < top5 < 1, "the check needs hits and misses of both kinds"
+assert accuracy == ten["/eval/accuracy"][-1] and top5 == ten["/eval/top5_accuracy"][-1]
 PY
 finish

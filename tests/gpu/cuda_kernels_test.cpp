@@ -12,6 +12,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_support.hpp"
@@ -232,6 +233,85 @@ TEST_F(CudaVsCpu, SoftmaxCrossEntropy) {
       const LossSums want = sums.cpu_values()[0], got = sums.gpu_values()[0];
       EXPECT_NEAR(got.loss_sum, want.loss_sum, 1e-5 * want.loss_sum) << where;
       EXPECT_EQ(got.correct, want.correct) << where;
+    }
+}
+
+// Evaluation's argmax and top-5 hits (issue 16): the same counts as the CPU backend on scores with ties (integer
+// grid), NaN scores (first and later in a row), ignored targets (-100) and targets on a row's tied maximum; counts
+// NaN-poisoned before the overwriting call, then added to. 70,000 rows of 3 go past one grid of blocks; 300 rows of
+// GPT-2's 50,304 classes are the real width.
+TEST_F(CudaVsCpu, CountClassHits) {
+  struct Shape {
+    std::int64_t rows, cols;
+  };
+  for (DType dtype : gpu_dtypes)
+    for (const Shape shape : {Shape{70, 37}, Shape{70000, 3}, Shape{300, 50304}}) {
+      const std::string where =
+          std::string(dtype_name(dtype)) + " " + std::to_string(shape.rows) + " x " + std::to_string(shape.cols);
+      auto scores = pair(dtype, shape.rows, shape.cols);
+      std::vector<double> values = random_values(static_cast<std::size_t>(shape.rows * shape.cols), 91, -4.5, 4.5);
+      for (double& value : values) value = std::round(value);  // ties everywhere
+      for (std::int64_t row = 0; row < shape.rows; row += 11)
+        values[static_cast<std::size_t>(row * shape.cols + (row % 2 == 0 ? 0 : shape.cols - 1))] = std::nan("");
+      scores.set(values);
+      std::vector<std::int32_t> target_values;
+      for (std::int64_t row = 0; row < shape.rows; ++row) {
+        std::int64_t target = (row * 7 + 3) % shape.cols;
+        if (row % 3 == 1)  // the row's maximum at its first or last index: ties decide
+          for (std::int64_t k = 0; k < shape.cols; ++k)
+            if (values[static_cast<std::size_t>(row * shape.cols + k)] >= 4.0) {
+              target = k;
+              if (row % 2 == 0) break;
+            }
+        target_values.push_back(row % 9 == 4 ? -100 : static_cast<std::int32_t>(target));
+      }
+      auto targets = array(target_values);
+      auto counts = array(std::vector<double>(2, std::nan("")));
+      cpu->count_class_hits(scores.cpu(), targets.cpu(), counts.cpu(), false);
+      gpu->count_class_hits(scores.gpu(), targets.gpu(), counts.gpu(), false);
+      const std::vector<double> want = counts.cpu_values();
+      EXPECT_FALSE(std::isnan(want[0]) || std::isnan(want[1])) << where;
+      EXPECT_GT(want[0], 0.0) << where;
+      EXPECT_EQ(counts.gpu_values(), want) << where;
+      cpu->count_class_hits(scores.cpu(), targets.cpu(), counts.cpu(), true);
+      gpu->count_class_hits(scores.gpu(), targets.gpu(), counts.gpu(), true);
+      EXPECT_EQ(counts.gpu_values(), counts.cpu_values()) << where;
+      EXPECT_EQ(counts.gpu_values()[1], 2 * want[1]) << where;
+    }
+}
+
+// predict's per-position scores (issue 16): the same argmax as the CPU backend, log p(target) within fp32 rounding
+// (the double sum's order differs), NaN for ignored targets; outputs poisoned before the run.
+TEST_F(CudaVsCpu, ScoreTargets) {
+  for (DType dtype : gpu_dtypes)
+    for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{70, 37}, {70000, 5}, {64, 50304}}) {
+      const std::string where =
+          std::string(dtype_name(dtype)) + " " + std::to_string(rows) + " x " + std::to_string(cols);
+      auto logits = pair(dtype, rows, cols);
+      std::vector<double> values = random_values(static_cast<std::size_t>(rows * cols), 93, -8.0, 8.0);
+      for (std::size_t i = 0; i < values.size(); i += 2) values[i] = std::round(values[i]);  // tied maxima
+      logits.set(values);
+      std::vector<std::int32_t> target_values;
+      for (std::int64_t row = 0; row < rows; ++row)
+        target_values.push_back(row % 9 == 4 ? -100 : static_cast<std::int32_t>((row * 7 + 3) % cols));
+      auto targets = array(target_values);
+      auto argmax = array(std::vector<std::int32_t>(static_cast<std::size_t>(rows), -1));
+      auto log_probability = array(std::vector<float>(static_cast<std::size_t>(rows), nan_float));
+      cpu->score_targets(logits.cpu(), targets.cpu(), argmax.cpu(), log_probability.cpu());
+      gpu->score_targets(logits.gpu(), targets.gpu(), argmax.gpu(), log_probability.gpu());
+      EXPECT_EQ(argmax.gpu_values(), argmax.cpu_values()) << where;
+      const std::vector<float> want = log_probability.cpu_values(), got = log_probability.gpu_values();
+      double worst = 0.0;
+      for (std::size_t row = 0; row < want.size(); ++row) {
+        if (target_values[row] == -100) {
+          EXPECT_TRUE(std::isnan(got[row]) && std::isnan(want[row])) << where << " row " << row;
+          continue;
+        }
+        const double scale = std::max(std::abs(static_cast<double>(want[row])), 1e-3);
+        worst = std::max(worst, std::abs(static_cast<double>(got[row]) - want[row]) / scale);
+        ASSERT_FALSE(std::isnan(got[row])) << where << " row " << row;
+      }
+      EXPECT_LE(worst, 1e-6) << where;
     }
 }
 

@@ -335,6 +335,21 @@ class Backend {
   virtual void mean_squared_error(const TensorView& pred, const void* targets, const float* grad_scale,
                                   const TensorView& dpred, LossSums* sums) = 0;
 
+  // ---- evaluation counts ----
+  // Per row of class scores (rows, cols) against its int32 target (backend memory, one per row; kernel_math::
+  // ignored_label (-100), or a target outside [0, cols), is never a hit): counts[0] = rows whose argmax (the first
+  // maximum, as kernel_math::row_argmax: ties -> the lowest index, a NaN after the first score never wins) is the
+  // target; counts[1] = rows with fewer than 5 scores strictly above the target's (ties count for the target, a NaN
+  // target score is a hit). Scores compared in the compute type (fp32 for f32/bf16/f16 storage). counts: 2 doubles in
+  // backend memory, overwritten, or added to with accumulate; the counts are exact integers. What evaluation keeps on
+  // the device instead of copying the model's output to the host.
+  virtual void count_class_hits(const TensorView& scores, const std::int32_t* targets, double* counts, bool accumulate);
+  // Per row of logits (rows, cols) and its int32 target (backend memory): argmax[row] = the first maximum (as above),
+  // target_log_probability[row] = log softmax(row)[target] = x[target] - max - log sum_k exp(x[k] - max), the sum in
+  // double (NaN for a target outside [0, cols), e.g. -100). What `predict` writes per position of a token model.
+  virtual void score_targets(const TensorView& logits, const std::int32_t* targets, std::int32_t* argmax,
+                             float* target_log_probability);
+
   // ---- optimizer (flat fp32 buffers) ----
   // Global statistics of the (all-reduced, still scaled) gradients: sets scalars->found_nonfinite, grad_norm
   // (unscaled: sqrt(sum g^2) / loss_scale) and clip_coefficient. The reduction order is fixed (deterministic).

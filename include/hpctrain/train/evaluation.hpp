@@ -30,14 +30,19 @@ struct EvalMetrics {
 std::vector<std::int64_t> evaluation_share(std::int64_t samples, int rank, int ranks);
 
 // The model's output for one batch: the batch as read (features transformed), the output on the backend, and its fp32
-// copy on the host, (batch.rows, output width).
+// copy on the host, (batch.rows, output width), or null (HostOutputs::none).
 using ForwardVisit = std::function<void(const HostBatch& batch, const TensorView& output, const float* host)>;
+
+// Whether forward_split copies each batch's output to the host: predictions and regression metrics read it there;
+// classification metrics are counted on the backend (Backend::count_class_hits), so no output leaves the device (a
+// GPT-2 window's logits are 1024 x 50,304 values).
+enum class HostOutputs : std::uint8_t { copied, none };
 
 // Forward passes over this rank's share of the split (evaluation_share), local_batch rows at a time, read through the
 // split's reader (TrainingData::read applies the deck's feature transforms): what evaluation and predictions share.
 void forward_split(const TrainingData& data, Model& model, Backend& backend, DeviceBatch& device,
                    std::int64_t local_batch, const StepContext& context, const MpiEnvironment& mpi,
-                   const ForwardVisit& visit);
+                   const ForwardVisit& visit, HostOutputs host_outputs = HostOutputs::copied);
 
 // Metrics reduced over all ranks.
 EvalMetrics evaluate_split(const TrainingData& data, Model& model, Backend& backend, DeviceBatch& device, TaskKind task,

@@ -18,6 +18,7 @@
 #include <string>
 #include <type_traits>
 
+#include "cpu_class_hits.hpp"
 #include "cpu_common.hpp"
 #include "cpu_convolution.hpp"
 #include "cpu_gemm.hpp"
@@ -504,6 +505,14 @@ class CpuBackend final : public Backend {
         });
   }
 
+  void count_class_hits(const TensorView& scores, const std::int32_t* targets, double* counts,
+                        bool accumulate) override {
+    cpu::count_class_hits(scores, targets, counts, accumulate);
+  }
+  void score_targets(const TensorView& logits, const std::int32_t* targets, std::int32_t* argmax,
+                     float* target_log_probability) override {
+    cpu::score_targets(logits, targets, argmax, target_log_probability);
+  }
   void mean_squared_error(const TensorView& pred, const void* targets, const float* grad_scale, const TensorView& dpred,
                           LossSums* sums) override {
     const bool with_gradient = dpred.data != nullptr;

@@ -12,6 +12,7 @@
 //   tensor_core_attention  fused attention on tensor cores (bf16/fp16; HPCTRAIN_CUDA_ATTENTION=tensor_core)
 //   cuda_cached_attention  one-query attention over the key/value cache (hpctrain generate)
 //   cuda_to_sequence a conv feature map as a sequence (a vision transformer's patch tokens)
+//   cuda_class_hits  evaluation's argmax and top-5 hits, predict's per-row scores (a warp per row)
 // The kernels are thin loops around the HPCTRAIN_HD arithmetic of kernels/math.hpp, so they compute the CPU backend's
 // formulas (tests/gpu/cuda_kernels_test.cpp compares the two on the same inputs).
 //
@@ -32,6 +33,7 @@
 
 #include "cuda_attention.hpp"
 #include "cuda_cached_attention.hpp"
+#include "cuda_class_hits.hpp"
 #include "cuda_dispatch.hpp"
 #include "cuda_elementwise.hpp"
 #include "cuda_gemm.hpp"
@@ -470,6 +472,14 @@ class CudaBackend final : public Backend {
     HPCTRAIN_ASSERT(logits.cols > 0 || logits.rows == 0, "smoothed_softmax_cross_entropy: no classes");
     cuda::require_device_storage(logits.dtype, "smoothed_softmax_cross_entropy");
     cuda::smoothed_softmax_cross_entropy(stream_, rows_, logits, labels, options, grad_scale, dlogits, sums);
+  }
+  void count_class_hits(const TensorView& scores, const std::int32_t* targets, double* counts,
+                        bool accumulate) override {
+    cuda::count_class_hits(stream_, scores, targets, counts, accumulate);
+  }
+  void score_targets(const TensorView& logits, const std::int32_t* targets, std::int32_t* argmax,
+                     float* target_log_probability) override {
+    cuda::score_targets(stream_, logits, targets, argmax, target_log_probability);
   }
   void mean_squared_error(const TensorView& pred, const void* targets, const float* grad_scale, const TensorView& dpred,
                           LossSums* sums) override {

@@ -36,6 +36,17 @@ make_spirals() {
   "$HPCTRAIN" data generate spirals --samples "$2" --classes 3 --noise 0.05 --seed "${3:-1}" --output "$1" >/dev/null
 }
 
+# make_gpl3_tokens: data/gpl3-train.h5 and data/gpl3-validation.h5 as inputs/gpt-tiny.toml's header makes them (GPL-3,
+# byte-level, windows of 64, a tenth for validation), $licence its path; exits 77 (skipped) where it is missing.
+make_gpl3_tokens() {
+  licence=/usr/share/common-licenses/GPL-3  # global: tests read it afterwards
+  [[ -r $licence ]] || { echo "skipped: $licence is missing"; exit 77; }
+  mkdir -p data
+  "$HPCTRAIN" data convert --text "$licence" --validation-fraction 0.1 --sequence-length 64 \
+    --output data/gpl3-train.h5 --validation-output data/gpl3-validation.h5 >convert.log 2>&1 ||
+    { cat convert.log >&2; fail "convert --text"; }
+}
+
 # wide_mlp_deck FILE STEPS EVERY_STEPS: a deck on train.h5 (spirals) whose 2-256-256-3 MLP with AdamW makes checkpoints
 # of about 840 KB, written every EVERY_STEPS steps, the newest 2 kept.
 wide_mlp_deck() {
