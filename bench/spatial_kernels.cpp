@@ -12,7 +12,8 @@
 // alternation; "speed" is oneDNN's time over hpctrain's (>= 1: hpctrain is faster).
 //
 // Times are medians over 30 repeats after 3 warm-up calls (rounds), on OMP_NUM_THREADS threads. Output: one table.
-// --quick: 3 repeats and only the small layers (checks the program, measures nothing).
+// --quick: 3 repeats and only the small layers (checks the program, measures nothing). --pooling: only the max-pooling
+// table (the convolution rows take most of the run).
 #include <omp.h>
 
 #include <algorithm>
@@ -241,10 +242,17 @@ std::pair<PoolTimes, PoolTimes> pooling_ms(hpctrain::Backend& backend, const Poo
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
-  if (argc > 2 || (argc == 2 && !quick)) {
-    std::fprintf(stderr, "usage: spatial_kernels [--quick]\n");
-    return 2;
+  bool quick = false, pooling_only = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string option = argv[i];
+    if (option == "--quick") {
+      quick = true;
+    } else if (option == "--pooling") {
+      pooling_only = true;
+    } else {
+      std::fprintf(stderr, "usage: spatial_kernels [--quick] [--pooling]\n");
+      return 2;
+    }
   }
   if (quick) timed_repeats = 3;
   std::vector<Layer> layers = {
@@ -262,8 +270,10 @@ int main(int argc, char** argv) {
   }
   auto backend = hpctrain::make_cpu_backend(SpatialLayout::channels_last);
   std::printf("spatial_kernels: %d threads, f32, medians of %d (ms)\n", omp_get_max_threads(), timed_repeats);
-  std::printf("%-30s %12s %12s %8s %16s %8s\n", "convolution fwd+bwd", "oneDNN raw", "hpctrain", "of raw",
-              "channels-first", "gain");
+  if (pooling_only) layers.clear();
+  if (!layers.empty())
+    std::printf("%-30s %12s %12s %8s %16s %8s\n", "convolution fwd+bwd", "oneDNN raw", "hpctrain", "of raw",
+                "channels-first", "gain");
   for (const Layer& layer : layers) {
     const auto in_count =
         static_cast<std::size_t>(layer.rows * layer.in_channels * layer.extent * layer.extent * layer.extent);
