@@ -148,6 +148,74 @@ struct BlockMaximum {
   }
 };
 
+// GCC/Clang vector extensions (no intrinsics: any target, split into narrower registers where the CPU has them): a
+// block of L channels of the channels-last forward held in registers across a window's taps.
+template <class E, int L>
+struct VectorOf {
+  typedef E type __attribute__((vector_size(sizeof(E) * L)));
+};
+template <class E, int L>
+using Vector = typename VectorOf<E, L>::type;
+
+// MaxOrder's key, stored() on a vector of storage bits.
+template <class T, int L>
+struct VectorMaxOrder {
+  using Bits = std::conditional_t<sizeof(T) == 2, std::uint16_t,
+                                  std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>;
+  using Key = std::make_signed_t<Bits>;
+  using B = Vector<Bits, L>;
+  using K = Vector<Key, L>;
+  static constexpr Bits sign = Bits{1} << (8 * sizeof(Bits) - 1);
+  static constexpr Bits infinity = std::is_same_v<T, bf16>   ? 0x7f80
+                                   : std::is_same_v<T, fp16> ? 0x7c00
+                                                             : std::bit_cast<Bits>(std::numeric_limits<T>::infinity());
+  static B load_bits(const void* source) {
+    B bits;
+    std::memcpy(&bits, source, sizeof bits);
+    return bits;
+  }
+  static K key(B bits) {
+    const B magnitude = bits & static_cast<Bits>(~sign);
+    const K value = reinterpret_cast<K>(magnitude);
+    const K signed_value = reinterpret_cast<K>(bits) < 0 ? -value : value;
+    return magnitude > infinity ? K{} + std::numeric_limits<Key>::max() : signed_value;
+  }
+  // The winner as the plain loops store it: f32 and f64 as they are (GCC folds the plain loops' round trip through
+  // double away: it assumes no signalling NaNs), bf16 and fp16 NaNs made canonical (store()).
+  static B stored(B bits) {
+    if constexpr (sizeof(T) == 2)
+      return (bits & static_cast<Bits>(~sign)) > infinity ? B{} + Bits{0x7fff} : bits;
+    else
+      return bits;
+  }
+};
+
+// The channels-last window at origin for channels [c0, c0 + L): the taps in kernel order, one compare and three
+// selects per tap.
+template <class T, int L>
+void window_block_channels_last(const typename MaxOrder<T>::Storage* in, std::int64_t channels, std::int64_t c0,
+                                std::int64_t origin, const std::int32_t* offsets, std::int64_t tap_count,
+                                typename MaxOrder<T>::Storage* out, std::int32_t* index) {
+  using V = VectorMaxOrder<T, L>;
+  using I = Vector<std::int32_t, L>;
+  auto position = static_cast<std::int32_t>(origin + offsets[0]);
+  typename V::B best = V::load_bits(in + position * channels + c0);
+  typename V::K key = V::key(best);
+  I winner = I{} + position;
+  for (std::int64_t t = 1; t < tap_count; ++t) {
+    position = static_cast<std::int32_t>(origin + offsets[t]);
+    const typename V::B value = V::load_bits(in + position * channels + c0);
+    const typename V::K value_key = V::key(value);
+    const auto take = value_key > key;
+    key = take ? value_key : key;
+    best = take ? value : best;
+    winner = __builtin_convertvector(take, I) ? I{} + position : winner;
+  }
+  const typename V::B stored = V::stored(best);
+  std::memcpy(out, &stored, sizeof stored);
+  std::memcpy(index, &winner, sizeof winner);
+}
+
 // Channels-last forward of windows that tile the input: per window and block of channels, the taps in kernel order,
 // one compare and select per value over the contiguous channels.
 template <class T>
@@ -170,6 +238,11 @@ void forward_tiling_channels_last(const SpatialGeometry& g, const TensorView& x,
     for (std::int64_t ow = 0; ow < b.out[2]; ++ow) {
       const std::int64_t origin = window_origin(b, r.d, r.h, ow), o = row * b.out[2] + ow;
       for_each_block(channels, [&](std::int64_t c0, auto size) {
+        if constexpr (!std::is_same_v<decltype(size), std::int64_t>) {
+          window_block_channels_last<T, static_cast<int>(decltype(size)::value)>(
+              in, channels, c0, origin, offsets, tap_count, output + o * channels + c0, argmax + o * channels + c0);
+          return;
+        }
         BlockMaximum<T> m;
         const S* __restrict first = in + (origin + offsets[0]) * channels + c0;
 #pragma omp simd
