@@ -216,6 +216,45 @@ void window_block_channels_last(const typename MaxOrder<T>::Storage* in, std::in
   std::memcpy(index, &winner, sizeof winner);
 }
 
+// The channels-first windows (2 wide) of output columns [ow0, ow0 + L) of one output row: per window row, the even
+// and odd input columns de-interleaved (two vector loads, two shuffles) and compared, the row's winner merged after
+// the earlier rows'.
+template <class T, int L>
+void row_block_channels_first(const typename MaxOrder<T>::Storage* in, const std::int64_t* row_starts,
+                              std::int64_t window_rows, std::int64_t ow0, typename MaxOrder<T>::Storage* out,
+                              std::int32_t* index) {
+  using V = VectorMaxOrder<T, L>;
+  using I = Vector<std::int32_t, L>;
+  using B = typename V::B;
+  using M = Vector<std::make_unsigned_t<typename V::Key>, L>;  // shuffle indices
+  M even_columns, odd_columns;
+  I lanes;
+  for (int i = 0; i < L; ++i) {
+    even_columns[i] = static_cast<typename V::Bits>(2 * i);
+    odd_columns[i] = static_cast<typename V::Bits>(2 * i + 1);
+    lanes[i] = 2 * i;
+  }
+  typename V::K key{};
+  B best{};
+  I winner{};
+  for (std::int64_t k = 0; k < window_rows; ++k) {
+    const std::int64_t start = row_starts[k] + 2 * ow0;
+    const B low = V::load_bits(in + start), high = V::load_bits(in + start + L);
+    const B even = __builtin_shuffle(low, high, even_columns), odd = __builtin_shuffle(low, high, odd_columns);
+    const typename V::K even_key = V::key(even), odd_key = V::key(odd);
+    const auto odd_wins = odd_key > even_key;
+    const typename V::K row_key = odd_wins ? odd_key : even_key;
+    const B row_best = odd_wins ? odd : even;
+    const I row_winner = lanes + static_cast<std::int32_t>(start) + (__builtin_convertvector(odd_wins, I) & 1);
+    const auto take = k == 0 ? ~decltype(odd_wins){} : row_key > key;  // the first row sets the maximum
+    key = take ? row_key : key;
+    best = take ? row_best : best;
+    winner = __builtin_convertvector(take, I) ? row_winner : winner;
+  }
+  std::memcpy(out, &best, sizeof best);
+  std::memcpy(index, &winner, sizeof winner);
+}
+
 // Channels-last forward of windows that tile the input: per window and block of channels, the taps in kernel order,
 // one compare and select per value over the contiguous channels.
 template <class T>
@@ -313,50 +352,66 @@ void forward_tiling_channels_first(const SpatialGeometry& g, const TensorView& x
   const std::int64_t kernel_width = b.kernel[2], window_rows = b.kernel[0] * b.kernel[1];
   const S* input = storage_of<T>(x);
   S* output = mutable_storage_of<T>(y);
-  const std::int64_t rows = planes * b.out[0] * b.out[1];
+  // The window rows' first positions from the window's (kernel[0] * kernel[1] <= 64 for the vector loops).
+  const bool vectors = kernel_width == 2 && window_rows <= 64;
+  std::int64_t row_offsets[64] = {};
+  for (std::int64_t k = 0; vectors && k < window_rows; ++k)
+    row_offsets[k] = (k / b.kernel[1] * b.in[1] + k % b.kernel[1]) * b.in[2];
 #pragma omp parallel for schedule(static)
-  for (std::int64_t row = 0; row < rows; ++row) {
-    const std::int64_t plane = row / (b.out[0] * b.out[1]), od = row / b.out[1] % b.out[0], oh = row % b.out[1];
-    const S* in = input + plane * in_size;
-    for_each_block(b.out[2], [&](std::int64_t ow0, auto size) {
-      BlockMaximum<T> m;
-      for (std::int64_t k = 0; k < window_rows; ++k) {
-        const std::int64_t kd = k / b.kernel[1], kh = k % b.kernel[1];
-        const std::int64_t start =
-            ((od * b.kernel[0] + kd) * b.in[1] + oh * b.kernel[1] + kh) * b.in[2] + ow0 * kernel_width;
-        const S* __restrict values = in + start;
-        BlockMaximum<T> r;  // this row's first maximum of each window
-        if (kernel_width == 2) {
+  for (std::int64_t plane = 0; plane < planes; ++plane)
+    for (std::int64_t od = 0; od < b.out[0]; ++od)
+      for (std::int64_t oh = 0; oh < b.out[1]; ++oh) {
+        const S* in = input + plane * in_size;
+        std::int64_t row_starts[64];
+        const std::int64_t origin = window_origin(b, od, oh, 0);
+        for (std::int64_t k = 0; vectors && k < window_rows; ++k) row_starts[k] = origin + row_offsets[k];
+        for_each_block(b.out[2], [&](std::int64_t ow0, auto size) {
+          if constexpr (!std::is_same_v<decltype(size), std::int64_t>) {
+            if (vectors) {
+              const std::int64_t o = plane * out_size + (od * b.out[1] + oh) * b.out[2] + ow0;
+              row_block_channels_first<T, static_cast<int>(decltype(size)::value)>(in, row_starts, window_rows, ow0,
+                                                                                   output + o, argmax + o);
+              return;
+            }
+          }
+          BlockMaximum<T> m;
+          for (std::int64_t k = 0; k < window_rows; ++k) {
+            const std::int64_t kd = k / b.kernel[1], kh = k % b.kernel[1];
+            const std::int64_t start =
+                ((od * b.kernel[0] + kd) * b.in[1] + oh * b.kernel[1] + kh) * b.in[2] + ow0 * kernel_width;
+            const S* __restrict values = in + start;
+            BlockMaximum<T> r;  // this row's first maximum of each window
+            if (kernel_width == 2) {
+#pragma omp simd
+              for (std::int64_t i = 0; i < size; ++i) {
+                r.set(i, values[2 * i], start + 2 * i);
+                r.merge(i, Order::key(values[2 * i + 1]), values[2 * i + 1], start + 2 * i + 1);
+              }
+            } else {
+#pragma omp simd
+              for (std::int64_t i = 0; i < size; ++i) {
+                r.set(i, values[i * kernel_width], start + i * kernel_width);
+                for (std::int64_t kw = 1; kw < kernel_width; ++kw)
+                  r.merge(i, Order::key(values[i * kernel_width + kw]), values[i * kernel_width + kw],
+                          start + i * kernel_width + kw);
+              }
+            }
+            if (k == 0) {  // the first row sets the maximum, later ones merge into it
+#pragma omp simd
+              for (std::int64_t i = 0; i < size; ++i) m.set(i, r.best[i], r.index[i]);
+            } else {
+#pragma omp simd
+              for (std::int64_t i = 0; i < size; ++i) m.merge(i, r.key[i], r.best[i], r.index[i]);
+            }
+          }
+          const std::int64_t o = plane * out_size + (od * b.out[1] + oh) * b.out[2] + ow0;
 #pragma omp simd
           for (std::int64_t i = 0; i < size; ++i) {
-            r.set(i, values[2 * i], start + 2 * i);
-            r.merge(i, Order::key(values[2 * i + 1]), values[2 * i + 1], start + 2 * i + 1);
+            output[o + i] = m.best[i];
+            argmax[o + i] = m.index[i];
           }
-        } else {
-#pragma omp simd
-          for (std::int64_t i = 0; i < size; ++i) {
-            r.set(i, values[i * kernel_width], start + i * kernel_width);
-            for (std::int64_t kw = 1; kw < kernel_width; ++kw)
-              r.merge(i, Order::key(values[i * kernel_width + kw]), values[i * kernel_width + kw],
-                      start + i * kernel_width + kw);
-          }
-        }
-        if (k == 0) {  // the first row sets the maximum, later ones merge into it
-#pragma omp simd
-          for (std::int64_t i = 0; i < size; ++i) m.set(i, r.best[i], r.index[i]);
-        } else {
-#pragma omp simd
-          for (std::int64_t i = 0; i < size; ++i) m.merge(i, r.key[i], r.best[i], r.index[i]);
-        }
+        });
       }
-      const std::int64_t o = plane * out_size + (od * b.out[1] + oh) * b.out[2] + ow0;
-#pragma omp simd
-      for (std::int64_t i = 0; i < size; ++i) {
-        output[o + i] = m.best[i];
-        argmax[o + i] = m.index[i];
-      }
-    });
-  }
 }
 
 void forward_channels_last(const SpatialGeometry& g, const TensorView& x, const TensorView& y, std::int32_t* argmax) {
