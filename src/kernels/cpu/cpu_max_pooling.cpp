@@ -157,14 +157,16 @@ struct VectorOf {
 template <class E, int L>
 using Vector = typename VectorOf<E, L>::type;
 
-// MaxOrder's key, stored() on a vector of storage bits.
+// MaxOrder on a vector of storage bits: f32 and f64 compare as floats (three compares and two mask operations per
+// tap, fewer than the integer key costs), bf16 and fp16 by the integer key.
 template <class T, int L>
 struct VectorMaxOrder {
   using Bits = std::conditional_t<sizeof(T) == 2, std::uint16_t,
                                   std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>;
   using Key = std::make_signed_t<Bits>;
+  static constexpr bool floating = sizeof(T) > 2;
   using B = Vector<Bits, L>;
-  using K = Vector<Key, L>;
+  using K = Vector<std::conditional_t<floating, T, Key>, L>;
   static constexpr Bits sign = Bits{1} << (8 * sizeof(Bits) - 1);
   static constexpr Bits infinity = std::is_same_v<T, bf16>   ? 0x7f80
                                    : std::is_same_v<T, fp16> ? 0x7c00
@@ -175,10 +177,21 @@ struct VectorMaxOrder {
     return bits;
   }
   static K key(B bits) {
-    const B magnitude = bits & static_cast<Bits>(~sign);
-    const K value = reinterpret_cast<K>(magnitude);
-    const K signed_value = reinterpret_cast<K>(bits) < 0 ? -value : value;
-    return magnitude > infinity ? K{} + std::numeric_limits<Key>::max() : signed_value;
+    if constexpr (floating) {
+      return reinterpret_cast<K>(bits);
+    } else {
+      const B magnitude = bits & static_cast<Bits>(~sign);
+      const K value = reinterpret_cast<K>(magnitude);
+      const K signed_value = reinterpret_cast<K>(bits) < 0 ? -value : value;
+      return magnitude > infinity ? K{} + std::numeric_limits<Key>::max() : signed_value;
+    }
+  }
+  // Lanes where value replaces best (replaces_best's rule: the best is not NaN and the value larger or NaN).
+  static auto beats(K best, K value) {
+    if constexpr (floating)
+      return (best == best) & ((value > best) | (value != value));
+    else
+      return value > best;
   }
   // The winner as the plain loops store it: f32 and f64 as they are (GCC folds the plain loops' round trip through
   // double away: it assumes no signalling NaNs), bf16 and fp16 NaNs made canonical (store()).
@@ -190,30 +203,39 @@ struct VectorMaxOrder {
   }
 };
 
-// The channels-last window at origin for channels [c0, c0 + L): the taps in kernel order, one compare and three
-// selects per tap.
-template <class T, int L>
+// The channels-last windows at origin + w * step, w < W (W neighbouring windows of an output row: independent
+// chains of compares that the CPU overlaps), for channels [c0, c0 + L): the taps in kernel order, one compare and
+// three selects per tap. Outputs at out + w * channels, index + w * channels.
+template <class T, int L, int W>
 void window_block_channels_last(const typename MaxOrder<T>::Storage* in, std::int64_t channels, std::int64_t c0,
-                                std::int64_t origin, const std::int32_t* offsets, std::int64_t tap_count,
-                                typename MaxOrder<T>::Storage* out, std::int32_t* index) {
+                                std::int64_t origin, std::int64_t step, const std::int32_t* offsets,
+                                std::int64_t tap_count, typename MaxOrder<T>::Storage* out, std::int32_t* index) {
   using V = VectorMaxOrder<T, L>;
   using I = Vector<std::int32_t, L>;
-  auto position = static_cast<std::int32_t>(origin + offsets[0]);
-  typename V::B best = V::load_bits(in + position * channels + c0);
-  typename V::K key = V::key(best);
-  I winner = I{} + position;
-  for (std::int64_t t = 1; t < tap_count; ++t) {
-    position = static_cast<std::int32_t>(origin + offsets[t]);
-    const typename V::B value = V::load_bits(in + position * channels + c0);
-    const typename V::K value_key = V::key(value);
-    const auto take = value_key > key;
-    key = take ? value_key : key;
-    best = take ? value : best;
-    winner = __builtin_convertvector(take, I) ? I{} + position : winner;
+  typename V::B best[W];
+  typename V::K key[W];
+  I winner[W];
+  for (int w = 0; w < W; ++w) {
+    const auto position = static_cast<std::int32_t>(origin + w * step + offsets[0]);
+    best[w] = V::load_bits(in + position * channels + c0);
+    key[w] = V::key(best[w]);
+    winner[w] = I{} + position;
   }
-  const typename V::B stored = V::stored(best);
-  std::memcpy(out, &stored, sizeof stored);
-  std::memcpy(index, &winner, sizeof winner);
+  for (std::int64_t t = 1; t < tap_count; ++t)
+    for (int w = 0; w < W; ++w) {
+      const auto position = static_cast<std::int32_t>(origin + w * step + offsets[t]);
+      const typename V::B value = V::load_bits(in + position * channels + c0);
+      const typename V::K value_key = V::key(value);
+      const auto take = V::beats(key[w], value_key);
+      key[w] = take ? value_key : key[w];
+      best[w] = take ? value : best[w];
+      winner[w] = __builtin_convertvector(take, I) ? I{} + position : winner[w];
+    }
+  for (int w = 0; w < W; ++w) {
+    const typename V::B stored = V::stored(best[w]);
+    std::memcpy(out + w * channels, &stored, sizeof stored);
+    std::memcpy(index + w * channels, &winner[w], sizeof winner[w]);
+  }
 }
 
 // The channels-first windows (2 wide) of output columns [ow0, ow0 + L) of one output row: per window row, the even
@@ -242,11 +264,11 @@ void row_block_channels_first(const typename MaxOrder<T>::Storage* in, const std
     const B low = V::load_bits(in + start), high = V::load_bits(in + start + L);
     const B even = __builtin_shuffle(low, high, even_columns), odd = __builtin_shuffle(low, high, odd_columns);
     const typename V::K even_key = V::key(even), odd_key = V::key(odd);
-    const auto odd_wins = odd_key > even_key;
+    const auto odd_wins = V::beats(even_key, odd_key);
     const typename V::K row_key = odd_wins ? odd_key : even_key;
     const B row_best = odd_wins ? odd : even;
     const I row_winner = lanes + static_cast<std::int32_t>(start) + (__builtin_convertvector(odd_wins, I) & 1);
-    const auto take = k == 0 ? ~decltype(odd_wins){} : row_key > key;  // the first row sets the maximum
+    const auto take = k == 0 ? ~decltype(odd_wins){} : V::beats(key, row_key);  // the first row sets the maximum
     key = take ? row_key : key;
     best = take ? row_best : best;
     winner = __builtin_convertvector(take, I) ? row_winner : winner;
@@ -274,32 +296,45 @@ void forward_tiling_channels_last(const SpatialGeometry& g, const TensorView& x,
   for (std::int64_t row = 0; row < rows; ++row) {
     const OutputRow r = output_row(b, row);
     const S* in = input + r.n * channels * in_size;
-    for (std::int64_t ow = 0; ow < b.out[2]; ++ow) {
-      const std::int64_t origin = window_origin(b, r.d, r.h, ow), o = row * b.out[2] + ow;
+    // Up to 16 channels: windows 4 at a time (independent chains of compares that the CPU overlaps; more channels
+    // have blocks enough), the last ones one at a time.
+    for (std::int64_t ow0 = 0; ow0 < b.out[2];) {
+      const bool four = channels <= block && ow0 + 4 <= b.out[2];
+      const std::int64_t group = four ? 4 : 1;
       for_each_block(channels, [&](std::int64_t c0, auto size) {
-        if constexpr (!std::is_same_v<decltype(size), std::int64_t>) {
-          window_block_channels_last<T, static_cast<int>(decltype(size)::value)>(
-              in, channels, c0, origin, offsets, tap_count, output + o * channels + c0, argmax + o * channels + c0);
-          return;
-        }
-        BlockMaximum<T> m;
-        const S* __restrict first = in + (origin + offsets[0]) * channels + c0;
+        for (std::int64_t ow = ow0; ow < ow0 + group; ++ow) {
+          const std::int64_t origin = window_origin(b, r.d, r.h, ow), o = row * b.out[2] + ow;
+          S* out = output + o * channels + c0;
+          std::int32_t* index = argmax + o * channels + c0;
+          if constexpr (!std::is_same_v<decltype(size), std::int64_t>) {
+            constexpr int lanes = static_cast<int>(decltype(size)::value);
+            if (four)
+              window_block_channels_last<T, lanes, 4>(in, channels, c0, origin, b.kernel[2], offsets, tap_count, out,
+                                                      index);
+            else
+              window_block_channels_last<T, lanes, 1>(in, channels, c0, origin, b.kernel[2], offsets, tap_count, out,
+                                                      index);
+            break;  // the group is done
+          } else {
+            BlockMaximum<T> m;
+            const S* __restrict first = in + (origin + offsets[0]) * channels + c0;
 #pragma omp simd
-        for (std::int64_t c = 0; c < size; ++c) m.set(c, first[c], origin + offsets[0]);
-        for (std::int64_t t = 1; t < tap_count; ++t) {
-          const std::int64_t position = origin + offsets[t];
-          const S* __restrict values = in + position * channels + c0;
+            for (std::int64_t c = 0; c < size; ++c) m.set(c, first[c], origin + offsets[0]);
+            for (std::int64_t t = 1; t < tap_count; ++t) {
+              const std::int64_t position = origin + offsets[t];
+              const S* __restrict values = in + position * channels + c0;
 #pragma omp simd
-          for (std::int64_t c = 0; c < size; ++c) m.merge(c, Order::key(values[c]), values[c], position);
-        }
-        S* __restrict out = output + o * channels + c0;
-        std::int32_t* __restrict index = argmax + o * channels + c0;
+              for (std::int64_t c = 0; c < size; ++c) m.merge(c, Order::key(values[c]), values[c], position);
+            }
 #pragma omp simd
-        for (std::int64_t c = 0; c < size; ++c) {
-          out[c] = Order::stored(m.best[c]);
-          index[c] = m.index[c];
+            for (std::int64_t c = 0; c < size; ++c) {
+              out[c] = Order::stored(m.best[c]);
+              index[c] = m.index[c];
+            }
+          }
         }
       });
+      ow0 += group;
     }
   }
 }
