@@ -238,13 +238,14 @@ void window_block_channels_last(const typename MaxOrder<T>::Storage* in, std::in
   }
 }
 
-// The channels-first windows (2 wide) of output columns [ow0, ow0 + L) of one output row: per window row, the even
-// and odd input columns de-interleaved (two vector loads, two shuffles) and compared, the row's winner merged after
-// the earlier rows'.
+// L channels-first windows (2 wide) of output columns [ow0, ow0 + L) of one output row, or (high_input,
+// high_output: the next output row's shifts) the first L / 2 of two output rows: per window row, the even and odd
+// input columns de-interleaved (two vector loads, two shuffles) and compared, the row's winner merged after the
+// earlier rows'.
 template <class T, int L>
 void row_block_channels_first(const typename MaxOrder<T>::Storage* in, const std::int64_t* row_starts,
                               std::int64_t window_rows, std::int64_t ow0, typename MaxOrder<T>::Storage* out,
-                              std::int32_t* index) {
+                              std::int32_t* index, std::int64_t high_input = L, std::int64_t high_output = L / 2) {
   using V = VectorMaxOrder<T, L>;
   using I = Vector<std::int32_t, L>;
   using B = typename V::B;
@@ -254,14 +255,14 @@ void row_block_channels_first(const typename MaxOrder<T>::Storage* in, const std
   for (int i = 0; i < L; ++i) {
     even_columns[i] = static_cast<typename V::Bits>(2 * i);
     odd_columns[i] = static_cast<typename V::Bits>(2 * i + 1);
-    lanes[i] = 2 * i;
+    lanes[i] = static_cast<std::int32_t>(i < L / 2 ? 2 * i : high_input + 2 * (i - L / 2));
   }
   typename V::K key{};
   B best{};
   I winner{};
   for (std::int64_t k = 0; k < window_rows; ++k) {
     const std::int64_t start = row_starts[k] + 2 * ow0;
-    const B low = V::load_bits(in + start), high = V::load_bits(in + start + L);
+    const B low = V::load_bits(in + start), high = V::load_bits(in + start + high_input);
     const B even = __builtin_shuffle(low, high, even_columns), odd = __builtin_shuffle(low, high, odd_columns);
     const typename V::K even_key = V::key(even), odd_key = V::key(odd);
     const auto odd_wins = V::beats(even_key, odd_key);
@@ -273,8 +274,10 @@ void row_block_channels_first(const typename MaxOrder<T>::Storage* in, const std
     best = take ? row_best : best;
     winner = __builtin_convertvector(take, I) ? row_winner : winner;
   }
-  std::memcpy(out, &best, sizeof best);
-  std::memcpy(index, &winner, sizeof winner);
+  std::memcpy(out, &best, sizeof best / 2);
+  std::memcpy(out + high_output, reinterpret_cast<const char*>(&best) + sizeof best / 2, sizeof best / 2);
+  std::memcpy(index, &winner, sizeof winner / 2);
+  std::memcpy(index + high_output, reinterpret_cast<const char*>(&winner) + sizeof winner / 2, sizeof winner / 2);
 }
 
 // Channels-last forward of windows that tile the input: per window and block of channels, the taps in kernel order,
@@ -400,6 +403,16 @@ void forward_tiling_channels_first(const SpatialGeometry& g, const TensorView& x
         std::int64_t row_starts[64];
         const std::int64_t origin = window_origin(b, od, oh, 0);
         for (std::int64_t k = 0; vectors && k < window_rows; ++k) row_starts[k] = origin + row_offsets[k];
+        if (vectors && (b.out[2] == 4 || b.out[2] == 8) && oh + 1 < b.out[1]) {  // rows oh, oh + 1 in one vector
+          const std::int64_t o = plane * out_size + (od * b.out[1] + oh) * b.out[2];
+          const std::int64_t next_row = b.kernel[1] * b.in[2];
+          if (b.out[2] == 4)
+            row_block_channels_first<T, 8>(in, row_starts, window_rows, 0, output + o, argmax + o, next_row, 4);
+          else
+            row_block_channels_first<T, 16>(in, row_starts, window_rows, 0, output + o, argmax + o, next_row, 8);
+          ++oh;
+          continue;
+        }
         for_each_block(b.out[2], [&](std::int64_t ow0, auto size) {
           if constexpr (!std::is_same_v<decltype(size), std::int64_t>) {
             if (vectors) {
