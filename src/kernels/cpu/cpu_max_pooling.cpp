@@ -7,11 +7,13 @@
 // Tiling windows have loops of their own in both layouts and every dtype (issue 17: the general loops ran at 0.03-0.3x
 // oneDNN's pooling on the decks' 2x2(x2) layers): plain loops over contiguous channels (channels-last) or along the
 // output width (channels-first) with one compare and select per value, which GCC vectorises for any target; bf16 and
-// fp16 compare integer keys of their bits (MaxOrder), so they are never widened.
+// fp16 compare integer keys of their bits (MaxOrder), so they are never widened. The hot blocks use GCC vector
+// extensions (no intrinsics; lowered to narrower registers where the CPU lacks AVX-512).
 //
 // Gradients are stored straight from the compute type: they are sums that start at 0, so never a signalling NaN, and
-// the round trip through double of the plain loops changes nothing for them. (The forward keeps that round trip: it
-// stores input values, whose signalling NaNs the plain loops quiet.)
+// the round trip through double of the plain loops changes nothing for them. (The forward keeps that round trip for
+// its input values; GCC folds it away for f32, so f32 signalling NaNs are stored as they are, and store() makes bf16
+// and fp16 NaNs canonical: tests/unit/max_pooling_test.cpp pins both.)
 //
 // argmax has y's shape and layout (int32): the winning input position within the sample's plane, -1 for a window
 // wholly in the padding. Threads own whole output rows (sample, depth, height) or planes, so no result depends on the
@@ -54,7 +56,8 @@ Key max_key(Storage value) {
                                                  : magnitude;
 }
 
-// f32, f64: stored through double (which quiets a signalling f32 NaN), gradients as 0 + dy, as the plain loops.
+// f32, f64: stored through double and gradients as 0 + dy, as the plain loops (GCC folds the f32 round trip through
+// double away, so a signalling NaN is stored as it is).
 template <class T>
 struct MaxOrder {
   using Storage = T;
