@@ -283,6 +283,56 @@ void row_block_channels_first(const typename MaxOrder<T>::Storage* in, const std
   std::memcpy(index + high_output, reinterpret_cast<const char*>(&winner) + sizeof winner / 2, sizeof winner / 2);
 }
 
+// Channels-last, L / 2 channels (4 or 8) and 2-wide windows: windows ow .. ow + 3 two to a vector. Per window row, a
+// load per window covers both taps of the row (kw = 0 then 1, L / 2 channels each); two shuffles make the kw = 0 and
+// kw = 1 vectors of two windows, merged in kernel order. row_offsets: offsets[2 k], the window rows' first taps.
+template <class T, int L>
+void window_pairs_channels_last(const typename MaxOrder<T>::Storage* in, std::int64_t origin, std::int64_t step,
+                                const std::int32_t* offsets, std::int64_t window_rows,
+                                typename MaxOrder<T>::Storage* out, std::int32_t* index) {
+  using V = VectorMaxOrder<T, L>;
+  using I = Vector<std::int32_t, L>;
+  using B = typename V::B;
+  using M = Vector<std::make_unsigned_t<typename V::Key>, L>;
+  constexpr int half = L / 2;  // the channels
+  M first_taps, second_taps;
+  I second_window;
+  for (int i = 0; i < L; ++i) {
+    first_taps[i] = static_cast<typename V::Bits>(i < half ? i : L + i - half);
+    second_taps[i] = static_cast<typename V::Bits>(i < half ? half + i : L + i);
+    second_window[i] = i < half ? 0 : static_cast<std::int32_t>(step);
+  }
+  typename V::K key[2] = {};
+  B best[2] = {};
+  I winner[2] = {};
+  for (std::int64_t k = 0; k < window_rows; ++k)
+    for (int pair = 0; pair < 2; ++pair) {
+      const std::int64_t position = origin + 2 * pair * step + offsets[2 * k];
+      const B low = V::load_bits(in + position * half), high = V::load_bits(in + (position + step) * half);
+      const I first_position = second_window + static_cast<std::int32_t>(position);
+      for (int kw = 0; kw < 2; ++kw) {
+        const B value = __builtin_shuffle(low, high, kw == 0 ? first_taps : second_taps);
+        const typename V::K value_key = V::key(value);
+        const I value_position = first_position + kw;
+        if (k == 0 && kw == 0) {
+          key[pair] = value_key;
+          best[pair] = value;
+          winner[pair] = value_position;
+          continue;
+        }
+        const auto take = V::beats(key[pair], value_key);
+        key[pair] = take ? value_key : key[pair];
+        best[pair] = take ? value : best[pair];
+        winner[pair] = __builtin_convertvector(take, I) ? value_position : winner[pair];
+      }
+    }
+  for (int pair = 0; pair < 2; ++pair) {
+    const B stored = V::stored(best[pair]);
+    std::memcpy(out + pair * L, &stored, sizeof stored);
+    std::memcpy(index + pair * L, &winner[pair], sizeof winner[pair]);
+  }
+}
+
 // Channels-last forward of windows that tile the input: per window and block of channels, the taps in kernel order,
 // one compare and select per value over the contiguous channels.
 template <class T>
@@ -298,6 +348,9 @@ void forward_tiling_channels_last(const SpatialGeometry& g, const TensorView& x,
   const std::int64_t rows = x.rows * b.out[0] * b.out[1];
   const S* input = storage_of<T>(x);
   S* output = mutable_storage_of<T>(y);
+  // 4 or 8 channels and 2-wide windows: two windows to a vector.
+  const std::int64_t window_rows = b.kernel[0] * b.kernel[1];
+  const bool pairs = b.kernel[2] == 2 && (channels == 8 || channels == 4);
 #pragma omp parallel for schedule(static)
   for (std::int64_t row = 0; row < rows; ++row) {
     const OutputRow r = output_row(b, row);
@@ -305,6 +358,16 @@ void forward_tiling_channels_last(const SpatialGeometry& g, const TensorView& x,
     // Up to 16 channels: windows 4 at a time (independent chains of compares that the CPU overlaps; more channels
     // have blocks enough), the last ones one at a time.
     for (std::int64_t ow0 = 0; ow0 < b.out[2];) {
+      if (pairs && ow0 + 4 <= b.out[2]) {
+        const std::int64_t o = row * b.out[2] + ow0;
+        const std::int64_t origin = window_origin(b, r.d, r.h, ow0);
+        if (channels == 8)
+          window_pairs_channels_last<T, 16>(in, origin, 2, offsets, window_rows, output + o * 8, argmax + o * 8);
+        else
+          window_pairs_channels_last<T, 8>(in, origin, 2, offsets, window_rows, output + o * 4, argmax + o * 4);
+        ow0 += 4;
+        continue;
+      }
       const bool four = channels <= block && ow0 + 4 <= b.out[2];
       const std::int64_t group = four ? 4 : 1;
       for_each_block(channels, [&](std::int64_t c0, auto size) {
