@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "../../src/kernels/cpu/cpu_gradient_norm.hpp"  // the unit under test of the path check (private to the backend)
 #include "hpctrain/kernels/backend.hpp"
 #include "kernel_test_support.hpp"
 
@@ -126,6 +127,95 @@ TEST_F(CpuKernels, GradientNormWithinItsBoundOfAnFp64ReferenceAtEveryMagnitude) 
     check(huge, "huge");
     check(scaled, "one magnitude");
   }
+}
+
+// Blocks of +-0 gradients (dead ReLU units) add exactly 0 and skip the fp64 re-sum that blocks which may have
+// flushed or overflowed in fp32 need; the result is bit for bit the sum without them, and a block with anything but
+// +-0 (a subnormal, a square that flushes, an overflow, NaN, Inf) still takes the fp64 path.
+TEST_F(CpuKernels, GradientNormSkipsZeroBlocksExactly) {
+  constexpr std::size_t block = 256;  // cpu_backend.cpp's statistics_block
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::mt19937 generator(99);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  const auto zeros = [&] {  // +0 and -0 at random
+    std::vector<float> values(block);
+    for (float& value : values) value = unit(generator) < 0.0f ? -0.0f : 0.0f;
+    return values;
+  };
+  const auto normal = [&](float scale) {
+    std::vector<float> values(block);
+    for (float& value : values) value = unit(generator) * scale;
+    return values;
+  };
+  const auto with = [&](std::vector<float> values, float odd) {  // +-0 but one element
+    values[block / 3] = odd;
+    return values;
+  };
+  const auto chunk_of = [](const std::vector<std::vector<float>>& blocks) {
+    std::vector<float> values;
+    for (const auto& b : blocks) values.insert(values.end(), b.begin(), b.end());
+    return values;
+  };
+  const auto sum_of = [](const std::vector<float>& values, int& nonfinite, cpu::NormBlockPaths& paths) {
+    paths = {};
+    return cpu::chunk_sum_of_squares(values.data(), 0, static_cast<std::int64_t>(values.size()), nonfinite, &paths);
+  };
+  const auto a = normal(1.0f), b = normal(1e-3f), c = normal(1e20f), d = normal(1e-22f);
+  int nonfinite = -1;
+  cpu::NormBlockPaths paths;
+  const double without = sum_of(chunk_of({a, b, c, d}), nonfinite, paths);
+  EXPECT_EQ(nonfinite, 0);
+  EXPECT_EQ(paths.fp32, 2);
+  EXPECT_EQ(paths.fp64, 2) << "1e20 overflows and 1e-22 flushes in fp32";
+  EXPECT_EQ(paths.zero, 0);
+
+  const auto z = zeros();
+  const double with_zeros = sum_of(chunk_of({z, a, zeros(), b, zeros(), c, z, d, zeros()}), nonfinite, paths);
+  EXPECT_EQ(nonfinite, 0);
+  EXPECT_EQ(with_zeros, without) << "zero blocks add exactly 0";
+  EXPECT_EQ(paths.zero, 5);
+  EXPECT_EQ(paths.fp32, 2);
+  EXPECT_EQ(paths.fp64, 2);
+
+  // +-0 blocks with one odd element: each takes the fp64 path and is summed exactly as an fp64 square would be.
+  const float subnormal = 0x1p-140f, flushes = 1e-30f;
+  for (const float odd : {subnormal, -subnormal, flushes, -flushes}) {
+    const double sum = sum_of(chunk_of({z, with(zeros(), odd), z}), nonfinite, paths);
+    EXPECT_EQ(nonfinite, 0) << odd;
+    EXPECT_EQ(paths.fp64, 1) << odd;
+    EXPECT_EQ(paths.zero, 2) << odd;
+    // The FPU may read a subnormal input as zero (DAZ, set on the backend's threads): either is the fp64 path's.
+    const double square = static_cast<double>(odd) * static_cast<double>(odd);
+    EXPECT_TRUE(sum == square || ((odd == subnormal || odd == -subnormal) && sum == 0.0)) << odd << ": " << sum;
+  }
+  for (const float odd : {nan, inf, -inf}) {
+    const double sum = sum_of(chunk_of({z, with(zeros(), odd), a, z}), nonfinite, paths);
+    EXPECT_EQ(nonfinite, 1) << odd;
+    EXPECT_EQ(paths.fp64, 1) << odd;
+    EXPECT_EQ(paths.zero, 2) << odd;
+    if (std::isnan(odd)) {
+      EXPECT_TRUE(std::isnan(sum));
+    } else {
+      EXPECT_EQ(sum, inf) << odd;
+    }
+  }
+
+  // Through the backend: a buffer of zero chunks and blocks around one chunk's values has that chunk's norm bit for
+  // bit, and an all-zero buffer the norm +0 (no clipping).
+  std::vector<float> sparse = chunk_of({zeros(), zeros(), a, zeros(), b, zeros(), zeros(), zeros()});
+  std::vector<float> dense = chunk_of({a, b});
+  sparse.insert(sparse.begin(), cpu::statistics_chunk, -0.0f);
+  sparse.insert(sparse.end(), 3 * cpu::statistics_chunk + 17, 0.0f);
+  const StepScalars s_sparse = statistics_of(*backend, sparse, 2.0f, 1.0f),
+                    s_dense = statistics_of(*backend, dense, 2.0f, 1.0f);
+  EXPECT_EQ(s_sparse.found_nonfinite, 0);
+  EXPECT_EQ(s_sparse.grad_norm, s_dense.grad_norm);
+  EXPECT_EQ(s_sparse.clip_coefficient, s_dense.clip_coefficient);
+  const StepScalars s_zero = statistics_of(*backend, std::vector<float>(5 * cpu::statistics_chunk, -0.0f), 2.0f, 1.0f);
+  EXPECT_EQ(s_zero.found_nonfinite, 0);
+  EXPECT_EQ(s_zero.grad_norm, 0.0f);
+  EXPECT_FALSE(std::signbit(s_zero.grad_norm));
+  EXPECT_EQ(s_zero.clip_coefficient, 1.0f);
 }
 
 // ---- optimizer ----

@@ -10,6 +10,7 @@
 #endif
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -22,6 +23,7 @@
 #include "cpu_common.hpp"
 #include "cpu_convolution.hpp"
 #include "cpu_gemm.hpp"
+#include "cpu_gradient_norm.hpp"
 #include "cpu_philox.hpp"
 #include "cpu_sequence.hpp"
 #include "cpu_spatial.hpp"
@@ -38,22 +40,32 @@ namespace km = kernel_math;
 constexpr std::int64_t parallel_threshold = 16384;
 // Columns summed together by one thread in column reductions (bias and layernorm parameter gradients).
 constexpr std::int64_t column_block = 64;
-// Elements per partial sum of the gradient statistics; the partials are added in order, so the result does not depend
-// on the thread count. Within a chunk, element i goes to lane i % statistics_lanes: independent sums the compiler can
-// keep in vector registers (a single running sum is one long dependency chain), still in a fixed order.
-constexpr std::int64_t statistics_chunk = 4096;
+// Within a chunk, element i goes to lane i % statistics_lanes: independent sums the compiler can keep in vector
+// registers (a single running sum is one long dependency chain), still in a fixed order.
 constexpr std::int64_t statistics_lanes = 16;
 // Each lane sums the squares of a block's 16 elements in fp32 (fp32 vectors: twice the width of fp64 ones, and no
 // conversions), then adds that into its fp64 sum. A block's fp32 sum has a relative error below 17 u (u = 2^-24: 16
 // additions of positive terms and the rounding of each square), so the sum of squares stays within 17 u of the exact
 // one and the norm within 9 u, plus its final rounding to fp32 (tests/unit/cpu_optimizer_kernels_test.cpp checks 1e-6
 // against an fp64 reference). A block whose fp32 sum may have lost terms, because it is below 2^-90 (squares under
-// 2^-126 flush to zero) or is not finite (a square overflowed, or an input is Inf/NaN), is summed again in fp64.
+// 2^-126 flush to zero) or is not finite (a square overflowed, or an input is Inf/NaN), is summed again in fp64 --
+// unless every element is +-0 (dead ReLU units make such blocks common): its squares add exactly +0 in any precision,
+// so it is skipped, with the same result as the fp64 sum.
 constexpr std::int64_t statistics_block = 16 * statistics_lanes;
 
-// The sum of squares of gradients[begin, end) (end - begin <= statistics_chunk) in a fixed order, and whether any is
-// not finite.
-double chunk_sum_of_squares(const float* __restrict gradients, std::int64_t begin, std::int64_t end, int& nonfinite) {
+// Whether all of block[0, statistics_block) are +0 or -0 (bit patterns, so a subnormal is not zero here even where
+// the FPU reads it as zero).
+bool all_zero(const float* __restrict block) {
+  std::uint32_t bits = 0;
+#pragma omp simd reduction(| : bits)
+  for (std::int64_t i = 0; i < statistics_block; ++i) bits |= std::bit_cast<std::uint32_t>(block[i]) & 0x7fffffffu;
+  return bits == 0;
+}
+
+}  // namespace
+
+double cpu::chunk_sum_of_squares(const float* __restrict gradients, std::int64_t begin, std::int64_t end,
+                                 int& nonfinite, NormBlockPaths* paths) {
   double lanes[statistics_lanes] = {};
   int flags = 0;
   std::int64_t i = begin;
@@ -70,8 +82,14 @@ double chunk_sum_of_squares(const float* __restrict gradients, std::int64_t begi
     for (const float lane : block) total += lane;
     if (total >= 0x1p-90f && total <= std::numeric_limits<float>::max()) {
       for (std::int64_t lane = 0; lane < statistics_lanes; ++lane) lanes[lane] += static_cast<double>(block[lane]);
+      if (paths != nullptr) ++paths->fp32;
       continue;
     }
+    if (total == 0.0f && all_zero(gradients + i)) {  // adds +0 to sums >= +0: nothing to do
+      if (paths != nullptr) ++paths->zero;
+      continue;
+    }
+    if (paths != nullptr) ++paths->fp64;
     for (std::int64_t lane = 0; lane < statistics_lanes; ++lane) {
       double sum = 0.0;
       for (std::int64_t j = i + lane; j < i + statistics_block; j += statistics_lanes)
@@ -89,6 +107,8 @@ double chunk_sum_of_squares(const float* __restrict gradients, std::int64_t begi
   for (const double lane : lanes) sum += lane;
   return sum;
 }
+
+namespace {
 
 // The fused optimizer passes over one range. Restrict-qualified locals (not captures) and no errno from sqrt
 // (-fno-math-errno) let the compiler vectorise them: the pass is memory-bound only once it is vectorised.
@@ -540,15 +560,15 @@ class CpuBackend final : public Backend {
   // ---- optimizer ----
   void gradient_statistics(const float* gradients, std::int64_t count, const OptimizerHyper& hyper,
                            StepScalars* scalars) override {
-    const std::int64_t chunks = (count + statistics_chunk - 1) / statistics_chunk;
+    const std::int64_t chunks = (count + cpu::statistics_chunk - 1) / cpu::statistics_chunk;
     double* partial_sums = partial_sums_.reserve_elements<double>(static_cast<std::size_t>(chunks));  // (chunks)
     unsigned char* partial_nonfinite = partial_flags_.reserve_elements<unsigned char>(static_cast<std::size_t>(chunks));
 #pragma omp parallel for schedule(static) if (count > parallel_threshold)
     for (std::int64_t chunk = 0; chunk < chunks; ++chunk) {
-      const std::int64_t begin = chunk * statistics_chunk;
-      const std::int64_t end = std::min(count, begin + statistics_chunk);
+      const std::int64_t begin = chunk * cpu::statistics_chunk;
+      const std::int64_t end = std::min(count, begin + cpu::statistics_chunk);
       int nonfinite = 0;
-      const double sum = chunk_sum_of_squares(gradients, begin, end, nonfinite);
+      const double sum = cpu::chunk_sum_of_squares(gradients, begin, end, nonfinite);
       partial_sums[chunk] = sum;
       partial_nonfinite[chunk] = static_cast<unsigned char>(nonfinite);
     }
