@@ -3,6 +3,8 @@
 #
 #   bench/data_pipeline.sh --build-dir build             use build/bin/hpctrain
 #   bench/data_pipeline.sh --build-dir build --quick     small file, one run each: checks the harness, measures nothing
+#   bench/data_pipeline.sh --build-dir build --baseline /work/main/build/release --reads-only
+#                                                         the reads of two builds side by side, runs alternating
 #
 # What it measures, on one synthetic file (blobs, N samples x F float32 features, written by 'hpctrain data generate'):
 #   1. Raw sequential read of the file: dd bs=4M to /dev/null, as one stream, and as R concurrent streams that each
@@ -23,7 +25,8 @@
 #      own and competes with the compute, while a rank on a cluster node usually has spare cores; 1 rank on this
 #      machine shows that case.
 # Every figure is the median over --runs repetitions (the runs of the configurations alternate, so load from elsewhere
-# hits them alike).
+# hits them alike). With --baseline DIR every loader figure (2 and 3) is also measured with DIR/bin/hpctrain, each of its
+# runs right before the same run of the build under test, and reported next to it with the ratio (this build / baseline).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -35,6 +38,8 @@ RUNS=5
 STEPS=300
 WARMUP=20
 KEEP=0
+BASELINE_DIR=
+READS_ONLY=0
 
 usage() {
   sed -n '2,5p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
@@ -46,6 +51,8 @@ options:
   --samples N      samples in the file (default $SAMPLES)
   --features F     float32 features per sample (default $FEATURES: $((SAMPLES * FEATURES * 4 / 1000000)) MB)
   --runs K         repetitions of each measurement (default $RUNS)
+  --baseline DIR   also run DIR/bin/hpctrain, alternating with the build under test, and report both side by side
+  --reads-only     sections 1 and 2 only (no training step times)
   --steps S        training steps per run (default $STEPS; the first $WARMUP are warm-up)
   --quick          20000 samples, 1 run, 60 steps
   --keep           keep the temporary directory
@@ -62,6 +69,8 @@ while (($#)); do
     --steps) STEPS=$2; shift 2 ;;
     --quick) SAMPLES=20000; RUNS=1; STEPS=60; shift ;;
     --keep) KEEP=1; shift ;;
+    --baseline) BASELINE_DIR=$(cd "$2" && pwd); shift 2 ;;
+    --reads-only) READS_ONLY=1; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -69,6 +78,13 @@ done
 
 HPCTRAIN="$BUILD_DIR/bin/hpctrain"
 [[ -x $HPCTRAIN ]] || { echo "no hpctrain at $HPCTRAIN: build first, or pass --build-dir" >&2; exit 2; }
+BUILDS=(test)  # the builds measured, in the order their runs alternate: the baseline's run first
+declare -A BINARY=([test]=$HPCTRAIN)
+if [[ -n $BASELINE_DIR ]]; then
+  BINARY[baseline]=$BASELINE_DIR/bin/hpctrain
+  [[ -x ${BINARY[baseline]} ]] || { echo "no hpctrain at ${BINARY[baseline]}: build the baseline first" >&2; exit 2; }
+  BUILDS=(baseline test)
+fi
 MPIEXEC=(mpiexec --oversubscribe)
 [[ $(id -u) -eq 0 ]] && MPIEXEC+=(--allow-run-as-root)
 export OMP_NUM_THREADS=1
@@ -132,21 +148,24 @@ done
 STRIPED=$(printf '%s\n' "${striped[@]}" | median)
 
 # --- 2. per-rank read throughput ---
-bench() {  # bench FIELD ARGS...: the median over runs of a 'data bench' figure ("read" or "staging")
-  local field=$1; shift
-  local values=()
+declare -A READS  # READS[build-name]: the median over runs of one 'data bench' figure
+bench() {  # bench NAME FIELD ARGS...: runs 'data bench' --runs times per build (alternating), FIELD "read" or "staging"
+  local name=$1 field=$2 build; shift 2
+  declare -A values=()
   for ((run = 0; run < RUNS; ++run)); do
-    values+=("$("${MPIEXEC[@]}" -n "$RANKS" "$HPCTRAIN" data bench deck.toml --set data.prefetch=0 "$@" \
-      | awk -v f="$field" '$0 ~ "median per-rank " f " throughput" {print $(NF - 1)}')")
+    for build in "${BUILDS[@]}"; do
+      values[$build]+="$("${MPIEXEC[@]}" -n "$RANKS" "${BINARY[$build]}" data bench deck.toml --set data.prefetch=0 "$@" \
+        | awk -v f="$field" '$0 ~ "median per-rank " f " throughput" {print $(NF - 1)}') "
+    done
   done
-  printf '%s\n' "${values[@]}" | median
+  for build in "${BUILDS[@]}"; do READS[$build-$name]=$(printf '%s\n' ${values[$build]} | median); done
 }
-GLOBAL_FIRST=$(bench read --steps "$EPOCH_STEPS")
-GLOBAL_THREE=$(bench read --steps $((3 * EPOCH_STEPS)))
-ORDERED=$(bench read --set data.shuffle=false)
-LOCAL_STAGING=$(bench staging --set data.shuffle=local --steps 1)
-LOCAL_BATCHES=$(bench read --set data.shuffle=local)
-HDF5_OWN=$(HPCTRAIN_HDF5_DIRECT=0 bench read --steps $((EPOCH_STEPS / 10 + 1)))
+bench global-first read --steps "$EPOCH_STEPS"
+bench global-three read --steps $((3 * EPOCH_STEPS))
+bench ordered read --set data.shuffle=false
+bench local-staging staging --set data.shuffle=local --steps 1
+bench local-batches read --set data.shuffle=local
+HPCTRAIN_HDF5_DIRECT=0 bench hdf5-own read --steps $((EPOCH_STEPS / 10 + 1))
 
 # --- 3. step time: from HDF5 with prefetch, from memory, from HDF5 without prefetch ---
 step_time() {  # median step time in ms of one run's log lines after the warm-up
@@ -154,7 +173,7 @@ step_time() {  # median step time in ms of one run's log lines after the warm-up
     if ($(i) == "samples/s") print 256 / $(i - 1) * 1000}' "$1" | median
 }
 declare -A times
-for ((run = 0; run < RUNS; ++run)); do
+for ((run = 0; run < RUNS && !READS_ONLY; ++run)); do
   for ranks in "$RANKS" 1; do
     for variant in prefetch memory synchronous; do
       case $variant in
@@ -162,39 +181,55 @@ for ((run = 0; run < RUNS; ++run)); do
         memory) sets=(--set data.in_memory=true) ;;
         synchronous) sets=(--set data.prefetch=0) ;;
       esac
-      name=run-$ranks-$variant-$run
-      "${MPIEXEC[@]}" -n "$ranks" "$HPCTRAIN" train deck.toml --output "$name" "${sets[@]}" \
-        >"$name.log" 2>&1 || { cat "$name.log" >&2; exit 1; }
-      times[$ranks-$variant]+="$(step_time "$name.log") "
+      for build in "${BUILDS[@]}"; do
+        name=run-$build-$ranks-$variant-$run
+        "${MPIEXEC[@]}" -n "$ranks" "${BINARY[$build]}" train deck.toml --output "$name" "${sets[@]}" \
+          >"$name.log" 2>&1 || { cat "$name.log" >&2; exit 1; }
+        times[$build-$ranks-$variant]+="$(step_time "$name.log") "
+      done
     done
   done
 done
 
 # --- report ---
 row() { printf '  %-58s %10s %s\n' "$@"; }
+versus() {  # versus VALUE BASELINE-VALUE: "(baseline X, 1.23x)" when a baseline was measured
+  [[ -n $BASELINE_DIR ]] || return 0
+  awk -v a="$1" -v b="$2" -v u="$3" 'BEGIN {printf "(baseline %s%s: %.2fx)", b, u, (u == " ms" ? b / a : a / b)}'
+}
 echo "hpctrain data pipeline benchmark: $SAMPLES samples x $FEATURES float32 ($((BYTES / 1000000)) MB), $RANKS ranks," \
   "median of $RUNS runs; page cache warm (nothing dropped)"
+[[ -n $BASELINE_DIR ]] && echo "build under test: $HPCTRAIN; baseline: ${BINARY[baseline]} (runs alternate; ratios" \
+  "are speed-ups of the build under test)"
 echo "raw sequential read (dd bs=4M to /dev/null):"
 row "one stream" "$RAW MB/s"
 row "$RANKS concurrent streams, one stripe each (per stream)" "$STRIPED MB/s"
 echo "per-rank read throughput ('hpctrain data bench', data.prefetch = 0, median over ranks), vs $RANKS concurrent" \
   "streams (goal >= 80%) and vs one stream:"
-both() { echo "$(percent "$1" "$STRIPED") $(percent "$1" "$RAW")"; }
-row "global shuffle, first epoch (random rows; maps the file)" "$GLOBAL_FIRST MB/s" "$(both "$GLOBAL_FIRST")"
-row "global shuffle, 3 epochs" "$GLOBAL_THREE MB/s" "$(both "$GLOBAL_THREE")"
-row "file order (data.shuffle = false)" "$ORDERED MB/s" "$(both "$ORDERED")"
-row "local shuffle: staging the rank's slice (one-off)" "$LOCAL_STAGING MB/s" "$(both "$LOCAL_STAGING")"
-row "local shuffle: batches from memory" "$LOCAL_BATCHES MB/s" "$(both "$LOCAL_BATCHES")"
-row "global shuffle through HDF5's own reads (HPCTRAIN_HDF5_DIRECT=0)" "$HDF5_OWN MB/s" "$(both "$HDF5_OWN")"
+reads() {  # reads NAME LABEL
+  local value=${READS[test-$1]}
+  row "$2" "$value MB/s" "$(percent "$value" "$STRIPED") $(percent "$value" "$RAW") $(versus "$value" "${READS[baseline-$1]:-}" " MB/s")"
+}
+reads global-first "global shuffle, first epoch (random rows; maps the file)"
+reads global-three "global shuffle, 3 epochs"
+reads ordered "file order (data.shuffle = false)"
+reads local-staging "local shuffle: staging the rank's slice (one-off)"
+reads local-batches "local shuffle: batches from memory"
+reads hdf5-own "global shuffle through HDF5's own reads (HPCTRAIN_HDF5_DIRECT=0)"
+((READS_ONLY)) && exit 0
 for ranks in "$RANKS" 1; do
-  memory=$(printf '%s\n' ${times[$ranks-memory]} | median)
-  prefetch=$(printf '%s\n' ${times[$ranks-prefetch]} | median)
-  synchronous=$(printf '%s\n' ${times[$ranks-synchronous]} | median)
+  declare -A step=()
+  for build in "${BUILDS[@]}"; do
+    for variant in prefetch memory synchronous; do
+      step[$build-$variant]=$(printf '%s\n' ${times[$build-$ranks-$variant]} | median)
+    done
+  done
+  memory=${step[test-memory]} prefetch=${step[test-prefetch]} synchronous=${step[test-synchronous]}
   echo "step time (global batch 256, MLP $FEATURES-512-10, $ranks rank(s) x 1 thread, median of steps" \
     "$((WARMUP + 1))..$STEPS):"
-  row "data in memory (data.in_memory = true)" "$memory ms"
+  row "data in memory (data.in_memory = true)" "$memory ms" "$(versus "$memory" "${step[baseline-memory]:-}" " ms")"
   row "data from HDF5, background reader (data.prefetch = 2)" "$prefetch ms" \
-    "$(awk -v a="$prefetch" -v b="$memory" 'BEGIN {printf "%+.1f%% vs memory (goal: within 5%%)", 100 * (a / b - 1)}')"
+    "$(awk -v a="$prefetch" -v b="$memory" 'BEGIN {printf "%+.1f%% vs memory (goal: within 5%%)", 100 * (a / b - 1)}') $(versus "$prefetch" "${step[baseline-prefetch]:-}" " ms")"
   row "data from HDF5, synchronous (data.prefetch = 0)" "$synchronous ms" \
-    "$(awk -v a="$synchronous" -v b="$memory" 'BEGIN {printf "%+.1f%% vs memory", 100 * (a / b - 1)}')"
+    "$(awk -v a="$synchronous" -v b="$memory" 'BEGIN {printf "%+.1f%% vs memory", 100 * (a / b - 1)}') $(versus "$synchronous" "${step[baseline-synchronous]:-}" " ms")"
 done

@@ -27,7 +27,9 @@ namespace {
 // --- reads from a memory map that fail gracefully ---
 // A mapped file truncated by someone else raises SIGBUS on the next touch of a page past its new end. The direct
 // reader copies from the map inside a guard: SIGBUS there jumps back to the guard, which reports the file; a SIGBUS
-// anywhere else keeps its default action.
+// anywhere else keeps its default action. The guard is on every read, so it is cheap: sigsetjmp saves no signal mask
+// (that would be a sigprocmask system call per read) and the handler runs with SA_NODEFER, so SIGBUS is not left
+// blocked when it jumps out.
 thread_local sigjmp_buf* mapped_read_jump = nullptr;  // set while this thread copies from a map
 
 extern "C" void on_bus_error(int signal_number, siginfo_t*, void*) {
@@ -41,7 +43,7 @@ void install_bus_error_handler() {
   if (installed.exchange(true)) return;
   struct sigaction action {};
   action.sa_sigaction = on_bus_error;
-  action.sa_flags = SA_SIGINFO;
+  action.sa_flags = SA_SIGINFO | SA_NODEFER;
   sigemptyset(&action.sa_mask);
   HPCTRAIN_VERIFY(sigaction(SIGBUS, &action, nullptr) == 0, Error, "sigaction(SIGBUS) failed");
 }
@@ -145,6 +147,9 @@ struct Hdf5Dataset::DirectReader {
   std::int64_t rows_per_chunk = 1, values_per_row = 0;
   std::size_t row_bytes = 0;
   StoredKind kind = StoredKind::f32;
+  std::uint64_t last_page = 0;       // offset of the map's last page: reads that reach it check the file's size
+  std::int64_t rows_ahead = 1;       // rows of a scattered read prefetched ahead of the copy: about 8 KiB of them
+  std::size_t prefetched_bytes = 0;  // of each such row (its start, for very long rows)
 
   ~DirectReader() {
     if (mapping != MAP_FAILED) munmap(mapping, mapped_bytes);
@@ -156,6 +161,35 @@ struct Hdf5Dataset::DirectReader {
   }
   // Rows from r on that lie one after the other in the file: up to the end of r's chunk.
   [[nodiscard]] std::int64_t rows_in_chunk_from(std::int64_t r) const { return rows_per_chunk - r % rows_per_chunk; }
+  [[nodiscard]] std::uint64_t end_of(const unsigned char* from, std::int64_t rows) const {
+    return static_cast<std::uint64_t>(from - static_cast<const unsigned char*>(mapping)) +
+           static_cast<std::uint64_t>(rows) * row_bytes;
+  }
+
+  // Calls copy(i, first row, rows) for each run of consecutive rows of indices[0..count) within one chunk; returns the
+  // end (file offset) of the highest byte copied. A random row is a cache miss (and a TLB miss) the copy would wait
+  // for: the rows after the current run are prefetched about 8 KiB ahead, so their loads overlap the copy.
+  template <class Copy>
+  std::uint64_t for_each_run(const std::int64_t* indices, std::int64_t count, Copy&& copy) const {
+    std::uint64_t end = 0;
+    std::int64_t ahead = 0;  // indices before this one have been prefetched, or copied
+    for (std::int64_t i = 0; i < count;) {
+      const std::int64_t first = indices[i];
+      const std::int64_t limit = std::min(count - i, rows_in_chunk_from(first));
+      std::int64_t run = 1;
+      while (run < limit && indices[i + run] == first + run) ++run;
+      for (ahead = std::max(ahead, i + run); ahead < std::min(count, i + run + rows_ahead); ++ahead) {
+        const unsigned char* next = row(indices[ahead]);
+        for (std::size_t byte = 0; byte < prefetched_bytes; byte += 64) __builtin_prefetch(next + byte);
+        __builtin_prefetch(next + prefetched_bytes - 1);  // the line a row not aligned to 64 bytes ends in
+      }
+      const unsigned char* from = row(first);
+      copy(i, from, run);
+      end = std::max(end, end_of(from, run));
+      i += run;
+    }
+    return end;
+  }
 
   template <class Out>
   void convert(const unsigned char* from, std::int64_t values, Out* to) const {
@@ -188,37 +222,32 @@ struct Hdf5Dataset::DirectReader {
   }
 
   // Rows indices[0..count) into out, (count, values_per_row); consecutive rows of one chunk are copied together.
+  // Returns the end of the highest byte read, as for_each_run.
   template <class Out>
-  void read_rows(const std::int64_t* indices, std::int64_t count, Out* out) const {
-    for (std::int64_t i = 0; i < count;) {
-      const std::int64_t first = indices[i];
-      const std::int64_t limit = std::min(count - i, rows_in_chunk_from(first));
-      std::int64_t run = 1;
-      while (run < limit && indices[i + run] == first + run) ++run;
-      convert(row(first), run * values_per_row, out + i * values_per_row);
-      i += run;
-    }
+  std::uint64_t read_rows(const std::int64_t* indices, std::int64_t count, Out* out) const {
+    return for_each_run(indices, count, [&](std::int64_t i, const unsigned char* from, std::int64_t run) {
+      convert(from, run * values_per_row, out + i * values_per_row);
+    });
   }
 
   // Rows indices[0..count) into out as stored, byte for byte: (count, row_bytes).
-  void copy_rows(const std::int64_t* indices, std::int64_t count, unsigned char* out) const {
-    for (std::int64_t i = 0; i < count;) {
-      const std::int64_t first = indices[i];
-      const std::int64_t limit = std::min(count - i, rows_in_chunk_from(first));
-      std::int64_t run = 1;
-      while (run < limit && indices[i + run] == first + run) ++run;
-      std::memcpy(out + static_cast<std::size_t>(i) * row_bytes, row(first), static_cast<std::size_t>(run) * row_bytes);
-      i += run;
-    }
+  std::uint64_t copy_rows(const std::int64_t* indices, std::int64_t count, unsigned char* out) const {
+    return for_each_run(indices, count, [&](std::int64_t i, const unsigned char* from, std::int64_t run) {
+      std::memcpy(out + static_cast<std::size_t>(i) * row_bytes, from, static_cast<std::size_t>(run) * row_bytes);
+    });
   }
 
   template <class Out>
-  void read_range(std::int64_t first, std::int64_t count, Out* out) const {
+  std::uint64_t read_range(std::int64_t first, std::int64_t count, Out* out) const {
+    std::uint64_t end = 0;
     for (std::int64_t done = 0; done < count;) {
       const std::int64_t run = std::min(count - done, rows_in_chunk_from(first + done));
-      convert(row(first + done), run * values_per_row, out + done * values_per_row);
+      const unsigned char* from = row(first + done);
+      convert(from, run * values_per_row, out + done * values_per_row);
+      end = std::max(end, end_of(from, run));
       done += run;
     }
+    return end;
   }
 };
 
@@ -288,6 +317,12 @@ std::unique_ptr<Hdf5Dataset::DirectReader> Hdf5Dataset::make_direct_reader() con
     if (chunk_offset + chunk_span > reader->mapped_bytes) return nullptr;
   reader->mapping = mmap(nullptr, reader->mapped_bytes, PROT_READ, MAP_SHARED, reader->descriptor, 0);
   if (reader->mapping == MAP_FAILED) return nullptr;
+  const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+  reader->last_page = (reader->mapped_bytes - 1) / page * page;  // mapped_bytes > 0: the chunks lie inside
+  constexpr std::size_t prefetch_bytes = 8192, prefetch_rows_at_most = 32;
+  reader->rows_ahead =
+      static_cast<std::int64_t>(std::clamp<std::size_t>(prefetch_bytes / reader->row_bytes, 1, prefetch_rows_at_most));
+  reader->prefetched_bytes = std::min(reader->row_bytes, prefetch_bytes);
   return reader;
 }
 
@@ -332,11 +367,12 @@ Hdf5Dataset::Hdf5Dataset(const std::string& file, const std::string& dataset_pat
   H5Handle stored_type(HPCTRAIN_H5_CHECK(H5Dget_type(dataset_.get())));
   type_name_ = hpctrain::type_name(stored_type.get());
   const H5T_class_t type_class = HPCTRAIN_H5_CHECK(H5Tget_class(stored_type.get()));
-  HPCTRAIN_VERIFY(type_class == H5T_INTEGER || type_class == H5T_FLOAT, InputError,
-                  "dataset " << where << " holds " << type_name_ << " values; expected integers or floating point",
-                  "store numbers: signed or unsigned integers of 8 to 64 bits, or float16, float32 or float64 (converted to "
-                  "float32 on load; docs/data.md#element-types); "
-                  "'hpctrain data convert' writes such files from .npy or CSV");
+  HPCTRAIN_VERIFY(
+      type_class == H5T_INTEGER || type_class == H5T_FLOAT, InputError,
+      "dataset " << where << " holds " << type_name_ << " values; expected integers or floating point",
+      "store numbers: signed or unsigned integers of 8 to 64 bits, or float16, float32 or float64 (converted to "
+      "float32 on load; docs/data.md#element-types); "
+      "'hpctrain data convert' writes such files from .npy or CSV");
   stores_integers_ = type_class == H5T_INTEGER;
   stored_type_ = std::move(stored_type);
   stored_value_bytes_ = H5Tget_size(stored_type_.get());
@@ -347,8 +383,9 @@ Hdf5Dataset::Hdf5Dataset(const std::string& file, const std::string& dataset_pat
 Hdf5Dataset::~Hdf5Dataset() = default;
 
 std::uintmax_t Hdf5Dataset::file_size_now() const {
-  struct stat status {};
-  return stat(file_name_.c_str(), &status) == 0 ? static_cast<std::uintmax_t>(status.st_size) : 0;
+  struct stat status {};  // the direct path asks about the file it mapped, which a rename over its name leaves intact
+  const int result = direct_ ? fstat(direct_->descriptor, &status) : stat(file_name_.c_str(), &status);
+  return result == 0 ? static_cast<std::uintmax_t>(status.st_size) : 0;
 }
 
 void Hdf5Dataset::check_file_intact() const {
@@ -361,21 +398,30 @@ void Hdf5Dataset::check_file_intact() const {
                    ErrorScope::this_rank);
 }
 
+// A file that shrank is caught without a system call per read: truncation removes the pages past the new end from the
+// map, so touching the map's last byte after the copy raises SIGBUS whenever the last page went. A shrink that leaves
+// part of the last page reads as zeros there instead, so a read that reached the last page asks the file's size
+// (fstat); rows outside it are unchanged by such a shrink and read on.
 template <class Copy>
 void Hdf5Dataset::read_mapped(Copy&& copy) const {
   install_bus_error_handler();
   sigjmp_buf jump;
   sigjmp_buf* const outer = mapped_read_jump;
-  if (sigsetjmp(jump, 1) != 0) {  // SIGBUS inside copy(): the file lost pages we mapped
+  if (sigsetjmp(jump, 0) != 0) {  // SIGBUS inside copy() or the touch: the file lost pages we mapped
     mapped_read_jump = outer;
     check_file_intact();
     throw InputError("data file '" + file_name_ + "' could not be read (bus error on its memory map)",
                      "check the file system; restore the file and continue with --resume auto", ErrorScope::this_rank);
   }
   mapped_read_jump = &jump;
-  copy();
+  // The fences keep the compiler from moving reads of the map (inlined loops now, not a call) out of the guard.
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  const std::uint64_t end = copy();
+  [[maybe_unused]] const unsigned char last =
+      static_cast<const volatile unsigned char*>(direct_->mapping)[direct_->mapped_bytes - 1];
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   mapped_read_jump = outer;
-  check_file_intact();  // a truncation that left the touched pages alone still means a changed file
+  if (end > direct_->last_page) check_file_intact();
 }
 
 namespace {
@@ -391,7 +437,7 @@ void check_rows(const std::int64_t* indices, std::int64_t count, std::int64_t sa
 void Hdf5Dataset::read_rows(const std::int64_t* indices, std::int64_t count, float* out) {
   if (direct_) {
     check_rows(indices, count, samples(), dataset_path_, file_name_);
-    read_mapped([&] { direct_->read_rows(indices, count, out); });
+    read_mapped([&] { return direct_->read_rows(indices, count, out); });
     return;
   }
   const auto lock = lock_hdf5();  // taken before H5T_NATIVE_*, which are HDF5 calls too
@@ -402,7 +448,7 @@ void Hdf5Dataset::read_rows(const std::int64_t* indices, std::int64_t count, flo
 void Hdf5Dataset::read_rows(const std::int64_t* indices, std::int64_t count, std::int32_t* out) {
   if (direct_ && is_integer(direct_->kind)) {  // float -> integer rounding is left to HDF5's rules
     check_rows(indices, count, samples(), dataset_path_, file_name_);
-    read_mapped([&] { direct_->read_rows(indices, count, out); });
+    read_mapped([&] { return direct_->read_rows(indices, count, out); });
     return;
   }
   const auto lock = lock_hdf5();
@@ -413,7 +459,7 @@ void Hdf5Dataset::read_rows(const std::int64_t* indices, std::int64_t count, std
 void Hdf5Dataset::read_range(std::int64_t first, std::int64_t count, float* out) {
   if (direct_) {
     HPCTRAIN_ASSERT(first >= 0 && count >= 0 && first + count <= samples(), "rows outside the dataset");
-    read_mapped([&] { direct_->read_range(first, count, out); });
+    read_mapped([&] { return direct_->read_range(first, count, out); });
     return;
   }
   const auto lock = lock_hdf5();
@@ -424,7 +470,7 @@ void Hdf5Dataset::read_range(std::int64_t first, std::int64_t count, float* out)
 void Hdf5Dataset::read_range(std::int64_t first, std::int64_t count, std::int32_t* out) {
   if (direct_ && is_integer(direct_->kind)) {
     HPCTRAIN_ASSERT(first >= 0 && count >= 0 && first + count <= samples(), "rows outside the dataset");
-    read_mapped([&] { direct_->read_range(first, count, out); });
+    read_mapped([&] { return direct_->read_range(first, count, out); });
     return;
   }
   const auto lock = lock_hdf5();
@@ -435,7 +481,7 @@ void Hdf5Dataset::read_range(std::int64_t first, std::int64_t count, std::int32_
 void Hdf5Dataset::read_range(std::int64_t first, std::int64_t count, double* out) {
   if (direct_) {
     HPCTRAIN_ASSERT(first >= 0 && count >= 0 && first + count <= samples(), "rows outside the dataset");
-    read_mapped([&] { direct_->read_range(first, count, out); });
+    read_mapped([&] { return direct_->read_range(first, count, out); });
     return;
   }
   const auto lock = lock_hdf5();
@@ -446,7 +492,7 @@ void Hdf5Dataset::read_range(std::int64_t first, std::int64_t count, double* out
 void Hdf5Dataset::read_rows_stored(const std::int64_t* indices, std::int64_t count, void* out) {
   if (direct_) {
     check_rows(indices, count, samples(), dataset_path_, file_name_);
-    read_mapped([&] { direct_->copy_rows(indices, count, static_cast<unsigned char*>(out)); });
+    read_mapped([&] { return direct_->copy_rows(indices, count, static_cast<unsigned char*>(out)); });
     return;
   }
   const auto lock = lock_hdf5();

@@ -1,6 +1,7 @@
 // Hdf5Dataset's direct (memory-mapped) read path against HDF5's own: for every stored type and layout the direct path
 // takes, both give identical values (random rows with repeats, ranges across chunks, int32 saturation); layouts it
 // must not take (compressed chunks, chunks that split a sample, big-endian values, unwritten chunks) fall back to HDF5.
+// A file that shrinks under the memory map is an error for every read it can change, never zeros or a bus error.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <limits>
 #include <random>
 
+#include "hpctrain/core/error.hpp"
 #include "hpctrain/data/convert.hpp"
 #include "hpctrain/data/hdf5_dataset.hpp"
 #include "hpctrain/io/hdf5.hpp"
@@ -159,6 +161,77 @@ TEST_F(DirectReadTest, LayoutsTheDirectPathLeavesToHdf5) {
     const std::int64_t written = c.written < 0 ? rows : c.written;
     for (std::int64_t i = 0; i < rows * 12; ++i)
       ASSERT_EQ(read[i], i < written * 12 ? static_cast<float>(values[i]) : 0.0f) << i;
+  }
+}
+
+// The message of the InputError f() throws ("" when it throws nothing).
+template <class F>
+std::string input_error_of(F&& f) {
+  try {
+    f();
+  } catch (const InputError& error) {
+    return error.what();
+  }
+  return "";
+}
+
+// The direct path checks the file's size only for reads that reach the map's last page and otherwise relies on the
+// SIGBUS of a touch of that page: a shrink that removes the last page fails every read, one that keeps part of it fails
+// the reads of rows in it, and rows it leaves alone read unchanged. Every such read fails, each time it is repeated.
+TEST_F(DirectReadTest, AFileThatShrinksUnderTheMapFailsEveryReadItCanChange) {
+  const std::int64_t rows = 4096;  // 48 bytes each: 192 KiB, many pages
+  const std::vector<double> values = values_for(H5T_IEEE_F32LE, rows);
+  const std::string original = path("original.h5");
+  write_values(original, H5T_IEEE_F32LE, {}, rows, values);
+  std::uint64_t data_offset = 0;
+  {
+    const auto lock = lock_hdf5();
+    H5Handle file(H5Fopen(original.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+    H5Handle dataset(H5Dopen2(file.get(), "/x", H5P_DEFAULT));
+    data_offset = H5Dget_offset(dataset.get());
+  }
+  const std::uint64_t row_bytes = 12 * sizeof(float), file_bytes = fs::file_size(original);
+  const std::uint64_t page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE)),
+                      last_page = (file_bytes - 1) / page * page;
+  const std::uint64_t data_end = data_offset + rows * row_bytes;
+  // HDF5 puts a contiguous dataset's data after its metadata: the last rows lie in the file's last page.
+  ASSERT_GT(data_end, last_page + 2 * row_bytes) << "offset " << data_offset << ", file " << file_bytes;
+  ASSERT_LT(data_offset + row_bytes, last_page);
+  const std::int64_t last_row = rows - 1;
+  std::vector<float> read(12 * 4);
+  auto read_rows = [&](std::int64_t row, Hdf5Dataset& dataset) {
+    const std::int64_t indices[2] = {row, 0};
+    dataset.read_rows(indices, 2, read.data());
+  };
+  auto expect_fails = [&](const char* what, auto&& f) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      const std::string message = input_error_of(f);
+      EXPECT_NE(message.find("shrank from " + std::to_string(file_bytes)), std::string::npos)
+          << what << ", attempt " << attempt << ": " << message;
+    }
+  };
+
+  {  // shrunk to half its data: the last page is gone, so even row 0, which is intact, fails
+    const std::string file = path("halved.h5");
+    fs::copy_file(original, file);
+    const auto dataset = open_with(file, true);
+    ASSERT_TRUE(dataset->reads_directly());
+    fs::resize_file(file, data_offset + rows / 2 * row_bytes);
+    expect_fails("read_rows of row 0", [&] { read_rows(0, *dataset); });
+    expect_fails("read_range of row 0", [&] { dataset->read_range(0, 1, read.data()); });
+    std::vector<unsigned char> stored(row_bytes);
+    const std::int64_t first_row = 0;
+    expect_fails("read_rows_stored of row 0", [&] { dataset->read_rows_stored(&first_row, 1, stored.data()); });
+  }
+  {  // shrunk by a row and a byte, inside the last page: the last row fails, row 0 reads unchanged
+    const std::string file = path("trimmed.h5");
+    fs::copy_file(original, file);
+    const auto dataset = open_with(file, true);
+    fs::resize_file(file, data_end - row_bytes - 1);
+    expect_fails("read_rows of the last row", [&] { read_rows(last_row, *dataset); });
+    expect_fails("read_range of the last row", [&] { dataset->read_range(last_row, 1, read.data()); });
+    read_rows(1, *dataset);
+    for (std::int64_t i = 0; i < 24; ++i) ASSERT_EQ(read[i], static_cast<float>(values[i < 12 ? 12 + i : i - 12])) << i;
   }
 }
 
