@@ -11,9 +11,10 @@
 // extensions (no intrinsics; lowered to narrower registers where the CPU lacks AVX-512).
 //
 // Gradients are stored straight from the compute type: they are sums that start at 0, so never a signalling NaN, and
-// the round trip through double of the plain loops changes nothing for them. (The forward keeps that round trip for
-// its input values; GCC folds it away for f32, so f32 signalling NaNs are stored as they are, and store() makes bf16
-// and fp16 NaNs canonical: tests/unit/max_pooling_test.cpp pins both.)
+// the round trip through double of the plain loops changes nothing for them. Winners are stored as the plain loops
+// store them: f32 and f64 bit for bit (a signalling NaN stays one), bf16 and fp16 NaNs made canonical by store();
+// tests/unit/max_pooling_test.cpp pins both. (No round trip through double for a winner: whether it quiets a
+// signalling NaN depends on what the compiler folds, and differed between the release and sanitizer builds.)
 //
 // argmax has y's shape and layout (int32): the winning input position within the sample's plane, -1 for a window
 // wholly in the padding. Threads own whole output rows (sample, depth, height) or planes, so no result depends on the
@@ -28,6 +29,10 @@
 #include "cpu_common.hpp"
 #include "cpu_spatial.hpp"
 #include "hpctrain/core/error.hpp"
+
+// The vector types are passed between this file's internal functions only: the warning that their ABI differs
+// without AVX-512 (builds for any x86-64) concerns no caller.
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace hpctrain::cpu {
 namespace {
@@ -56,15 +61,14 @@ Key max_key(Storage value) {
                                                  : magnitude;
 }
 
-// f32, f64: stored through double and gradients as 0 + dy, as the plain loops (GCC folds the f32 round trip through
-// double away, so a signalling NaN is stored as it is).
+// f32, f64: winners stored as they are and gradients as 0 + dy, as the plain loops.
 template <class T>
 struct MaxOrder {
   using Storage = T;
   using Bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
   using Key = std::make_signed_t<Bits>;
   static Key key(T value) { return max_key<Bits, Key, std::bit_cast<Bits>(std::numeric_limits<T>::infinity())>(value); }
-  static T stored(T winner) { return store_from_double<T>(static_cast<double>(winner)); }
+  static T stored(T winner) { return winner; }
   static T gradient(T upstream) { return store<T>(compute_t<T>(0) + load(upstream)); }
 };
 
@@ -196,8 +200,7 @@ struct VectorMaxOrder {
     else
       return value > best;
   }
-  // The winner as the plain loops store it: f32 and f64 as they are (GCC folds the plain loops' round trip through
-  // double away: it assumes no signalling NaNs), bf16 and fp16 NaNs made canonical (store()).
+  // The winner as the plain loops store it: f32 and f64 as they are, bf16 and fp16 NaNs made canonical (store()).
   static B stored(B bits) {
     if constexpr (sizeof(T) == 2)
       return (bits & static_cast<Bits>(~sign)) > infinity ? B{} + Bits{0x7fff} : bits;

@@ -69,7 +69,10 @@ void pooling_forward_channels_last(PoolingKind kind, const SpatialGeometry& g, c
         T* out = y.as<T>() + index * channels;
         for (std::int64_t c = 0; c < channels; ++c) {
           const C value = result[static_cast<std::size_t>(c)];
-          out[c] = store_from_double<T>(static_cast<double>(kind == PoolingKind::max ? value : value / divisor));
+          // A maximum is one of the inputs: stored as it is (no round trip through double, which would quiet a
+          // signalling f32 NaN or not depending on what the compiler folds), bf16/fp16 NaNs canonical (store()).
+          out[c] =
+              kind == PoolingKind::max ? store<T>(value) : store_from_double<T>(static_cast<double>(value / divisor));
         }
       }
     }
