@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <dnnl.hpp>
 #include <functional>
 #include <random>
@@ -243,18 +244,26 @@ std::pair<PoolTimes, PoolTimes> pooling_ms(hpctrain::Backend& backend, const Poo
 
 int main(int argc, char** argv) {
   bool quick = false, pooling_only = false;
+  std::string only;  // --only TEXT: the pooling rows whose name contains TEXT (for perf record of one shape)
+  int repeats = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string option = argv[i];
     if (option == "--quick") {
       quick = true;
     } else if (option == "--pooling") {
       pooling_only = true;
+    } else if (option == "--only" && i + 1 < argc) {
+      only = argv[++i];
+      pooling_only = true;
+    } else if (option == "--repeats" && i + 1 < argc && std::atoi(argv[i + 1]) > 0) {
+      repeats = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: spatial_kernels [--quick] [--pooling]\n");
+      std::fprintf(stderr, "usage: spatial_kernels [--quick] [--pooling] [--only TEXT] [--repeats N]\n");
       return 2;
     }
   }
   if (quick) timed_repeats = 3;
+  if (repeats > 0) timed_repeats = repeats;
   std::vector<Layer> layers = {
       {"cosmoflow-small conv1", 32, 2, 8, 16},
       {"cosmoflow-small conv2", 32, 8, 16, 8},
@@ -293,8 +302,9 @@ int main(int argc, char** argv) {
   for (const SpatialLayout layout : {SpatialLayout::channels_last, SpatialLayout::channels_first}) {
     auto pool_backend = hpctrain::make_cpu_backend(layout);
     for (const Pool& pool : pools) {
-      const auto [raw, mine] = pooling_ms(*pool_backend, pool, layout);
       const std::string name = std::string(pool.name) + (layout == SpatialLayout::channels_last ? ", last" : ", first");
+      if (name.find(only) == std::string::npos) continue;
+      const auto [raw, mine] = pooling_ms(*pool_backend, pool, layout);
       std::printf("%-36s %10.3f %10.3f %6.2fx %10.3f %10.3f %6.2fx\n", name.c_str(), raw.forward, mine.forward,
                   raw.forward / mine.forward, raw.backward, mine.backward, raw.backward / mine.backward);
     }

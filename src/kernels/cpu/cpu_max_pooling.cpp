@@ -8,7 +8,9 @@
 // oneDNN's pooling on the decks' 2x2(x2) layers): plain loops over contiguous channels (channels-last) or along the
 // output width (channels-first) with one compare and select per value, which GCC vectorises for any target; bf16 and
 // fp16 compare integer keys of their bits (MaxOrder), so they are never widened. The hot blocks use GCC vector
-// extensions (no intrinsics; lowered to narrower registers where the CPU lacks AVX-512).
+// extensions (no intrinsics; lowered to narrower registers where the CPU lacks AVX-512). In f32 and f64 the
+// channels-last vector loops first run a plain > per tap and sum the values; a thread whose sum is NaN does its share
+// again by the exact rule (BlockPass, NanWatch).
 //
 // Gradients are stored straight from the compute type: they are sums that start at 0, so never a signalling NaN, and
 // the round trip through double of the plain loops changes nothing for them. Winners are stored as the plain loops
@@ -19,6 +21,8 @@
 // argmax has y's shape and layout (int32): the winning input position within the sample's plane, -1 for a window
 // wholly in the padding. Threads own whole output rows (sample, depth, height) or planes, so no result depends on the
 // thread count.
+#include <omp.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -172,8 +176,10 @@ struct VectorMaxOrder {
                                   std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>;
   using Key = std::make_signed_t<Bits>;
   static constexpr bool floating = sizeof(T) > 2;
+  static constexpr int lanes = L;
+  using Element = std::conditional_t<floating, T, Key>;
   using B = Vector<Bits, L>;
-  using K = Vector<std::conditional_t<floating, T, Key>, L>;
+  using K = Vector<Element, L>;
   static constexpr Bits sign = Bits{1} << (8 * sizeof(Bits) - 1);
   static constexpr Bits infinity = std::is_same_v<T, bf16>   ? 0x7f80
                                    : std::is_same_v<T, fp16> ? 0x7c00
@@ -209,38 +215,115 @@ struct VectorMaxOrder {
   }
 };
 
-// The channels-last windows at origin + w * step, w < W (W neighbouring windows of an output row: independent
-// chains of compares that the CPU overlaps), for channels [c0, c0 + L): the taps in kernel order, one compare and
-// three selects per tap. Outputs at out + w * channels, index + w * channels.
-template <class T, int L, int W>
-void window_block_channels_last(const typename MaxOrder<T>::Storage* in, std::int64_t channels, std::int64_t c0,
-                                std::int64_t origin, std::int64_t step, const std::int32_t* offsets,
-                                std::int64_t tap_count, typename MaxOrder<T>::Storage* out, std::int32_t* index) {
+// Whether the sum of a vector's lanes is NaN (halves added until one lane is left: a few shuffles, where a test per
+// lane would be a scalar compare each).
+template <class E, int L>
+bool sum_is_nan(Vector<E, L> v) {
+  if constexpr (L == 1) {
+    return v[0] != v[0];
+  } else {
+    Vector<E, L / 2> low, high;
+    std::memcpy(&low, &v, sizeof low);
+    std::memcpy(&high, reinterpret_cast<const char*>(&v) + sizeof low, sizeof high);
+    return sum_is_nan<E, L / 2>(low + high);
+  }
+}
+
+// The vector loops' two passes. f32 and f64 first take a plain strict > per tap (one compare and two selects; the
+// first of equal values wins, both zeros included) while summing the values into a NanWatch: without NaNs that is
+// the first-maximum rule exactly, and a NaN anywhere makes the watch's sum NaN (so can +inf + -inf or an overflow:
+// those only cost the second pass). Only then does the exact rule run over the same outputs (V::beats: the first NaN
+// wins; three compares and two mask operations per tap, which left the 16-channel 2x2x2 layers at 0.75-0.89x oneDNN's
+// primitive, issue 17). bf16 and fp16 compare integer keys, where the exact rule is one compare: one pass. The
+// watch is checked once per thread's share of the outputs, so its lane reduction costs nothing per window.
+template <class E>
+struct NanWatch {
+  Vector<E, 16> sum16{};
+  Vector<E, 8> sum8{};
+  Vector<E, 4> sum4{};
+  template <int L>
+  void add(Vector<E, L> v) {
+    static_assert(L == 16 || L == 8 || L == 4);
+    if constexpr (L == 16)
+      sum16 += v;
+    else if constexpr (L == 8)
+      sum8 += v;
+    else
+      sum4 += v;
+  }
+  bool nan() const { return sum_is_nan<E, 16>(sum16) || sum_is_nan<E, 8>(sum8) || sum_is_nan<E, 4>(sum4); }
+};
+
+template <class V, bool Plain, int Chains, class Watch>
+struct BlockPass {
+  Watch* watch;                    // the plain pass's (a NanWatch of V's element type)
+  typename V::K sum[Chains] = {};  // one per chain of compares, so the additions do not chain them together
+  template <class Key>
+  auto take(int chain, Key best, Key value) {
+    if constexpr (Plain) {
+      sum[chain] += value;
+      return value > best;
+    } else {
+      return V::beats(best, value);
+    }
+  }
+  void finish() {
+    if constexpr (Plain) {
+      typename V::K total = sum[0];
+      for (int chain = 1; chain < Chains; ++chain) total += sum[chain];
+      watch->template add<V::lanes>(total);
+    }
+  }
+};
+
+// What the W chains of window_block_channels_last are: chain w is the window at origin + w * position_step, channels
+// [c0 + w * channel_step, + L), output at out + w * output_step. Neighbouring windows of an output row ({kernel
+// width, 0, channels}) or neighbouring channel blocks of one window ({0, L, L}).
+struct Chains {
+  std::int64_t position_step, channel_step, output_step;
+};
+
+// W blocks of L channels of channels-last windows (independent chains of compares that the CPU overlaps): the taps
+// in kernel order, a compare and selects per tap. Outputs at out + w * output_step, index + w * output_step.
+template <class T, int L, int W, bool Plain, class Watch>
+[[gnu::always_inline]] inline void window_block_channels_last(const typename MaxOrder<T>::Storage* in,
+                                                              std::int64_t channels, std::int64_t c0,
+                                                              std::int64_t origin, Chains chains,
+                                                              const std::int32_t* offsets, std::int64_t tap_count,
+                                                              typename MaxOrder<T>::Storage* out, std::int32_t* index,
+                                                              Watch* watch) {
   using V = VectorMaxOrder<T, L>;
   using I = Vector<std::int32_t, L>;
-  typename V::B best[W];
+  BlockPass<V, Plain, W, Watch> rule{watch};
+  typename V::B best[W];  // (f32 and f64: the key's bits)
   typename V::K key[W];
-  I winner[W];
+  I winner[W];  // the winning tap's offset; the window's origin is added at the end
+  const typename MaxOrder<T>::Storage* window[W];
   for (int w = 0; w < W; ++w) {
-    const auto position = static_cast<std::int32_t>(origin + w * step + offsets[0]);
-    best[w] = V::load_bits(in + position * channels + c0);
+    window[w] = in + (origin + w * chains.position_step) * channels + c0 + w * chains.channel_step;
+    best[w] = V::load_bits(window[w] + offsets[0] * channels);
     key[w] = V::key(best[w]);
-    winner[w] = I{} + position;
+    rule.take(w, key[w], key[w]);  // (the plain rule's sum)
+    winner[w] = I{} + offsets[0];
   }
-  for (std::int64_t t = 1; t < tap_count; ++t)
+  for (std::int64_t t = 1; t < tap_count; ++t) {
+    const std::int64_t at = offsets[t] * channels;
+    const I tap = I{} + offsets[t];  // shared by the W windows
     for (int w = 0; w < W; ++w) {
-      const auto position = static_cast<std::int32_t>(origin + w * step + offsets[t]);
-      const typename V::B value = V::load_bits(in + position * channels + c0);
+      const typename V::B value = V::load_bits(window[w] + at);
       const typename V::K value_key = V::key(value);
-      const auto take = V::beats(key[w], value_key);
+      const auto take = rule.take(w, key[w], value_key);
       key[w] = take ? value_key : key[w];
-      best[w] = take ? value : best[w];
-      winner[w] = __builtin_convertvector(take, I) ? I{} + position : winner[w];
+      if constexpr (!V::floating) best[w] = take ? value : best[w];
+      winner[w] = __builtin_convertvector(take, I) ? tap : winner[w];
     }
+  }
+  rule.finish();
   for (int w = 0; w < W; ++w) {
-    const typename V::B stored = V::stored(best[w]);
-    std::memcpy(out + w * channels, &stored, sizeof stored);
-    std::memcpy(index + w * channels, &winner[w], sizeof winner[w]);
+    const typename V::B stored = V::stored(V::floating ? reinterpret_cast<typename V::B>(key[w]) : best[w]);
+    const I position = winner[w] + static_cast<std::int32_t>(origin + w * chains.position_step);
+    std::memcpy(out + w * chains.output_step, &stored, sizeof stored);
+    std::memcpy(index + w * chains.output_step, &position, sizeof position);
   }
 }
 
@@ -289,10 +372,12 @@ void row_block_channels_first(const typename MaxOrder<T>::Storage* in, const std
 // Channels-last, L / 2 channels (4 or 8) and 2-wide windows: windows ow .. ow + 3 two to a vector. Per window row, a
 // load per window covers both taps of the row (kw = 0 then 1, L / 2 channels each); two shuffles make the kw = 0 and
 // kw = 1 vectors of two windows, merged in kernel order. row_offsets: offsets[2 k], the window rows' first taps.
-template <class T, int L>
-void window_pairs_channels_last(const typename MaxOrder<T>::Storage* in, std::int64_t origin, std::int64_t step,
-                                const std::int32_t* offsets, std::int64_t window_rows,
-                                typename MaxOrder<T>::Storage* out, std::int32_t* index) {
+template <class T, int L, bool Plain, class Watch>
+[[gnu::always_inline]] inline void window_pairs_channels_last(const typename MaxOrder<T>::Storage* in,
+                                                              std::int64_t origin, std::int64_t step,
+                                                              const std::int32_t* offsets, std::int64_t window_rows,
+                                                              typename MaxOrder<T>::Storage* out, std::int32_t* index,
+                                                              Watch* watch) {
   using V = VectorMaxOrder<T, L>;
   using I = Vector<std::int32_t, L>;
   using B = typename V::B;
@@ -305,8 +390,9 @@ void window_pairs_channels_last(const typename MaxOrder<T>::Storage* in, std::in
     second_taps[i] = static_cast<typename V::Bits>(i < half ? half + i : L + i);
     second_window[i] = i < half ? 0 : static_cast<std::int32_t>(step);
   }
+  BlockPass<V, Plain, 2, Watch> rule{watch};
   typename V::K key[2] = {};
-  B best[2] = {};
+  B best[2] = {};  // (f32 and f64: the key's bits)
   I winner[2] = {};
   for (std::int64_t k = 0; k < window_rows; ++k)
     for (int pair = 0; pair < 2; ++pair) {
@@ -318,19 +404,21 @@ void window_pairs_channels_last(const typename MaxOrder<T>::Storage* in, std::in
         const typename V::K value_key = V::key(value);
         const I value_position = first_position + kw;
         if (k == 0 && kw == 0) {
+          rule.take(pair, value_key, value_key);  // (the plain rule's sum)
           key[pair] = value_key;
           best[pair] = value;
           winner[pair] = value_position;
           continue;
         }
-        const auto take = V::beats(key[pair], value_key);
+        const auto take = rule.take(pair, key[pair], value_key);
         key[pair] = take ? value_key : key[pair];
-        best[pair] = take ? value : best[pair];
+        if constexpr (!V::floating) best[pair] = take ? value : best[pair];
         winner[pair] = __builtin_convertvector(take, I) ? value_position : winner[pair];
       }
     }
+  rule.finish();
   for (int pair = 0; pair < 2; ++pair) {
-    const B stored = V::stored(best[pair]);
+    const B stored = V::stored(V::floating ? reinterpret_cast<B>(key[pair]) : best[pair]);
     std::memcpy(out + pair * L, &stored, sizeof stored);
     std::memcpy(index + pair * L, &winner[pair], sizeof winner[pair]);
   }
@@ -354,60 +442,96 @@ void forward_tiling_channels_last(const SpatialGeometry& g, const TensorView& x,
   // 4 or 8 channels and 2-wide windows: two windows to a vector.
   const std::int64_t window_rows = b.kernel[0] * b.kernel[1];
   const bool pairs = b.kernel[2] == 2 && (channels == 8 || channels == 4);
-#pragma omp parallel for schedule(static)
-  for (std::int64_t row = 0; row < rows; ++row) {
-    const OutputRow r = output_row(b, row);
-    const S* in = input + r.n * channels * in_size;
-    // Up to 16 channels: windows 4 at a time (independent chains of compares that the CPU overlaps; more channels
-    // have blocks enough), the last ones one at a time.
-    for (std::int64_t ow0 = 0; ow0 < b.out[2];) {
-      if (pairs && ow0 + 4 <= b.out[2]) {
-        const std::int64_t o = row * b.out[2] + ow0;
-        const std::int64_t origin = window_origin(b, r.d, r.h, ow0);
-        if (channels == 8)
-          window_pairs_channels_last<T, 16>(in, origin, 2, offsets, window_rows, output + o * 8, argmax + o * 8);
-        else
-          window_pairs_channels_last<T, 8>(in, origin, 2, offsets, window_rows, output + o * 4, argmax + o * 4);
-        ow0 += 4;
-        continue;
-      }
-      const bool four = channels <= block && ow0 + 4 <= b.out[2];
-      const std::int64_t group = four ? 4 : 1;
-      for_each_block(channels, [&](std::int64_t c0, auto size) {
-        for (std::int64_t ow = ow0; ow < ow0 + group; ++ow) {
-          const std::int64_t origin = window_origin(b, r.d, r.h, ow), o = row * b.out[2] + ow;
-          S* out = output + o * channels + c0;
-          std::int32_t* index = argmax + o * channels + c0;
-          if constexpr (!std::is_same_v<decltype(size), std::int64_t>) {
-            constexpr int lanes = static_cast<int>(decltype(size)::value);
-            if (four)
-              window_block_channels_last<T, lanes, 4>(in, channels, c0, origin, b.kernel[2], offsets, tap_count, out,
-                                                      index);
-            else
-              window_block_channels_last<T, lanes, 1>(in, channels, c0, origin, b.kernel[2], offsets, tap_count, out,
-                                                      index);
-            break;  // the group is done
-          } else {
-            BlockMaximum<T> m;
-            const S* __restrict first = in + (origin + offsets[0]) * channels + c0;
+  using Watch = NanWatch<std::conditional_t<VectorMaxOrder<T, 4>::floating, T, float>>;
+  // The rows [begin, end) by the plain rule (watch) or the exact one (no watch).
+  auto rows_pass = [&]<bool Plain>(std::int64_t begin, std::int64_t end, Watch* watch) {
+    OutputRow r = output_row(b, begin);
+    for (std::int64_t row = begin; row < end; ++row) {
+      const S* in = input + r.n * channels * in_size;
+      // Up to 16 channels: windows 4 at a time (independent chains of compares that the CPU overlaps; more channels
+      // have blocks enough), the last ones one at a time.
+      for (std::int64_t ow0 = 0; ow0 < b.out[2];) {
+        if (pairs && ow0 + 4 <= b.out[2]) {
+          const std::int64_t o = row * b.out[2] + ow0;
+          const std::int64_t origin = window_origin(b, r.d, r.h, ow0);
+          if (channels == 8)
+            window_pairs_channels_last<T, 16, Plain>(in, origin, 2, offsets, window_rows, output + o * 8,
+                                                     argmax + o * 8, watch);
+          else
+            window_pairs_channels_last<T, 8, Plain>(in, origin, 2, offsets, window_rows, output + o * 4, argmax + o * 4,
+                                                    watch);
+          ow0 += 4;
+          continue;
+        }
+        const bool four = channels <= block && ow0 + 4 <= b.out[2];
+        const std::int64_t group = four ? 4 : 1;
+        // More channels: a window's channel blocks 4 at a time, the rest one at a time.
+        std::int64_t wide = 0;
+        if (!four) {
+          const std::int64_t o = row * b.out[2] + ow0;
+          for (; wide + 4 * block <= channels; wide += 4 * block)
+            window_block_channels_last<T, block, 4, Plain>(
+                in, channels, wide, window_origin(b, r.d, r.h, ow0), {0, block, block}, offsets, tap_count,
+                output + o * channels + wide, argmax + o * channels + wide, watch);
+        }
+        for_each_block(channels - wide, [&](std::int64_t start, auto size) {
+          const std::int64_t c0 = wide + start;
+          for (std::int64_t ow = ow0; ow < ow0 + group; ++ow) {
+            const std::int64_t origin = window_origin(b, r.d, r.h, ow), o = row * b.out[2] + ow;
+            S* out = output + o * channels + c0;
+            std::int32_t* index = argmax + o * channels + c0;
+            if constexpr (!std::is_same_v<decltype(size), std::int64_t>) {
+              constexpr int lanes = static_cast<int>(decltype(size)::value);
+              const Chains windows{b.kernel[2], 0, channels};
+              if (four)
+                window_block_channels_last<T, lanes, 4, Plain>(in, channels, c0, origin, windows, offsets, tap_count,
+                                                               out, index, watch);
+              else
+                window_block_channels_last<T, lanes, 1, Plain>(in, channels, c0, origin, windows, offsets, tap_count,
+                                                               out, index, watch);
+              break;  // the group is done
+            } else {
+              BlockMaximum<T> m;
+              const S* __restrict first = in + (origin + offsets[0]) * channels + c0;
 #pragma omp simd
-            for (std::int64_t c = 0; c < size; ++c) m.set(c, first[c], origin + offsets[0]);
-            for (std::int64_t t = 1; t < tap_count; ++t) {
-              const std::int64_t position = origin + offsets[t];
-              const S* __restrict values = in + position * channels + c0;
+              for (std::int64_t c = 0; c < size; ++c) m.set(c, first[c], origin + offsets[0]);
+              for (std::int64_t t = 1; t < tap_count; ++t) {
+                const std::int64_t position = origin + offsets[t];
+                const S* __restrict values = in + position * channels + c0;
 #pragma omp simd
-              for (std::int64_t c = 0; c < size; ++c) m.merge(c, Order::key(values[c]), values[c], position);
-            }
+                for (std::int64_t c = 0; c < size; ++c) m.merge(c, Order::key(values[c]), values[c], position);
+              }
 #pragma omp simd
-            for (std::int64_t c = 0; c < size; ++c) {
-              out[c] = Order::stored(m.best[c]);
-              index[c] = m.index[c];
+              for (std::int64_t c = 0; c < size; ++c) {
+                out[c] = Order::stored(m.best[c]);
+                index[c] = m.index[c];
+              }
             }
           }
+        });
+        ow0 += group;
+      }
+      // The next row: no division per row.
+      if (++r.h == b.out[1]) {
+        r.h = 0;
+        if (++r.d == b.out[0]) {
+          r.d = 0;
+          ++r.n;
         }
-      });
-      ow0 += group;
+      }
     }
+  };
+#pragma omp parallel
+  {
+    const std::int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
+    const std::int64_t begin = rows * thread / threads, end = rows * (thread + 1) / threads;
+    bool exact = true;
+    if constexpr (VectorMaxOrder<T, 4>::floating) {
+      Watch watch;
+      rows_pass.template operator()<true>(begin, end, &watch);
+      exact = watch.nan();
+    }
+    if (exact) rows_pass.template operator()<false>(begin, end, nullptr);
   }
 }
 
