@@ -1,5 +1,6 @@
 // Checkpoint files: flat vectors written as per-rank slices (independent I/O into collectively created datasets), read
 // back on any rank count, each dataset checked by its CRC-32.
+#include <fcntl.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -171,6 +172,27 @@ std::vector<std::uint32_t> tensor_checksums(const std::vector<FlatTensor>& tenso
 // Elements a read takes at a time, to checksum them while they are still in the cache (4 MiB).
 constexpr std::int64_t read_piece_elements = std::int64_t{1} << 20;
 
+// Writes go in pieces of 32 MiB, after each of which the kernel is asked to start writing the file's dirty pages to
+// the disk (sync_file_range, where the file is one process's POSIX file): the disk then writes while the next piece
+// is copied into the page cache, and the commit's fsync waits only for the last pieces. Without it the whole file was
+// copied first and then written by the fsync (issue 17: the commit was 290-375 ms of a 1 GB checkpoint).
+constexpr std::int64_t write_piece_elements = std::int64_t{8} << 20;
+
+// The POSIX descriptor of a file open with HDF5's sec2 driver (a single process), or -1 (MPI-IO).
+int posix_descriptor(hid_t file) {
+  H5Handle access(HPCTRAIN_H5_CHECK(H5Fget_access_plist(file)));
+  if (HPCTRAIN_H5_CHECK(H5Pget_driver(access.get())) != H5FD_SEC2) return -1;
+  void* handle = nullptr;
+  HPCTRAIN_H5_CHECK(H5Fget_vfd_handle(file, access.get(), &handle));
+  return handle != nullptr ? *static_cast<int*>(handle) : -1;
+}
+
+// Starts the write-out of the file's dirty pages without waiting for it. Its errors are not checked here: a failed
+// write-out shows in the commit's fsync, which fails the checkpoint.
+void start_writeback(int descriptor) {
+  if (descriptor >= 0) (void)sync_file_range(descriptor, 0, 0, SYNC_FILE_RANGE_WRITE);
+}
+
 // Small items: scalar datasets written by rank 0 inside a collective call.
 template <class T>
 void write_scalar(hid_t file, const std::string& path, hid_t file_type, hid_t memory_type, T value,
@@ -207,19 +229,28 @@ H5Handle open_object(hid_t file, const std::string& path) {
 void CheckpointFileWriter::write_vector(const std::vector<FlatTensor>& tensors, const float* flat, std::int64_t count) {
   const auto [slice_begin, slice_end] = rank_slice(count, mpi_.rank(), mpi_.size());
   const std::vector<std::uint32_t> checksums = tensor_checksums(tensors, flat, count, mpi_);
+  const int descriptor = posix_descriptor(file_);
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const FlatTensor& tensor = tensors[t];
     write_step_collectively(mpi_, [&, begin = slice_begin, end = slice_end] {
       const CheckpointPhaseScope phase(CheckpointPhase::metadata);
       H5Handle dataset = create_dataset(file_, tensor.path, H5T_IEEE_F32LE, tensor.shape);
-      const SliceSelection slice = select_slice(dataset.get(), tensor, begin, end);
-      {
+      // This rank's part of the tensor; independent I/O: it is one contiguous range of the file, which collective
+      // buffering would only shuffle between the ranks first. (A rank with no part still selects nothing, once.)
+      const std::int64_t part_begin = std::max(tensor.offset, begin);
+      const std::int64_t part_end = std::max(part_begin, std::min(tensor.offset + tensor.count, end));
+      // Pieces only for a POSIX file: under MPI-IO every rank keeps to one write per tensor.
+      const std::int64_t piece_elements = descriptor >= 0 ? write_piece_elements : part_end - part_begin;
+      std::int64_t piece = part_begin;
+      do {
+        const std::int64_t piece_end = std::min(piece + piece_elements, part_end);
+        const SliceSelection slice = select_slice(dataset.get(), tensor, piece, piece_end);
         const CheckpointPhaseScope data(CheckpointPhase::data);
-        // Independent I/O: a rank's part is one contiguous range of the file, which collective buffering would only
-        // shuffle between the ranks first.
         HPCTRAIN_H5_CHECK(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, slice.memory.get(), slice.file.get(), H5P_DEFAULT,
                                    flat + tensor.offset + static_cast<std::int64_t>(slice.first)));
-      }
+        start_writeback(descriptor);
+        piece = piece_end;
+      } while (piece < part_end);
       write_crc(dataset.get(), checksums[t]);  // the same value on every rank, as a collective attribute needs
     });
   }

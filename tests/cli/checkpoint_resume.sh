@@ -70,6 +70,28 @@ run_ranks 2 train deck.toml --output damaged --set train.steps=60 --resume auto 
   { cat truncated.log >&2; fail "truncated: resume"; }
 grep -q "resumed from .*step-00000040.h5" truncated.log && pass "truncated checkpoint: fell back" || fail "truncated: no fallback"
 
+# A tensor larger than one write piece (8 Mi floats: a single process writes in pieces and starts each one's
+# write-out): 16 x 540,000 weights. The checkpoint verifies, and a resume from it continues exactly.
+"$HPCTRAIN" data generate blobs --samples 64 --features 16 --classes 2 --output wide.h5 >/dev/null
+cat >wide.toml <<'TOML'
+[data]
+train = "wide.h5"
+batch_size = 2
+[model]
+layers = [ { type = "linear", out = 540000 }, { type = "relu" }, { type = "linear", out = 2 } ]
+[train]
+steps = 2
+log_every = 1
+TOML
+run_ranks 1 train wide.toml --output wide-full >wide-full.log 2>&1 || { cat wide-full.log >&2; fail "wide: full run"; }
+run_ranks 1 train wide.toml --output wide-part --set train.steps=1 >wide-part.log 2>&1 || fail "wide: first step"
+"$HPCTRAIN" checkpoint verify wide-part >wide-verify.log 2>&1 && pass "wide: checkpoint written in pieces verifies" ||
+  { cat wide-verify.log >&2; fail "wide: verify"; }
+run_ranks 1 train wide.toml --output wide-part --resume auto >wide-resume.log 2>&1 || fail "wide: resume"
+$PYTHON "$HPCTRAIN_SOURCE_DIR/tests/cli/lib/same_datasets.py" wide-full/checkpoints/step-00000002.h5 \
+  wide-part/checkpoints/step-00000002.h5 && pass "wide: exact resume" || fail "wide: resumed state differs"
+rm -rf wide-full wide-part
+
 # Another model: refused, naming the first tensor that does not fit.
 expect_error model_mismatch "linear0/weight has shape \(24, 2\) but the deck's model needs \(32, 2\)" 2 \
   train deck.toml --output mismatch --resume part-fp32-np2/checkpoints/step-00000040.h5 \
