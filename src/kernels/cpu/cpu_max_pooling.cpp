@@ -673,9 +673,11 @@ void forward_channels_last(const SpatialGeometry& g, const TensorView& x, const 
           std::int32_t* index = argmax + (first + ow) * channels;
           window_argmax_channels_last(b, channels, in, r.d, r.h, ow, index, best_value.data());
           T* out = y.as<T>() + (first + ow) * channels;
+          // The winner as it is (no round trip through double: see the file's head), -inf for a window in the
+          // padding.
           for (std::int64_t c = 0; c < channels; ++c)
-            out[c] = index[c] >= 0 ? store_from_double<T>(static_cast<double>(best_value[static_cast<std::size_t>(c)]))
-                                   : store_from_double<T>(-std::numeric_limits<double>::infinity());
+            out[c] = index[c] >= 0 ? store<T>(best_value[static_cast<std::size_t>(c)])
+                                   : store<T>(-std::numeric_limits<C>::infinity());
         }
       }
     }
