@@ -9,8 +9,11 @@
 # alternating from round to round. HPCTRAIN_CHECKPOINT_PHASES=1 makes hpctrain print the time of each phase of each
 # write and read (this script repeats those lines on stderr).
 #
+# Each rank runs THREADS OpenMP threads (default: the cores divided by the ranks, as a job would; a single process
+# reads its checkpoint on all of them).
+#
 #   bench/checkpoint_bandwidth.sh [SIZES_MB...]      (default: 10 100 1000; REPEATS=3; RANKS="1 2";
-#                                                     BENCH_DIR=a directory on the disk)
+#                                                     THREADS=per rank; BENCH_DIR=a directory on the disk)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sizes=("${@:-10 100 1000}")
@@ -33,7 +36,7 @@ median() { sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+
 
 printf '%s\n' "checkpoint bandwidth, $(date -u +%Y-%m-%dT%H:%MZ), $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores," \
   "disk: $(df -h "$work" | awk 'NR==2{print $1" ("$2")"}'), median of $repeats"
-printf '%-10s %-6s %-6s %12s %12s %12s %12s %8s %8s\n' "state" "ranks" "binary" "write MB/s" "dd write" "read MB/s" "dd read" \
+printf '%-10s %-8s %-6s %12s %12s %12s %12s %8s %8s\n' "state" "r x thr" "binary" "write MB/s" "dd write" "read MB/s" "dd read" \
   "write %" "read %"
 for size in "${sizes[@]}"; do
   # AdamW state = parameters + 2 moments = 12 bytes per parameter; model 16 -> H -> 2 has 19 H + 2 parameters.
@@ -52,6 +55,7 @@ TOML
   # The resume trains one more step (a run already complete at its last step would not read its checkpoint).
   sed 's/^steps = 1$/steps = 2/' "$work/deck.toml" >"$work/resume.toml"
   for ranks in ${RANKS:-1 2}; do
+    threads=${THREADS:-$(( $(nproc) / ranks > 0 ? $(nproc) / ranks : 1 ))}
     dd_writes=() dd_reads=()
     for b in "${!binaries[@]}"; do writes[b]="" reads[b]="" write_shares[b]="" read_shares[b]=""; done
     for repeat in $(seq "$repeats"); do
@@ -68,10 +72,10 @@ TOML
         rm -f "$work/dd.bin"
         dd_writes+=("$dd_write") dd_reads+=("$dd_read")
         out="$work/run-$size-$ranks-$repeat-$b"
-        OMP_NUM_THREADS=1 "${mpiexec[@]}" -n "$ranks" "${binaries[b]}" train "$work/deck.toml" --output "$out" \
+        OMP_NUM_THREADS=$threads "${mpiexec[@]}" -n "$ranks" "${binaries[b]}" train "$work/deck.toml" --output "$out" \
           >"$out.log" 2>&1
         write=$(sed -n 's/.*written in \([0-9.]*\) s/\1/p' "$out.log")
-        OMP_NUM_THREADS=1 "${mpiexec[@]}" -n "$ranks" "${binaries[b]}" train "$work/resume.toml" --output "$out" \
+        OMP_NUM_THREADS=$threads "${mpiexec[@]}" -n "$ranks" "${binaries[b]}" train "$work/resume.toml" --output "$out" \
           --resume "$out/checkpoints/step-00000001.h5" >"$out.resume.log" 2>&1
         read=$(sed -n 's/.*read in \([0-9.]*\) s/\1/p' "$out/train.log")
         writes[b]+=" $write" reads[b]+=" $read"
@@ -87,7 +91,7 @@ TOML
     dw=$(printf '%s\n' "${dd_writes[@]}" | median); dr=$(printf '%s\n' "${dd_reads[@]}" | median)
     for b in "${!binaries[@]}"; do
       w=$(printf '%s\n' ${writes[b]} | median); r=$(printf '%s\n' ${reads[b]} | median)
-      printf '%-10s %-6s %-6s %12.0f %12.0f %12.0f %12.0f %7.0f%% %7.0f%%\n' "${size} MB" "$ranks" "${labels[b]}" \
+      printf '%-10s %-8s %-6s %12.0f %12.0f %12.0f %12.0f %7.0f%% %7.0f%%\n' "${size} MB" "${ranks}x$threads" "${labels[b]}" \
         "$(calc "$mb / $w")" "$(calc "$mb / $dw")" "$(calc "$mb / $r")" "$(calc "$mb / $dr")" \
         "$(printf '%s\n' ${write_shares[b]} | median)" "$(printf '%s\n' ${read_shares[b]} | median)"
     done

@@ -87,10 +87,28 @@ run_ranks 1 train wide.toml --output wide-full >wide-full.log 2>&1 || { cat wide
 run_ranks 1 train wide.toml --output wide-part --set train.steps=1 >wide-part.log 2>&1 || fail "wide: first step"
 "$HPCTRAIN" checkpoint verify wide-part >wide-verify.log 2>&1 && pass "wide: checkpoint written in pieces verifies" ||
   { cat wide-verify.log >&2; fail "wide: verify"; }
-run_ranks 1 train wide.toml --output wide-part --resume auto >wide-resume.log 2>&1 || fail "wide: resume"
+# The resume reads the file directly, its pieces spread over 2 threads (each checksummed, the CRCs combined in order).
+OMP_NUM_THREADS=2 run_ranks 1 train wide.toml --output wide-part --resume auto >wide-resume.log 2>&1 ||
+  { cat wide-resume.log >&2; fail "wide: resume"; }
 $PYTHON "$HPCTRAIN_SOURCE_DIR/tests/cli/lib/same_datasets.py" wide-full/checkpoints/step-00000002.h5 \
   wide-part/checkpoints/step-00000002.h5 && pass "wide: exact resume" || fail "wide: resumed state differs"
-rm -rf wide-full wide-part
+# One byte changed far into the weight (in the second thread's pieces): that read fails the checksum.
+cp wide-part/checkpoints/step-00000001.h5 wide-flipped.h5
+$PYTHON - wide-flipped.h5 <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    at = f["model/linear0/weight"].id.get_offset() + 7_000_000 * 4 + 1
+with open(sys.argv[1], "r+b") as f:
+    f.seek(at)
+    byte = f.read(1)[0]
+    f.seek(at)
+    f.write(bytes([byte ^ 0x10]))
+PY
+OMP_NUM_THREADS=2 run_ranks 1 train wide.toml --output wide-flipped --resume wide-flipped.h5 >wide-flipped.log 2>&1 &&
+  fail "wide: a changed byte was not detected"
+grep -q "model/linear0/weight fails its checksum" wide-flipped.log && pass "wide: a changed byte fails the checksum" ||
+  { cat wide-flipped.log >&2; fail "wide: no checksum error"; }
+rm -rf wide-full wide-part wide-flipped wide-flipped.h5
 
 # Another model: refused, naming the first tensor that does not fit.
 expect_error model_mismatch "linear0/weight has shape \(24, 2\) but the deck's model needs \(32, 2\)" 2 \
