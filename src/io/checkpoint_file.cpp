@@ -184,25 +184,10 @@ constexpr std::int64_t read_piece_elements = std::int64_t{1} << 20;
 constexpr std::int64_t direct_piece_elements = std::int64_t{1} << 18;
 
 // Writes go in pieces of 32 MiB, after each of which the kernel is asked to start writing the file's dirty pages to
-// the disk (sync_file_range, where the file is one process's POSIX file): the disk then writes while the next piece
-// is copied into the page cache, and the commit's fsync waits only for the last pieces. Without it the whole file was
-// copied first and then written by the fsync (issue 17: the commit was 290-375 ms of a 1 GB checkpoint).
+// the disk (sync_file_range): the disk then writes while the next piece is copied into the page cache, and the
+// commit's fsync waits only for the last pieces. Without it the whole file was copied first and then written by the
+// fsync (issue 17: the commit was 290-375 ms of a 1 GB checkpoint).
 constexpr std::int64_t write_piece_elements = std::int64_t{8} << 20;
-
-// The POSIX descriptor of a file open with HDF5's sec2 driver (a single process), or -1 (MPI-IO).
-int posix_descriptor(hid_t file) {
-  H5Handle access(HPCTRAIN_H5_CHECK(H5Fget_access_plist(file)));
-  if (HPCTRAIN_H5_CHECK(H5Pget_driver(access.get())) != H5FD_SEC2) return -1;
-  void* handle = nullptr;
-  HPCTRAIN_H5_CHECK(H5Fget_vfd_handle(file, access.get(), &handle));
-  return handle != nullptr ? *static_cast<int*>(handle) : -1;
-}
-
-// Starts the write-out of the file's dirty pages without waiting for it. Its errors are not checked here: a failed
-// write-out shows in the commit's fsync, which fails the checkpoint.
-void start_writeback(int descriptor) {
-  if (descriptor >= 0) (void)sync_file_range(descriptor, 0, 0, SYNC_FILE_RANGE_WRITE);
-}
 
 // A descriptor this code opened itself, closed when it goes.
 struct OwnedDescriptor {
@@ -214,6 +199,29 @@ struct OwnedDescriptor {
     if (value >= 0) ::close(value);
   }
 };
+
+// A POSIX descriptor of an open HDF5 file, for direct reads and for starting the write-out: HDF5's own for a single
+// process (sec2 driver); under MPI-IO one this rank opens read-only and `opened` keeps (reading needs no more, nor
+// does sync_file_range). -1 where the open fails: HDF5 then does all of it.
+int posix_descriptor(hid_t file, OwnedDescriptor& opened) {
+  H5Handle access(HPCTRAIN_H5_CHECK(H5Fget_access_plist(file)));
+  if (HPCTRAIN_H5_CHECK(H5Pget_driver(access.get())) == H5FD_SEC2) {
+    void* handle = nullptr;
+    HPCTRAIN_H5_CHECK(H5Fget_vfd_handle(file, access.get(), &handle));
+    if (handle != nullptr) return *static_cast<int*>(handle);
+  }
+  const ssize_t length = HPCTRAIN_H5_CHECK(H5Fget_name(file, nullptr, 0));
+  std::string name(static_cast<std::size_t>(length), '\0');
+  HPCTRAIN_H5_CHECK(H5Fget_name(file, name.data(), name.size() + 1));
+  opened.value = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
+  return opened.value;
+}
+
+// Starts the write-out of the file's dirty pages without waiting for it. Its errors are not checked here: a failed
+// write-out shows in the commit's fsync, which fails the checkpoint.
+void start_writeback(int descriptor) {
+  if (descriptor >= 0) (void)sync_file_range(descriptor, 0, 0, SYNC_FILE_RANGE_WRITE);
+}
 
 // Where a tensor's values start in a POSIX file, when they lie there as this host's floats: one
 // contiguous, allocated block of little-endian IEEE binary32 in a file without a user block (HDF5's addresses then
@@ -310,7 +318,8 @@ H5Handle open_object(hid_t file, const std::string& path) {
 void CheckpointFileWriter::write_vector(const std::vector<FlatTensor>& tensors, const float* flat, std::int64_t count) {
   const auto [slice_begin, slice_end] = rank_slice(count, mpi_.rank(), mpi_.size());
   const std::vector<std::uint32_t> checksums = tensor_checksums(tensors, flat, count, mpi_);
-  const int descriptor = posix_descriptor(file_);
+  OwnedDescriptor opened;
+  const int descriptor = posix_descriptor(file_, opened);
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const FlatTensor& tensor = tensors[t];
     write_step_collectively(mpi_, [&, begin = slice_begin, end = slice_end] {
@@ -320,7 +329,7 @@ void CheckpointFileWriter::write_vector(const std::vector<FlatTensor>& tensors, 
       // buffering would only shuffle between the ranks first. (A rank with no part still selects nothing, once.)
       const std::int64_t part_begin = std::max(tensor.offset, begin);
       const std::int64_t part_end = std::max(part_begin, std::min(tensor.offset + tensor.count, end));
-      // Pieces only for a POSIX file: under MPI-IO every rank keeps to one write per tensor.
+      // Pieces only where the write-out can be started (a descriptor); otherwise one write per rank and tensor.
       const std::int64_t piece_elements = descriptor >= 0 ? write_piece_elements : part_end - part_begin;
       std::int64_t piece = part_begin;
       do {
@@ -377,11 +386,10 @@ void CheckpointFileWriter::write_integer_attribute(const std::string& object, co
 void CheckpointFileReader::read_vector(const std::vector<FlatTensor>& tensors, float* flat, std::int64_t count) {
   const auto [slice_begin, slice_end] = rank_slice(count, mpi_.rank(), mpi_.size());
   std::vector<std::uint64_t> mine(2 * tensors.size());  // per tensor: the CRC and byte count of this rank's part
-  // Direct reads need a POSIX descriptor: HDF5's own for a single process; under MPI-IO each rank opens the file
-  // read-only for its slice (what ROMIO's independent reads do underneath). Without one, HDF5 reads.
-  int descriptor = posix_descriptor(file_);
+  // Under MPI-IO each rank reads its slice through a descriptor of its own (what ROMIO's independent reads do
+  // underneath). Without one, HDF5 reads.
   OwnedDescriptor opened;
-  if (descriptor < 0) descriptor = opened.value = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  const int descriptor = posix_descriptor(file_, opened);
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const FlatTensor& tensor = tensors[t];
     const CheckpointPhaseScope phase(CheckpointPhase::metadata);

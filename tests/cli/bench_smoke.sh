@@ -24,7 +24,8 @@ grep -qE "volumes .* in memory +[0-9.]+/s +[0-9.]+/s" augmentation.txt &&
 
 REPEATS=1 BENCH_DIR=$WORK HPCTRAIN=$HPCTRAIN "$bench/checkpoint_bandwidth.sh" 1 >checkpoint.txt 2>&1 ||
   { cat checkpoint.txt >&2; fail "checkpoint_bandwidth.sh"; }
-grep -qE "^1 MB +2 +new +[0-9]+" checkpoint.txt && pass "checkpoint_bandwidth.sh 1 prints rows for 1 and 2 ranks" ||
+grep -qE "^1 MB +1x[0-9]+ +new +[0-9]+" checkpoint.txt && grep -qE "^1 MB +2x[0-9]+ +new +[0-9]+" checkpoint.txt &&
+  pass "checkpoint_bandwidth.sh 1 prints rows for 1 and 2 ranks" ||
   { cat checkpoint.txt >&2; fail "checkpoint_bandwidth.sh table"; }
 
 CORES=$(nproc)
@@ -34,6 +35,9 @@ if [[ -x $build/bin/gemm_ceiling ]]; then
     grep -q "^| weak scaling" run.txt && pass "run.sh --quick prints its table" || { cat run.txt >&2; fail "run.sh table"; }
   grep -qE "^\| optimizer kernels fp32 \(optimizer_pass\) vs same-traffic pass +\| [0-9.]+ GB/s +\| - +\| [0-9.]+" run.txt &&
     pass "run.sh --quick prints the optimizer_pass rows" || { cat run.txt >&2; fail "run.sh optimizer_pass row"; }
+  grep -qE "^\|   same, vs that pass with flushed caches +\| [0-9.]+ +\| [0-9.]+ +\| [0-9.]+" run.txt &&
+    pass "run.sh --quick compares the optimizer phase with the pass from flushed caches" ||
+    { cat run.txt >&2; fail "run.sh flushed-cache row"; }
   grep -qE "^\| fp32 1x[0-9]+ +\| step +\| [0-9.]+ +\| [0-9.]+ +\| [0-9.]+ +\| sum of the limits" run.txt &&
     { ((CORES < 2)) || grep -qE "^\| fp32 2x1 b256 +\| all-reduce +\| [0-9.]+ +\| [0-9.]+ +\| [0-9.]+" run.txt; } &&
     pass "run.sh --quick prints the roofline table" || { cat run.txt >&2; fail "run.sh roofline table"; }

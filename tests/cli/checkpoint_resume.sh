@@ -110,6 +110,19 @@ grep -q "model/linear0/weight fails its checksum" wide-flipped.log && pass "wide
   { cat wide-flipped.log >&2; fail "wide: no checksum error"; }
 rm -rf wide-full wide-part wide-flipped wide-flipped.h5
 
+# Two ranks (MPI-IO) write in pieces too, from a descriptor of their own that starts the write-out, and read their
+# slices directly: a 16 x 1,100,000 weight gives each rank 8.8 Mi floats, two pieces.
+sed 's/out = 540000/out = 1100000/' wide.toml >wider.toml
+run_ranks 2 train wider.toml --output wider-full >wider-full.log 2>&1 || { cat wider-full.log >&2; fail "wider: full run"; }
+run_ranks 2 train wider.toml --output wider-part --set train.steps=1 >wider-part.log 2>&1 || fail "wider: first step"
+"$HPCTRAIN" checkpoint verify wider-part >wider-verify.log 2>&1 &&
+  pass "wider: a checkpoint two ranks wrote in pieces verifies" || { cat wider-verify.log >&2; fail "wider: verify"; }
+run_ranks 2 train wider.toml --output wider-part --resume auto >wider-resume.log 2>&1 ||
+  { cat wider-resume.log >&2; fail "wider: resume"; }
+$PYTHON "$HPCTRAIN_SOURCE_DIR/tests/cli/lib/same_datasets.py" wider-full/checkpoints/step-00000002.h5 \
+  wider-part/checkpoints/step-00000002.h5 && pass "wider: exact resume on 2 ranks" || fail "wider: resumed state differs"
+rm -rf wider-full wider-part
+
 # Another model: refused, naming the first tensor that does not fit.
 expect_error model_mismatch "linear0/weight has shape \(24, 2\) but the deck's model needs \(32, 2\)" 2 \
   train deck.toml --output mismatch --resume part-fp32-np2/checkpoints/step-00000040.h5 \
