@@ -267,11 +267,7 @@ std::unique_ptr<Hdf5Dataset::DirectReader> Hdf5Dataset::make_direct_reader() con
   reader->row_bytes = static_cast<std::size_t>(reader->values_per_row) * H5Tget_size(stored_type);
   if (reader->row_bytes == 0) return nullptr;
 
-  // Addresses are relative to the end of a user block; files with one are left to HDF5.
-  const H5Handle file_creation(H5Fget_create_plist(file));
-  hsize_t user_block = 0;
-  if (!file_creation.valid() || H5Pget_userblock(file_creation.get(), &user_block) < 0 || user_block != 0)
-    return nullptr;
+  if (!addresses_are_file_offsets(file)) return nullptr;  // files with a user block are left to HDF5
 
   const H5Handle creation(H5Dget_create_plist(dataset));
   if (!creation.valid()) return nullptr;

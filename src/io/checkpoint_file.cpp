@@ -175,7 +175,7 @@ std::vector<std::uint32_t> tensor_checksums(const std::vector<FlatTensor>& tenso
   return combine_checksums(mine, mpi);
 }
 
-// Elements a read takes at a time, to checksum them while they are still in the cache (4 MiB).
+// Elements a read through HDF5 takes at a time, to checksum them while they are still in the cache (4 MiB).
 constexpr std::int64_t read_piece_elements = std::int64_t{1} << 20;
 
 // Pieces of a direct read (1 MiB): small enough that the checksum finds the piece in the core's L2 cache, where the
@@ -223,17 +223,13 @@ void start_writeback(int descriptor) {
   if (descriptor >= 0) (void)sync_file_range(descriptor, 0, 0, SYNC_FILE_RANGE_WRITE);
 }
 
-// Where a tensor's values start in a POSIX file, when they lie there as this host's floats: one
-// contiguous, allocated block of little-endian IEEE binary32 in a file without a user block (HDF5's addresses then
-// are file offsets). Otherwise nothing, and HDF5 reads the tensor.
-std::optional<std::uint64_t> raw_float_offset(hid_t file, hid_t dataset, std::int64_t count) {
+// Where a tensor's values start in its file (whose addresses are file offsets), when they lie there as this host's
+// floats: one contiguous, allocated block of little-endian IEEE binary32. Otherwise nothing, and HDF5 reads it.
+std::optional<std::uint64_t> raw_float_offset(hid_t dataset, std::int64_t count) {
   if constexpr (std::endian::native != std::endian::little) return std::nullopt;
-  const H5Handle file_creation(HPCTRAIN_H5_CHECK(H5Fget_create_plist(file)));
-  hsize_t user_block = 0;
-  HPCTRAIN_H5_CHECK(H5Pget_userblock(file_creation.get(), &user_block));
   const H5Handle creation(HPCTRAIN_H5_CHECK(H5Dget_create_plist(dataset)));
   const H5Handle type(HPCTRAIN_H5_CHECK(H5Dget_type(dataset)));
-  if (user_block != 0 || HPCTRAIN_H5_CHECK(H5Pget_layout(creation.get())) != H5D_CONTIGUOUS ||
+  if (HPCTRAIN_H5_CHECK(H5Pget_layout(creation.get())) != H5D_CONTIGUOUS ||
       HPCTRAIN_H5_CHECK(H5Tequal(type.get(), H5T_IEEE_F32LE)) <= 0 ||
       H5Dget_storage_size(dataset) != static_cast<hsize_t>(count) * sizeof(float))
     return std::nullopt;
@@ -390,6 +386,7 @@ void CheckpointFileReader::read_vector(const std::vector<FlatTensor>& tensors, f
   // underneath). Without one, HDF5 reads.
   OwnedDescriptor opened;
   const int descriptor = posix_descriptor(file_, opened);
+  const bool direct = descriptor >= 0 && addresses_are_file_offsets(file_);
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const FlatTensor& tensor = tensors[t];
     const CheckpointPhaseScope phase(CheckpointPhase::metadata);
@@ -404,13 +401,13 @@ void CheckpointFileReader::read_vector(const std::vector<FlatTensor>& tensors, f
                     "checkpoint '" << path_ << "': tensor " << tensor.path << " has shape " << shape_text(shape)
                                    << " but the deck's model needs " << shape_text(tensor.shape),
                     "resume with the deck the checkpoint was written with (stored in its 'deck' attribute)");
-    // This rank's part of the tensor, in pieces, each checksummed right after it is read.
+    // This rank's part of the tensor, in pieces, each checksummed right after it is read: directly, on all the
+    // rank's threads, where the values lie in the file as they are; otherwise through HDF5.
     const std::int64_t begin = std::max(tensor.offset, slice_begin);
     const std::int64_t end = std::min(tensor.offset + tensor.count, slice_end);
     std::uint32_t crc = 0;
-    // Each rank reads its part of the file directly where the values lie there as they are, on all its threads.
     const std::optional<std::uint64_t> raw =
-        descriptor >= 0 && end > begin ? raw_float_offset(file_, dataset.get(), tensor.count) : std::nullopt;
+        direct && end > begin ? raw_float_offset(dataset.get(), tensor.count) : std::nullopt;
     if (raw) {
       const CheckpointPhaseScope data(CheckpointPhase::data);  // the checksums included: they run in the same pass
       crc = read_raw_floats(descriptor, *raw + static_cast<std::uint64_t>(begin - tensor.offset) * sizeof(float),

@@ -447,6 +447,12 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   return text + ")";
 }
 
+bool addresses_are_file_offsets(hid_t file) {
+  const H5Handle creation(H5Fget_create_plist(file));
+  hsize_t user_block = 0;
+  return creation.valid() && H5Pget_userblock(creation.get(), &user_block) >= 0 && user_block == 0;
+}
+
 std::string storage_description(hid_t dataset) {
   const auto lock = lock_hdf5();
   silence_hdf5_error_printing();

@@ -164,6 +164,36 @@ TEST_F(DirectReadTest, LayoutsTheDirectPathLeavesToHdf5) {
   }
 }
 
+// A file with a user block: HDF5's addresses count from the block's end, so a direct read at them would read the
+// wrong bytes; such files are left to HDF5 (addresses_are_file_offsets, shared with checkpoint reads).
+TEST_F(DirectReadTest, AFileWithAUserBlockIsLeftToHdf5) {
+  const std::int64_t rows = 20;
+  const std::vector<double> values = values_for(H5T_IEEE_F32LE, rows);
+  const std::string plain = path("plain.h5"), blocked = path("user-block.h5");
+  write_values(plain, H5T_IEEE_F32LE, {}, rows, values);
+  {
+    const auto lock = lock_hdf5();
+    H5Handle creation(H5Pcreate(H5P_FILE_CREATE));
+    ASSERT_GE(H5Pset_userblock(creation.get(), 512), 0);
+    H5Handle file(H5Fcreate(blocked.c_str(), H5F_ACC_TRUNC, creation.get(), H5P_DEFAULT));
+    const hsize_t dims[3] = {static_cast<hsize_t>(rows), 4, 3};
+    H5Handle space(H5Screate_simple(3, dims, nullptr));
+    H5Handle dataset(H5Dcreate2(file.get(), "/x", H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    ASSERT_GE(H5Dwrite(dataset.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), 0);
+    EXPECT_FALSE(addresses_are_file_offsets(file.get()));
+  }
+  {
+    const auto lock = lock_hdf5();
+    H5Handle file(H5Fopen(plain.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+    EXPECT_TRUE(addresses_are_file_offsets(file.get()));
+  }
+  const auto dataset = open_with(blocked, true);
+  EXPECT_FALSE(dataset->reads_directly());
+  std::vector<float> read(static_cast<std::size_t>(rows * 12));
+  dataset->read_range(0, rows, read.data());
+  for (std::int64_t i = 0; i < rows * 12; ++i) ASSERT_EQ(read[i], static_cast<float>(values[i])) << i;
+}
+
 // The message of the InputError f() throws ("" when it throws nothing).
 template <class F>
 std::string input_error_of(F&& f) {

@@ -102,6 +102,10 @@ std::vector<std::int64_t> dataspace_shape(hid_t dataspace);
 // Big-endian numbers get " (big-endian)" appended.
 std::string type_name(hid_t datatype);
 
+// Whether HDF5's addresses in `file` are byte offsets a POSIX read can use: true for a file without a user block
+// (addresses count from its end); false also when HDF5 cannot say. For reads that bypass HDF5 (data, checkpoints).
+bool addresses_are_file_offsets(hid_t file);
+
 // Layout of a dataset for display: "contiguous", "chunks (1024, 2)", "chunks (1024) gzip level 4, shuffle", ...
 std::string storage_description(hid_t dataset);
 
