@@ -1,12 +1,13 @@
-// allreduce_alone: the communication limit of a training step, the MPI all-reduce of the step's gradient bytes
-// measured alone (no computation beside it), in the buckets hpctrain cuts (bench/run.sh's roofline table).
+// allreduce_alone: the communication limit of a training step, the all-reduce of the step's gradient bytes measured
+// alone (no computation beside it), in the buckets hpctrain cuts (bench/run.sh's roofline table).
 //
 //   mpiexec -n 2 allreduce_alone --widths 1024,2048,2048,10 [--repeats 30] [--warmup 5]
 //
-// Each repeat all-reduces (sum, in place, fp32) the buckets of a buffer of N floats with MPI_Iallreduce started
-// together and one MPI_Waitall, after a barrier; rank 0 prints the median time over the repeats, in one
-// machine-readable line:
-//   ALLREDUCE ranks=2 parameters=N buckets=B bytes=... seconds=...
+// Each repeat all-reduces (sum, in place, fp32) the buckets of a buffer of N floats through hpctrain's
+// GradientAllreduce, every bucket started at once and then finished, after a barrier; both algorithms
+// (HPCTRAIN_MPI_ALLREDUCE's rank-order and library) alternate repeat by repeat. Rank 0 prints each algorithm's median
+// time over the repeats, one machine-readable line each:
+//   ALLREDUCE algorithm=rank-order ranks=2 parameters=N buckets=B bytes=... seconds=...
 // The buckets are hpctrain's own for an MLP of those widths (gradient_buckets with mpi_bucket_bytes at the linear
 // layers' boundaries, each layer's weight then bias, as the CPU backend lays them out).
 #include <mpi.h>
@@ -16,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -60,28 +62,36 @@ int main(int argc, char** argv) {
     if (rank == 0) std::fprintf(stderr, "usage: allreduce_alone --widths W0,W1,... [--repeats R] [--warmup W]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
-  const auto buckets = hpctrain::gradient_buckets(parameters, layer_begins, hpctrain::mpi_bucket_bytes(parameters));
+  const std::int64_t bucket_bytes = hpctrain::mpi_bucket_bytes(parameters);
   std::vector<float> gradients(static_cast<std::size_t>(parameters), 1.0f);
-  std::vector<MPI_Request> requests(buckets.size(), MPI_REQUEST_NULL);
-  std::vector<double> seconds;
-  for (int repeat = 0; repeat < warmup + repeats; ++repeat) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    const double start = MPI_Wtime();
-    for (std::size_t b = 0; b < buckets.size(); ++b)
-      MPI_Iallreduce(MPI_IN_PLACE, gradients.data() + buckets[b].begin,
-                     static_cast<int>(buckets[b].end - buckets[b].begin), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
-                     &requests[b]);
-    MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
-    const double elapsed = MPI_Wtime() - start;
-    double slowest = 0.0;  // a collective ends when its slowest rank does
-    MPI_Allreduce(&elapsed, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    if (repeat >= warmup) seconds.push_back(slowest);
-    std::fill(gradients.begin(), gradients.end(), 1.0f);  // keep the values finite and the traffic the same
-  }
+  const hpctrain::MpiAllreduce algorithms[] = {hpctrain::MpiAllreduce::rank_order, hpctrain::MpiAllreduce::library};
+  std::vector<std::unique_ptr<hpctrain::GradientAllreduce>> exchanges;
+  for (const auto algorithm : algorithms)
+    exchanges.push_back(std::make_unique<hpctrain::GradientAllreduce>(
+        MPI_COMM_WORLD, gradients.data(), parameters, layer_begins, bucket_bytes,
+        hpctrain::MpiExchangeSettings{.algorithm = algorithm}));
+  std::vector<std::vector<double>> seconds(exchanges.size());
+  for (int repeat = 0; repeat < warmup + repeats; ++repeat)
+    for (std::size_t which = 0; which < exchanges.size(); ++which) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double start = MPI_Wtime();
+      exchanges[which]->begin_step();
+      exchanges[which]->ready_from(0);
+      exchanges[which]->finish();
+      const double elapsed = MPI_Wtime() - start;
+      double slowest = 0.0;  // a collective ends when its slowest rank does
+      MPI_Allreduce(&elapsed, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      if (repeat >= warmup) seconds[which].push_back(slowest);
+      std::fill(gradients.begin(), gradients.end(), 1.0f);  // keep the values finite and the traffic the same
+    }
   if (rank == 0)
-    std::printf("ALLREDUCE ranks=%d parameters=%lld buckets=%zu bytes=%lld seconds=%.6g\n", ranks,
-                static_cast<long long>(parameters), buckets.size(),
-                static_cast<long long>(parameters * static_cast<std::int64_t>(sizeof(float))), median(seconds));
+    for (std::size_t which = 0; which < exchanges.size(); ++which)
+      std::printf(
+          "ALLREDUCE algorithm=%s ranks=%d parameters=%lld buckets=%zu bytes=%lld seconds=%.6g\n",
+          algorithms[which] == hpctrain::MpiAllreduce::rank_order ? "rank-order" : "library", ranks,
+          static_cast<long long>(parameters), hpctrain::gradient_buckets(parameters, layer_begins, bucket_bytes).size(),
+          static_cast<long long>(parameters * static_cast<std::int64_t>(sizeof(float))), median(seconds[which]));
+  exchanges.clear();  // frees their communicators before MPI_Finalize
   MPI_Finalize();
   return 0;
 }

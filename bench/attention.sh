@@ -14,6 +14,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$ROOT/bench/lib/bench.bash"
 PYTHON=${HPCTRAIN_TORCH_VENV:-$ROOT/bench/.venv}/bin/python
 [[ -x $PYTHON ]] || PYTHON=/usr/bin/python3
 BUILD_DIR=$ROOT/build/release
@@ -42,7 +43,6 @@ HAVE_TORCH=1
 "$PYTHON" -c 'import torch' 2>/dev/null || HAVE_TORCH=0
 LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
 
-median_of() { sort -g "$1" | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 # "forward_ms F forward_backward_ms FB" -> F >> NAME.forward, FB >> NAME.both
 record() { awk -v name="$1" '{print $2 >> (name ".forward"); print $4 >> (name ".both")}'; }
 

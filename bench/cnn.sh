@@ -19,6 +19,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$ROOT/bench/lib/bench.bash"
 # bench/install-torch.sh's environment (PyTorch from PyPI, Debian's h5py) when it exists, else Debian's python3 (h5py;
 # a pyenv python3 may come first on PATH).
 PYTHON=${HPCTRAIN_TORCH_VENV:-$ROOT/bench/.venv}/bin/python
@@ -64,7 +65,6 @@ LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
 HAVE_TORCH=1
 "$PYTHON" -c 'import torch' 2>/dev/null || HAVE_TORCH=0
 
-median_of() { sort -g "$1" | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
 for ((round = 1; round <= RUNS; ++round)); do
   for model in "${MODELS[@]}"; do

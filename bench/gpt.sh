@@ -25,6 +25,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$ROOT/bench/lib/bench.bash"
 # bench/install-torch.sh's environment when it exists, else Debian's python3 (h5py, numpy).
 PYTHON=${HPCTRAIN_TORCH_VENV:-$ROOT/bench/.venv}/bin/python
 [[ -x $PYTHON ]] || PYTHON=/usr/bin/python3
@@ -117,14 +118,6 @@ log_every = $GPT2_STEPS
 at_end = false
 EOF
 
-median_of() { sort -g "$1" | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-# median_rate METRICS.h5 WARMUP: median /train/samples_per_sec over the steps after the warm-up.
-median_rate() {
-  "$PYTHON" - "$1" "$2" <<'PY'
-import h5py, statistics, sys
-print(statistics.median(h5py.File(sys.argv[1], "r")["train/samples_per_sec"][int(sys.argv[2]):]))
-PY
-}
 # hpctrain_run NAME DECK WARMUP SET...: one run; appends its median samples/s to NAME.hpctrain (and one of the
 # --baseline program to NAME.baseline).
 hpctrain_run() {

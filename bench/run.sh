@@ -26,6 +26,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$ROOT/bench/lib/bench.bash"
 # bench/install-torch.sh's environment (PyTorch from PyPI, Debian's h5py) when it exists, else Debian's python3 (h5py;
 # a pyenv python3 may come first on PATH).
 PYTHON=${HPCTRAIN_TORCH_VENV:-$ROOT/bench/.venv}/bin/python
@@ -129,48 +130,7 @@ DATA=$WORK/blobs-1024.h5
 echo "hpctrain data generate blobs --samples 16384 --features 1024 --classes 10 --noise 100 --seed 1 --output DATA" \
   >>"$COMMANDS"
 DECK=$WORK/mlp.toml
-cat >"$DECK" <<EOF
-# The benchmark MLP of issue 7: 1024-2048-2048-10, AdamW, global batch 256.
-[run]
-seed = 1
-
-[data]
-train = "$DATA"
-batch_size = 256
-
-[model]
-loss = "cross_entropy"
-layers = [
-  { type = "linear", out = 2048 },
-  { type = "relu" },
-  { type = "linear", out = 2048 },
-  { type = "relu" },
-  { type = "linear", out = 10 },
-]
-
-[optimizer]
-type = "adamw"
-lr = 0.001
-weight_decay = 0.01
-
-[train]
-steps = $STEPS
-log_every = 10
-
-[checkpoint]
-at_end = false
-EOF
-
-# median_rate METRICS.h5: median of /train/samples_per_sec over the steps after the warm-up.
-median_rate() {
-  "$PYTHON" - "$1" "$WARMUP_STEPS" <<'EOF'
-import statistics, sys
-import h5py
-with h5py.File(sys.argv[1], "r") as file:
-    rates = file["train/samples_per_sec"][int(sys.argv[2]):]
-print(f"{statistics.median(rates):.2f}")
-EOF
-}
+write_mlp_deck "$DECK" "$DATA" "$STEPS" 256
 
 # profile_field LOG PHASE: the phase's total seconds from the --profile table at the end of a run's log.
 profile_field() {
@@ -183,11 +143,6 @@ profile_field() {
 PHASES=("data wait" "forward + loss" "backward" "all-reduce wait" "optimizer")
 SHORT_STEPS=$((2 * WARMUP_STEPS))
 RUN_COUNT=0  # numbers the run directories
-
-# median_of FILE: the median of the numbers in FILE, one per line.
-median_of() {
-  sort -g "$1" | awk '{v[NR] = $1} END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
 
 # hpctrain_run NAME RANKS THREADS BIND SET...: one round of a configuration: a run of STEPS steps and one of
 # SHORT_STEPS steps. Appends the long run's median samples/s to NAME.rates, its peak RSS (1-rank runs) to NAME.rss,
@@ -207,7 +162,7 @@ hpctrain_run() {
       --profile >"$output.log" 2>&1 || { log "$name ($steps steps) failed:"; tail -20 "$output.log" >&2; exit 1; }
     if ((steps == STEPS)); then
       local long_log=$output.log
-      median_rate "$output/metrics.h5" >>"$WORK/$name.rates"
+      median_rate "$output/metrics.h5" "$WARMUP_STEPS" >>"$WORK/$name.rates"
       if ((ranks == 1)); then sed -n 's/.*Maximum resident set size (kbytes): //p' "$output.time" >>"$WORK/$name.rss"; fi
     else
       local phase long short
@@ -289,7 +244,7 @@ ceiling_run() {
 allreduce_run() {
   "${MPIEXEC[@]}" -n 2 --bind-to core "$ALLREDUCE_ALONE" --widths 1024,2048,2048,10 --repeats "$CEILING_REPEATS" \
     >"$WORK/allreduce.log" 2>&1 || { cat "$WORK/allreduce.log" >&2; exit 1; }
-  sed -n 's/^ALLREDUCE .*seconds=\([0-9.e+-]*\).*/\1/p' "$WORK/allreduce.log" | awk '{ printf "%.4f\n", $1 * 1e3 }' \
+  sed -n "s/^ALLREDUCE algorithm=${HPCTRAIN_MPI_ALLREDUCE:-rank-order} .*seconds=\([0-9.e+-]*\).*/\1/p" "$WORK/allreduce.log" | awk '{ printf "%.4f\n", $1 * 1e3 }' \
     >>"$WORK/limit_weak2_allreduce.rates"
 }
 

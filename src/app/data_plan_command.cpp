@@ -6,6 +6,7 @@
 #include "hpctrain/app/command_line.hpp"
 #include "hpctrain/config/run_config.hpp"
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/core/numbers.hpp"
 #include "hpctrain/data/sampler.hpp"
 #include "hpctrain/data/training_data.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"

@@ -1,4 +1,4 @@
-// Numbers as text; the median.
+// Numbers as text; the median; slices of a count.
 #include "hpctrain/core/numbers.hpp"
 
 #include <algorithm>
@@ -6,6 +6,12 @@
 #include <cstdio>
 
 namespace hpctrain {
+
+std::pair<std::int64_t, std::int64_t> rank_slice(std::int64_t count, int ranks, int rank) {
+  // 128-bit products: r * N overflows 64 bits only for absurd N, but costs nothing to rule out.
+  const auto edge = [&](int r) { return static_cast<std::int64_t>(static_cast<__int128>(count) * r / ranks); };
+  return {edge(rank), edge(rank + 1)};
+}
 
 std::string number_text(double value) {
   char text[32];

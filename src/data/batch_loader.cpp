@@ -5,6 +5,7 @@
 
 #include "hpctrain/config/run_config.hpp"
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/core/numbers.hpp"
 
 namespace hpctrain {
 

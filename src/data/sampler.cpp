@@ -5,16 +5,11 @@
 #include <tuple>
 
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/core/numbers.hpp"
 #include "hpctrain/core/rng.hpp"
 #include "hpctrain/data/distributed_sampler.hpp"
 
 namespace hpctrain {
-
-std::pair<std::int64_t, std::int64_t> rank_slice(std::int64_t samples, int ranks, int rank) {
-  // 128-bit products: r * N overflows 64 bits only for absurd N, but costs nothing to rule out.
-  const auto edge = [&](int r) { return static_cast<std::int64_t>(static_cast<__int128>(samples) * r / ranks); };
-  return {edge(rank), edge(rank + 1)};
-}
 
 LocalShuffleSampler::LocalShuffleSampler(std::int64_t samples, int ranks, int rank, std::uint64_t seed, bool drop_last)
     : rank_(rank), seed_(seed) {

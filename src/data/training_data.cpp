@@ -15,6 +15,7 @@
 
 #include "hpctrain/config/run_config.hpp"
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/core/numbers.hpp"
 #include "hpctrain/data/data_files.hpp"
 #include "hpctrain/data/hdf5_dataset.hpp"
 #include "hpctrain/data/normalization.hpp"

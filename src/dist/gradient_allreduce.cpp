@@ -1,10 +1,11 @@
-// Bucketed gradient all-reduce with MPI_Iallreduce, the bucket layout shared with the NCCL version, and the NCCL
-// version's entry in the CUDA module.
+// Bucketed gradient all-reduce over MPI (rank-order exchange or MPI_Iallreduce), the bucket layout shared with the NCCL
+// version, and the NCCL version's entry in the CUDA module.
 #include "hpctrain/dist/gradient_allreduce.hpp"
 
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/kernels/backend.hpp"
@@ -39,8 +40,8 @@ std::int64_t mpi_bucket_bytes(std::int64_t parameters) {
   return std::clamp<std::int64_t>(parameters * static_cast<std::int64_t>(sizeof(float)) / 4, smallest, largest);
 }
 
-MpiProgressSettings mpi_progress_settings(bool serialized) {
-  MpiProgressSettings settings;
+MpiExchangeSettings mpi_exchange_settings(bool serialized) {
+  MpiExchangeSettings settings;
   if (const char* value = std::getenv("HPCTRAIN_MPI_PROGRESS"); value != nullptr && *value != '\0') {
     const std::string mode = value;
     HPCTRAIN_VERIFY(mode == "thread" || mode == "calls", InputError,
@@ -52,20 +53,38 @@ MpiProgressSettings mpi_progress_settings(bool serialized) {
                     "unset HPCTRAIN_MPI_PROGRESS or use an MPI built with thread support");
     settings.mode = mode == "thread" ? MpiProgress::thread : MpiProgress::calls;
   }
+  if (const char* value = std::getenv("HPCTRAIN_MPI_ALLREDUCE"); value != nullptr && *value != '\0') {
+    const std::string algorithm = value;
+    HPCTRAIN_VERIFY(algorithm == "rank-order" || algorithm == "library", InputError,
+                    "HPCTRAIN_MPI_ALLREDUCE=" << algorithm << " is not an all-reduce algorithm",
+                    "set it to rank-order (hpctrain's reduce-scatter and all-gather, the default) or library (the MPI "
+                    "library's MPI_Iallreduce), or unset it");
+    settings.algorithm = algorithm == "library" ? MpiAllreduce::library : MpiAllreduce::rank_order;
+  }
   return settings;
 }
 
 GradientAllreduce::GradientAllreduce(MPI_Comm communicator, float* gradients, std::int64_t count,
                                      const std::vector<std::int64_t>& layer_begins, std::int64_t bucket_bytes,
-                                     MpiProgressSettings progress)
+                                     MpiExchangeSettings settings)
     : communicator_(communicator),
       gradients_(gradients),
       count_(count),
       buckets_(gradient_buckets(count, layer_begins, bucket_bytes)),
-      progress_(progress) {
+      settings_(settings) {
   HPCTRAIN_MPI_CHECK(MPI_Comm_size(communicator, &ranks_));
-  requests_.assign(buckets_.size(), MPI_REQUEST_NULL);
-  if (ranks_ > 1 && progress_.mode == MpiProgress::thread) thread_ = std::thread([this] { progress_loop(); });
+  if (ranks_ == 1) return;
+  if (settings_.algorithm == MpiAllreduce::rank_order) {
+    HPCTRAIN_MPI_CHECK(MPI_Comm_dup(communicator, &exchange_communicator_));
+    // Two tags per bucket; tags repeat only between buckets thousands apart, never in flight together.
+    constexpr std::size_t tag_pairs = 16383;  // MPI guarantees tags up to 32767
+    exchanges_.reserve(buckets_.size());
+    for (std::size_t b = 0; b < buckets_.size(); ++b)
+      exchanges_.emplace_back(exchange_communicator_, static_cast<int>(2 * (b % tag_pairs)));
+  } else {
+    requests_.assign(buckets_.size(), MPI_REQUEST_NULL);
+  }
+  if (settings_.mode == MpiProgress::thread) thread_ = std::thread([this] { progress_loop(); });
 }
 
 GradientAllreduce::~GradientAllreduce() {
@@ -81,6 +100,8 @@ GradientAllreduce::~GradientAllreduce() {
   // Never leave a request in flight on the way out (an exception during backward).
   for (auto& request : requests_)
     if (request != MPI_REQUEST_NULL) MPI_Wait(&request, MPI_STATUS_IGNORE);
+  exchanges_.clear();  // cancels what is in flight
+  if (exchange_communicator_ != MPI_COMM_NULL) MPI_Comm_free(&exchange_communicator_);
 }
 
 std::int64_t GradientAllreduce::progress_tests() const {
@@ -90,9 +111,25 @@ std::int64_t GradientAllreduce::progress_tests() const {
 
 void GradientAllreduce::begin_step() { started_ = 0; }
 
-void GradientAllreduce::test_started() {
-  int done = 0;
-  HPCTRAIN_MPI_CHECK(MPI_Testall(static_cast<int>(started_), requests_.data(), &done, MPI_STATUSES_IGNORE));
+void GradientAllreduce::start_bucket(std::size_t bucket) {
+  const GradientBucket& range = buckets_[bucket];
+  if (settings_.algorithm == MpiAllreduce::rank_order)
+    exchanges_[bucket].start(gradients_ + range.begin, range.end - range.begin);
+  else
+    HPCTRAIN_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, gradients_ + range.begin, static_cast<int>(range.end - range.begin),
+                                      MPI_FLOAT, MPI_SUM, communicator_, &requests_[bucket]));
+}
+
+bool GradientAllreduce::test_started() {
+  if (settings_.algorithm == MpiAllreduce::library) {
+    int done = 0;
+    HPCTRAIN_MPI_CHECK(MPI_Testall(static_cast<int>(started_), requests_.data(), &done, MPI_STATUSES_IGNORE));
+    return done != 0 && started_ == buckets_.size();
+  }
+  bool done = true;
+  for (std::size_t b = 0; b < started_; ++b)
+    if (exchanges_[b].active()) done = exchanges_[b].test() && done;
+  return done && started_ == buckets_.size();
 }
 
 void GradientAllreduce::progress_loop() {
@@ -102,14 +139,16 @@ void GradientAllreduce::progress_loop() {
       wake_.wait(lock, [this] { return in_flight_ || stopping_; });
       continue;
     }
-    // An MPI error here cannot be thrown across threads: record nothing, let the step's own MPI_Waitall report it.
-    int done = 0;
-    if (MPI_Testall(static_cast<int>(started_), requests_.data(), &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS ||
-        (done != 0 && started_ == buckets_.size()))
-      in_flight_ = false;  // nothing left to progress until the step's next bucket
+    // An error here cannot be thrown across threads: keep it for finish() to rethrow, and stop testing.
+    try {
+      if (test_started()) in_flight_ = false;  // nothing left to progress until the next step's first bucket
+    } catch (...) {
+      thread_error_ = std::current_exception();
+      in_flight_ = false;
+    }
     ++tests_;
     // Sleep unlocked, so the step's thread can start buckets and finish() can park this one at any time.
-    wake_.wait_for(lock, progress_.interval, [this] { return stopping_; });
+    wake_.wait_for(lock, settings_.interval, [this] { return stopping_; });
   }
 }
 
@@ -124,13 +163,7 @@ void GradientAllreduce::ready_from(std::int64_t begin) {
   bool woke = false;
   {
     const std::lock_guard lock(mutex_);
-    while (started_ < buckets_.size() && buckets_[started_].begin >= begin) {
-      const GradientBucket& bucket = buckets_[started_];
-      HPCTRAIN_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, gradients_ + bucket.begin,
-                                        static_cast<int>(bucket.end - bucket.begin), MPI_FLOAT, MPI_SUM, communicator_,
-                                        &requests_[started_]));
-      ++started_;
-    }
+    while (started_ < buckets_.size() && buckets_[started_].begin >= begin) start_bucket(started_++);
     // Give MPI a chance to progress the buckets already in flight while backward continues.
     if (started_ > 0) test_started();
     if (thread_.joinable() && started_ > 0 && !in_flight_) woke = in_flight_ = true;
@@ -142,7 +175,15 @@ void GradientAllreduce::finish() {
   if (ranks_ == 1) return;
   ready_from(0);
   park_progress();
-  HPCTRAIN_MPI_CHECK(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+  {
+    const std::lock_guard lock(mutex_);  // the parked thread makes no MPI call; the lock orders its last one
+    if (thread_error_) std::rethrow_exception(std::exchange(thread_error_, nullptr));
+  }
+  if (settings_.algorithm == MpiAllreduce::library)
+    HPCTRAIN_MPI_CHECK(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+  else
+    while (!test_started()) {
+    }
 }
 
 StagedGradientAllreduce::StagedGradientAllreduce(MPI_Comm communicator, Backend& backend, float* gradients,

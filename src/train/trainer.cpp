@@ -199,10 +199,13 @@ void Trainer::Impl::set_up_step() {
   else if (cuda_)
     exchange_ = make_nccl_gradient_allreduce(mpi_.world(), *backend_, gradients, model_->parameter_count(),
                                              layer_begins, 25 << 20);
-  else
+  else {
+    const MpiExchangeSettings settings = mpi_exchange_settings(mpi_.serialized());
+    exchange_name_ = settings.algorithm == MpiAllreduce::rank_order ? "MPI (rank-order reduce-scatter + all-gather)"
+                                                                    : "MPI_Iallreduce";
     exchange_ = std::make_unique<GradientAllreduce>(mpi_.world(), gradients, model_->parameter_count(), layer_begins,
-                                                    mpi_bucket_bytes(model_->parameter_count()),
-                                                    mpi_progress_settings(mpi_.serialized()));
+                                                    mpi_bucket_bytes(model_->parameter_count()), settings);
+  }
   schedule_ = std::make_unique<LearningRateSchedule>(config.schedule, config.optimizer.lr, total_steps_);
   scaler_ = std::make_unique<LossScaler>(config.precision, *backend_);
   last_scalars_ = scaler_->read();

@@ -2,6 +2,7 @@
 # The benchmark harnesses that docs/performance.md and docs/data.md quote still run and print their tables: each in
 # its smallest mode (a check of the scripts, not a measurement; their figures here mean nothing).
 #   bench/data_pipeline.sh --quick, bench/checkpoint_bandwidth.sh 1 (REPEATS=1), bench/run.sh --quick,
+#   bench/weak_scaling.sh --rounds 1 --steps 25 (2 cores and more),
 #   bench/cnn.sh --quick (with bench/spatial_kernels --quick), bench/augmentation.sh --quick,
 #   bench/attention.sh --quick, bench/gpt.sh --quick (GPT-2's harness on a 2-layer model with 2,048 ids)
 # bench/run.sh's PyTorch rows run only where torch is installed (bench/install-torch.sh); otherwise the table must say
@@ -28,7 +29,15 @@ grep -qE "^1 MB +1x[0-9]+ +new +[0-9]+" checkpoint.txt && grep -qE "^1 MB +2x[0-
   pass "checkpoint_bandwidth.sh 1 prints rows for 1 and 2 ranks" ||
   { cat checkpoint.txt >&2; fail "checkpoint_bandwidth.sh table"; }
 
-CORES=$(nproc)
+CORES=$(nproc)  # OMP_NUM_THREADS=1 here: 1 (run.sh's 2-rank rows are left out)
+if (($(env -u OMP_NUM_THREADS nproc) >= 2)); then
+  "$bench/weak_scaling.sh" --build-dir "$build" --rounds 1 --steps 25 >weak.txt 2>&1 ||
+    { cat weak.txt >&2; fail "weak_scaling.sh"; }
+  grep -qE "^1 rank, batch 128 +[0-9]+ +[0-9.]+ ms" weak.txt &&
+    grep -qE "^2 ranks, rank-order +[0-9]+ +[0-9.]+ +[0-9.]+ ms +[0-9.]+ ms" weak.txt &&
+    grep -qE "^2 ranks, library +[0-9]+ +[0-9.]+ +[0-9.]+ ms +[0-9.]+ ms" weak.txt &&
+    pass "weak_scaling.sh prints a row per all-reduce algorithm" || { cat weak.txt >&2; fail "weak_scaling.sh table"; }
+fi
 if [[ -x $build/bin/gemm_ceiling ]]; then
   "$bench/run.sh" --build-dir "$build" --quick >run.txt 2>&1 || { cat run.txt >&2; fail "run.sh --quick"; }
   grep -qE "^\| MLP fp32 GFLOP/s vs oneDNN matmul +\| [0-9,.]+ +\| [0-9,.]+ +\| [0-9.]+" run.txt &&

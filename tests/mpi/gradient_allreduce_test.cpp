@@ -1,21 +1,28 @@
-// The bucketed gradient all-reduce sums every element exactly once over the ranks, whatever the bucket size and the
-// order in which backward reports layers (values chosen so float sums are exact); so does the all-reduce staged
-// through host memory (used by CUDA ranks sharing a GPU), run here on the CPU backend; buckets tile the buffer.
+// The bucketed gradient all-reduce sums every element exactly once over the ranks, whatever the bucket size, the
+// algorithm and the order in which backward reports layers (values chosen so float sums are exact); the rank-order
+// algorithm gives every element the bits of its sum in rank order, on every rank (random values, whose sums depend
+// on the order); so does the all-reduce staged through host memory (used by CUDA ranks sharing a GPU), run here on
+// the CPU backend; buckets tile the buffer.
 #include "hpctrain/dist/gradient_allreduce.hpp"
 
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <chrono>
+#include <cmath>
+#include <random>
 #include <thread>
+#include <tuple>
 #include <vector>
 
+#include "hpctrain/core/numbers.hpp"
+#include "hpctrain/dist/rank_order_allreduce.hpp"
 #include "hpctrain/kernels/backend.hpp"
 
 namespace hpctrain {
 namespace {
 
-class GradientAllreduceTest : public testing::TestWithParam<std::int64_t> {};
+class GradientAllreduceTest : public testing::TestWithParam<std::tuple<std::int64_t, MpiAllreduce>> {};
 
 TEST_P(GradientAllreduceTest, SumsEveryElementOnce) {
   int rank = 0, ranks = 1;
@@ -24,7 +31,9 @@ TEST_P(GradientAllreduceTest, SumsEveryElementOnce) {
   const std::vector<std::int64_t> layer_begins{0, 0, 100, 100, 1100, 1150, 5150};
   const std::int64_t count = 5200;
   std::vector<float> gradients(count);
-  GradientAllreduce allreduce(MPI_COMM_WORLD, gradients.data(), count, layer_begins, GetParam());
+  const auto [bucket_bytes, algorithm] = GetParam();
+  GradientAllreduce allreduce(MPI_COMM_WORLD, gradients.data(), count, layer_begins, bucket_bytes,
+                              {.algorithm = algorithm});
   EXPECT_GE(allreduce.bucket_count(), 1u);
   for (int repeat = 0; repeat < 2; ++repeat) {
     for (std::int64_t i = 0; i < count; ++i) gradients[i] = static_cast<float>((i % 97) * (rank + 1) + repeat);
@@ -38,7 +47,126 @@ TEST_P(GradientAllreduceTest, SumsEveryElementOnce) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(BucketSizes, GradientAllreduceTest, testing::Values(4, 400, 4000, 1 << 20));
+INSTANTIATE_TEST_SUITE_P(BucketSizes, GradientAllreduceTest,
+                         testing::Combine(testing::Values(4, 400, 4000, 1 << 20),
+                                          testing::Values(MpiAllreduce::rank_order, MpiAllreduce::library)));
+
+// Rank r's values: random, over several orders of magnitude, so that sums in different orders differ in their bits.
+std::vector<float> random_values(int rank, std::int64_t count, unsigned seed) {
+  std::mt19937 generator(seed * 1000u + static_cast<unsigned>(rank));
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-12, 12);
+  std::vector<float> values(static_cast<std::size_t>(count));
+  for (float& value : values) value = std::ldexp(mantissa(generator), exponent(generator));
+  return values;
+}
+
+// What every rank must hold: each element summed in rank order, ((x_0 + x_1) + x_2) + ..., in float.
+std::vector<float> rank_order_sums(int ranks, std::int64_t count, unsigned seed) {
+  std::vector<float> sums = random_values(0, count, seed);
+  for (int rank = 1; rank < ranks; ++rank) {
+    const std::vector<float> values = random_values(rank, count, seed);
+    for (std::int64_t i = 0; i < count; ++i) sums[i] += values[i];
+  }
+  return sums;
+}
+
+TEST(RankOrderAllreduce, EveryRankHoldsTheRankOrderSumsOfEveryElement) {
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  // Sizes below the rank count (empty slices), not divisible by it, and large enough for rendezvous messages.
+  for (const std::int64_t count :
+       {std::int64_t{0}, std::int64_t{1}, std::int64_t{3}, std::int64_t{1001}, std::int64_t{300'007}}) {
+    const auto seed = static_cast<unsigned>(count % 1000 + 1);
+    std::vector<float> data = random_values(rank, count, seed);
+    RankOrderAllreduce allreduce(MPI_COMM_WORLD, 10);
+    for (int repeat = 0; repeat < 2; ++repeat) {  // the same object twice: no state left from the first
+      if (repeat == 1) data = random_values(rank, count, seed);
+      allreduce.start(data.data(), count);
+      allreduce.wait();
+      EXPECT_FALSE(allreduce.active());
+      const std::vector<float> expected = rank_order_sums(ranks, count, seed);
+      for (std::int64_t i = 0; i < count; ++i)
+        ASSERT_EQ(data[i], expected[i]) << "element " << i << " of " << count << " repeat " << repeat;
+    }
+  }
+}
+
+TEST(RankOrderAllreduce, ExchangesInFlightTogetherAdvanceInAnyOrder) {
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  const std::int64_t count = 50'000;
+  std::vector<float> first = random_values(rank, count, 7), second = random_values(rank, count, 8);
+  RankOrderAllreduce a(MPI_COMM_WORLD, 20), b(MPI_COMM_WORLD, 22);
+  a.start(first.data(), count);
+  b.start(second.data(), count);
+  // Rank 0 tests the second exchange until it ends, then the first; the others test both in turn.
+  if (rank == 0) {
+    b.wait();
+    a.wait();
+  } else {
+    bool a_done = false, b_done = false;
+    while (!a_done || !b_done) {
+      a_done = a.test() || a_done;
+      b_done = b.test() || b_done;
+    }
+  }
+  EXPECT_EQ(first, rank_order_sums(ranks, count, 7));
+  EXPECT_EQ(second, rank_order_sums(ranks, count, 8));
+}
+
+TEST(RankSlice, TilesTheCountInSlicesThatDifferByOneAtMost) {
+  for (const int ranks : {1, 2, 3, 4, 7})
+    for (const std::int64_t count : {0, 1, 5, 6, 1000}) {
+      std::int64_t end = 0;
+      for (int rank = 0; rank < ranks; ++rank) {
+        const auto [first, last] = rank_slice(count, ranks, rank);
+        EXPECT_EQ(first, end) << count << " over " << ranks;
+        EXPECT_GE(last - first, count / ranks);
+        EXPECT_LE(last - first, (count + ranks - 1) / ranks);
+        end = last;
+      }
+      EXPECT_EQ(end, count);
+    }
+}
+
+TEST(RankOrderAllreduce, SumInOrderWritesOverAnyOfItsSources) {
+  const std::int64_t count = 2500;  // over two staging blocks
+  for (const std::size_t sources : {std::size_t{2}, std::size_t{3}, std::size_t{5}})
+    for (std::size_t out = 0; out < sources; ++out) {
+      std::vector<std::vector<float>> values;
+      for (std::size_t k = 0; k < sources; ++k) values.push_back(random_values(static_cast<int>(k), count, 3));
+      std::vector<float> expected = values[0];
+      for (std::size_t k = 1; k < sources; ++k)
+        for (std::int64_t i = 0; i < count; ++i) expected[i] += values[k][i];
+      std::vector<const float*> pointers;
+      for (const auto& v : values) pointers.push_back(v.data());
+      sum_in_order(values[out].data(), pointers, count);
+      EXPECT_EQ(values[out], expected) << sources << " sources, written over source " << out;
+    }
+}
+
+// Both algorithms through the gradient buckets: rank order gives the reference bits; on 2 ranks the library's
+// all-reduce gives the same bits (a + b == b + a), so switching algorithms changes no 2-rank result.
+TEST(GradientAllreduceAlgorithms, RankOrderBitsAndTheLibrarysOnTwoRanks) {
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  const std::vector<std::int64_t> layer_begins{0, 20'000, 70'000};
+  const std::int64_t count = 70'500;
+  std::vector<float> rank_ordered = random_values(rank, count, 5), library = rank_ordered;
+  for (auto* values : {&rank_ordered, &library}) {
+    GradientAllreduce allreduce(MPI_COMM_WORLD, values->data(), count, layer_begins, 30'000 * 4,
+                                {.algorithm = values == &library ? MpiAllreduce::library : MpiAllreduce::rank_order});
+    allreduce.begin_step();
+    for (auto it = layer_begins.rbegin(); it != layer_begins.rend(); ++it) allreduce.ready_from(*it);
+    allreduce.finish();
+  }
+  EXPECT_EQ(rank_ordered, rank_order_sums(ranks, count, 5));
+  if (ranks <= 2) EXPECT_EQ(library, rank_ordered);
+}
 
 // The progress thread tests the buckets in flight while the step's thread makes no MPI call (as during a product),
 // and the sums are those of the default mode. Needs MPI_THREAD_SERIALIZED (the test's main asks for it).
@@ -65,11 +193,11 @@ TEST(GradientAllreduceProgress, ThreadTestsBucketsInFlightAndSumsAsTheDefault) {
   }
   fill(gradients);
   GradientAllreduce threaded(MPI_COMM_WORLD, gradients.data(), count, layer_begins, 4000 * 4,
-                             {MpiProgress::thread, std::chrono::microseconds(50)});
+                             {.mode = MpiProgress::thread, .interval = std::chrono::microseconds(50)});
   threaded.begin_step();
   threaded.ready_from(9000);
   threaded.ready_from(3000);  // the first bucket, [3000, 12000), starts
-  if (ranks > 1) {  // no MPI call from this thread now: only the progress thread can test the first bucket
+  if (ranks > 1) {            // no MPI call from this thread now: only the progress thread can test the first bucket
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (threaded.progress_tests() == 0 && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));

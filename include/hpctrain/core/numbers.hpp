@@ -1,8 +1,10 @@
-// Small helpers on numbers shared by log lines, messages and summaries: one text form each, and the median.
+// Small helpers on numbers shared by log lines, messages and summaries: one text form each, and the median; the slice
+// of a count that a rank owns.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace hpctrain {
@@ -15,6 +17,11 @@ std::string shortest_number_text(double value);
 
 // A size in bytes for people: "512 bytes", "400.0 KiB", "1.6 MiB", "2.0 GiB".
 std::string byte_size_text(std::uintmax_t bytes);
+
+// The contiguous slice [first, second) of `count` items that `rank` of `ranks` owns: rank r starts at count * r / ranks
+// (the slices differ in length by one at most). A rank's samples in local-shuffle mode; a rank's share of a bucket in
+// the rank-order all-reduce.
+std::pair<std::int64_t, std::int64_t> rank_slice(std::int64_t count, int ranks, int rank);
 
 // The middle value, or the mean of the middle two; 0 for none. (Rates over intervals and ranks.)
 double median(std::vector<double> values);

@@ -54,9 +54,8 @@ class LocalShuffleSampler final : public Sampler {
   std::uint64_t seed_ = 0;
 };
 
-// The contiguous slice of `samples` that `rank` of `ranks` owns in local-shuffle mode (also the rows a rank checks and
-// loads): [first, second).
-std::pair<std::int64_t, std::int64_t> rank_slice(std::int64_t samples, int ranks, int rank);
+// rank_slice (core/numbers.hpp) is the contiguous slice of the samples that a rank owns in local-shuffle mode (also the
+// rows a rank checks and loads).
 
 std::unique_ptr<Sampler> make_sampler(ShuffleMode mode, std::int64_t samples, int ranks, int rank, std::uint64_t seed,
                                       bool drop_last);

@@ -11,10 +11,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "hpctrain/dist/rank_order_allreduce.hpp"
 
 namespace hpctrain {
 
@@ -59,29 +62,36 @@ inline CommunicatorEnd communicator_end(bool graph_uses_it, bool error_path) {
 // fell from 5.1 ms to 1.3 ms (docs/performance.md). The NCCL exchange keeps 25 MiB (not measured on a GPU yet).
 std::int64_t mpi_bucket_bytes(std::int64_t parameters);
 
-// How the buckets in flight progress while backward computes. Open MPI's non-blocking collectives (libnbc) advance
-// only inside MPI calls, and backward's products make none for milliseconds. `calls` (the default) tests the requests
-// each time backward finishes a layer; `thread` also runs a thread that tests them every `interval` while the step's
-// buckets are in flight (it needs MPI_THREAD_SERIALIZED: one mutex orders its calls and the step's, and finish()
-// parks it before any other MPI call of the step). The sums are the same either way (the collective's schedule does
-// not depend on timing). On one node with every core computing, the thread gained nothing (the copies need the same
-// cores) and cost much when cores were oversubscribed (docs/performance.md); it is for links whose transfers run
-// without the CPU (RDMA between nodes), where only the schedule needs advancing.
+// How the buckets in flight progress while backward computes. Open MPI's point-to-point messages and non-blocking
+// collectives advance only inside MPI calls, and backward's products make none for milliseconds. `calls` (the
+// default) tests the buckets each time backward finishes a layer; `thread` also runs a thread that tests them every
+// `interval` while the step's buckets are in flight (it needs MPI_THREAD_SERIALIZED: one mutex orders its calls and
+// the step's, and finish() parks it before any other MPI call of the step). The sums are the same either way (neither
+// algorithm's schedule depends on timing). On one node with every core computing, the thread gained nothing (the
+// copies need the same cores) and cost much when cores were oversubscribed (docs/performance.md); it is for links
+// whose transfers run without the CPU (RDMA between nodes), where only the schedule needs advancing.
 enum class MpiProgress : std::uint8_t { calls, thread };
-struct MpiProgressSettings {
+// How a bucket is summed: `rank_order` (the default) by RankOrderAllreduce (dist/rank_order_allreduce.hpp: a
+// reduce-scatter and all-gather in point-to-point messages, each element summed in rank order whatever the MPI);
+// `library` by the MPI library's MPI_Iallreduce (its own algorithm and summation order; Open MPI 4.1 runs a binomial
+// tree, 2.5x slower on the benchmark MLP's 25 MB over 2 ranks). 2 ranks get the same bits from either.
+enum class MpiAllreduce : std::uint8_t { rank_order, library };
+struct MpiExchangeSettings {
   MpiProgress mode = MpiProgress::calls;
   std::chrono::microseconds interval{100};
+  MpiAllreduce algorithm = MpiAllreduce::rank_order;
 };
-// The mode a run uses: HPCTRAIN_MPI_PROGRESS=calls|thread (InputError otherwise, or for `thread` when `serialized`,
-// what MPI_Init_thread provided, is false); unset: `calls`.
-MpiProgressSettings mpi_progress_settings(bool serialized);
+// The settings a run uses: HPCTRAIN_MPI_PROGRESS=calls|thread (unset: calls) and HPCTRAIN_MPI_ALLREDUCE=
+// rank-order|library (unset: rank-order); InputError for any other value, or for `thread` when `serialized`, what
+// MPI_Init_thread provided, is false.
+MpiExchangeSettings mpi_exchange_settings(bool serialized);
 
-// MPI_Iallreduce on host memory (CPU backend).
+// The bucketed all-reduce of gradients in host memory (CPU backend), over MPI.
 class GradientAllreduce final : public GradientExchange {
  public:
   GradientAllreduce(MPI_Comm communicator, float* gradients, std::int64_t count,
                     const std::vector<std::int64_t>& layer_begins, std::int64_t bucket_bytes,
-                    MpiProgressSettings progress = {});
+                    MpiExchangeSettings settings = {});
   ~GradientAllreduce() override;
   GradientAllreduce(const GradientAllreduce&) = delete;
   GradientAllreduce& operator=(const GradientAllreduce&) = delete;
@@ -95,7 +105,8 @@ class GradientAllreduce final : public GradientExchange {
   [[nodiscard]] std::int64_t progress_tests() const;
 
  private:
-  void test_started();  // MPI_Testall over the started requests; the caller holds mutex_
+  void start_bucket(std::size_t bucket);  // the caller holds mutex_
+  bool test_started();                    // advances the started buckets; true once all are done; holds mutex_
   void progress_loop();
   void park_progress();  // the thread stops calling MPI until the next step's first bucket
 
@@ -104,14 +115,17 @@ class GradientAllreduce final : public GradientExchange {
   float* gradients_;
   std::int64_t count_;
   std::vector<GradientBucket> buckets_;  // from the end of the buffer to its start
-  std::vector<MPI_Request> requests_;
+  MpiExchangeSettings settings_;
+  MPI_Comm exchange_communicator_ = MPI_COMM_NULL;  // rank_order: a duplicate, so no other message can match
+  std::vector<RankOrderAllreduce> exchanges_;       // rank_order: one per bucket
+  std::vector<MPI_Request> requests_;               // library: one per bucket
   std::size_t started_ = 0;
 
-  MpiProgressSettings progress_;
   mutable std::mutex mutex_;  // orders every MPI call of this object between the two threads
   std::condition_variable wake_;
   bool in_flight_ = false, stopping_ = false;  // guarded by mutex_
   std::int64_t tests_ = 0;                     // guarded by mutex_
+  std::exception_ptr thread_error_;            // guarded by mutex_: an MPI error the thread met, rethrown by finish()
   std::thread thread_;
 };
 
