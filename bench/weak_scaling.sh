@@ -6,7 +6,8 @@
 #
 # Each round runs 1 rank at batch 128, then 2 ranks at batch 256 once per algorithm (HPCTRAIN_MPI_ALLREDUCE). A run's
 # figure is the median of /train/samples_per_sec after 10 warm-up steps, its all-reduce wait and backward rank 0's
-# --profile ms/step; a row's figure is the median over the rounds. Weak scaling = 2-rank rate / (2 x 1-rank rate).
+# --profile ms/step; a row's figure is the median over the rounds. Weak scaling: the median over the rounds of the
+# round's 2-rank rate / (2 x its 1-rank rate).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -76,7 +77,9 @@ printf '%-22s %10.0f %13s %15s %9.2f ms   %s\n' "1 rank, batch 128" "$one" "" ""
   "$(awk '{ printf "%.0f ", $1 }' "$WORK/one.rates")"
 for algorithm in $ALGORITHMS; do
   rate=$(median_of "$WORK/two-$algorithm.rates")
+  # each round's 2-rank rate against twice that round's 1-rank rate (drift between rounds cancels), median
+  paste "$WORK/two-$algorithm.rates" "$WORK/one.rates" | awk '{ print $1 / (2 * $2) }' >"$WORK/two-$algorithm.ratios"
   printf '%-22s %10.0f %13.3f %12.2f ms %9.2f ms   %s\n' "2 ranks, $algorithm" "$rate" \
-    "$(awk -v a="$rate" -v b="$one" 'BEGIN { print a / (2 * b) }')" "$(median_of "$WORK/two-$algorithm.wait")" \
+    "$(median_of "$WORK/two-$algorithm.ratios")" "$(median_of "$WORK/two-$algorithm.wait")" \
     "$(median_of "$WORK/two-$algorithm.backward")" "$(awk '{ printf "%.0f ", $1 }' "$WORK/two-$algorithm.rates")"
 done
