@@ -34,14 +34,12 @@ void sum_in_order(float* out, std::span<const float* const> sources, std::int64_
   }
 }
 
-RankOrderAllreduce::RankOrderAllreduce(MPI_Comm communicator, int tag) : communicator_(communicator), tag_(tag) {
+RankOrderAllreduce::RankOrderAllreduce(MPI_Comm communicator, int tag, std::int64_t piece_elements)
+    : communicator_(communicator), tag_(tag), piece_(piece_elements) {
+  HPCTRAIN_ASSERT(piece_elements > 0 && piece_elements <= INT_MAX, "a piece of " << piece_elements << " elements");
   HPCTRAIN_MPI_CHECK(MPI_Comm_rank(communicator, &rank_));
   HPCTRAIN_MPI_CHECK(MPI_Comm_size(communicator, &ranks_));
-  const auto peers = static_cast<std::size_t>(ranks_ - 1);
   sources_.resize(static_cast<std::size_t>(ranks_));
-  receives_.assign(peers, MPI_REQUEST_NULL);
-  slice_sends_.assign(peers, MPI_REQUEST_NULL);
-  sum_sends_.assign(peers, MPI_REQUEST_NULL);
 }
 
 RankOrderAllreduce::RankOrderAllreduce(RankOrderAllreduce&& other) noexcept
@@ -49,11 +47,15 @@ RankOrderAllreduce::RankOrderAllreduce(RankOrderAllreduce&& other) noexcept
       tag_(other.tag_),
       rank_(other.rank_),
       ranks_(other.ranks_),
+      piece_(other.piece_),
       phase_(std::exchange(other.phase_, Phase::idle)),
       data_(other.data_),
       count_(other.count_),
-      summed_(other.summed_),
-      received_(std::move(other.received_)),
+      own_begin_(other.own_begin_),
+      own_length_(other.own_length_),
+      stride_(other.stride_),
+      summed_pieces_(other.summed_pieces_),
+      staging_(std::move(other.staging_)),
       sources_(std::move(other.sources_)),
       receives_(std::move(other.receives_)),
       slice_sends_(std::move(other.slice_sends_)),
@@ -80,63 +82,83 @@ void RankOrderAllreduce::start(float* data, std::int64_t count) {
   data_ = data;
   count_ = count;
   if (ranks_ == 1 || count == 0) return;
-  std::int64_t longest = 0;
-  for (int rank = 0; rank < ranks_; ++rank) {
-    const auto [begin, end] = rank_slice(count, ranks_, rank);
-    longest = std::max(longest, end - begin);
+  const auto [own_begin, own_end] = rank_slice(count, ranks_, rank_);
+  own_begin_ = own_begin;
+  own_length_ = own_end - own_begin;
+  stride_ = std::min(piece_, own_length_);
+  const auto peers = static_cast<std::size_t>(ranks_ - 1);
+  std::size_t peer_pieces = 0;  // pieces of all the peers' slices
+  for (int peer = 0; peer < ranks_; ++peer) {
+    const auto [begin, end] = rank_slice(count, ranks_, peer);
+    if (peer != rank_) peer_pieces += static_cast<std::size_t>(pieces(end - begin));
   }
-  HPCTRAIN_VERIFY(longest <= INT_MAX, NotSupported,
-                  "an all-reduce of " << count << " floats over " << ranks_
-                                      << " ranks (a slice of over 2^31 elements: a single layer that large)");
-  post_reduce();
-}
+  // The same sizes every step: these allocate in the first step only.
+  staging_.resize(peers * 2 * static_cast<std::size_t>(stride_));
+  receives_.assign(std::max(peers * 2, peer_pieces), MPI_REQUEST_NULL);
+  slice_sends_.assign(peer_pieces, MPI_REQUEST_NULL);
+  sum_sends_.assign(peers * static_cast<std::size_t>(pieces(own_length_)), MPI_REQUEST_NULL);
 
-void RankOrderAllreduce::post_reduce() {
-  const auto [own_begin, own_end] = rank_slice(count_, ranks_, rank_);
-  const std::int64_t length = own_end - own_begin;
-  received_.resize(static_cast<std::size_t>(length * (ranks_ - 1)));  // grows once: same buckets every step
-  // Receives first, so a peer's send finds its match at once.
-  for (int peer = 0, slot = 0; peer < ranks_; ++peer) {
+  // Receives first, so a peer's sends find their match at once.
+  summed_pieces_ = 0;
+  for (std::int64_t piece = 0; piece < std::min<std::int64_t>(2, pieces(own_length_)); ++piece) receive_piece(piece);
+  std::size_t next = 0;
+  for (int peer = 0; peer < ranks_; ++peer) {
     if (peer == rank_) continue;
-    HPCTRAIN_MPI_CHECK(MPI_Irecv(received_.data() + slot * length, static_cast<int>(length), MPI_FLOAT, peer, tag_,
-                                 communicator_, &receives_[static_cast<std::size_t>(slot)]));
-    ++slot;
+    const auto [begin, end] = rank_slice(count, ranks_, peer);
+    for (std::int64_t first = begin; first < end; first += piece_)
+      HPCTRAIN_MPI_CHECK(MPI_Isend(data_ + first, static_cast<int>(std::min(piece_, end - first)), MPI_FLOAT, peer,
+                                   tag_, communicator_, &slice_sends_[next++]));
   }
-  for (int peer = 0, slot = 0; peer < ranks_; ++peer) {
-    if (peer == rank_) continue;
-    const auto [their_begin, their_end] = rank_slice(count_, ranks_, peer);
-    HPCTRAIN_MPI_CHECK(MPI_Isend(data_ + their_begin, static_cast<int>(their_end - their_begin), MPI_FLOAT, peer, tag_,
-                                 communicator_, &slice_sends_[static_cast<std::size_t>(slot)]));
-    ++slot;
-  }
-  summed_ = false;
   phase_ = Phase::reduce;
 }
 
-void RankOrderAllreduce::sum_and_send() {
-  const auto [own_begin, own_end] = rank_slice(count_, ranks_, rank_);
-  const std::int64_t length = own_end - own_begin;
-  for (int source = 0, slot = 0; source < ranks_; ++source)
-    sources_[static_cast<std::size_t>(source)] =
-        source == rank_ ? data_ + own_begin : received_.data() + (slot++) * length;
-  sum_in_order(data_ + own_begin, sources_, length);
-  // This rank's sums go out now: the reduce's sends still in flight read the other slices only.
-  for (int peer = 0, slot = 0; peer < ranks_; ++peer) {
+void RankOrderAllreduce::receive_piece(std::int64_t piece) {
+  const std::int64_t slot = piece % 2;
+  const auto length = static_cast<int>(std::min(piece_, own_length_ - piece * piece_));
+  for (int peer = 0, index = 0; peer < ranks_; ++peer) {
     if (peer == rank_) continue;
-    HPCTRAIN_MPI_CHECK(MPI_Isend(data_ + own_begin, static_cast<int>(length), MPI_FLOAT, peer, tag_ + 1, communicator_,
-                                 &sum_sends_[static_cast<std::size_t>(slot)]));
-    ++slot;
+    const std::int64_t buffer = index * 2 + slot;
+    HPCTRAIN_MPI_CHECK(MPI_Irecv(staging_.data() + buffer * stride_, length, MPI_FLOAT, peer, tag_, communicator_,
+                                 &receives_[static_cast<std::size_t>(buffer)]));
+    ++index;
   }
-  summed_ = true;
+}
+
+bool RankOrderAllreduce::sum_arrived_pieces() {
+  const std::int64_t total = pieces(own_length_);
+  while (summed_pieces_ < total) {
+    const std::int64_t piece = summed_pieces_, slot = piece % 2;
+    for (int index = 0; index < ranks_ - 1; ++index) {
+      int done = 0;
+      HPCTRAIN_MPI_CHECK(MPI_Test(&receives_[static_cast<std::size_t>(index * 2 + slot)], &done, MPI_STATUS_IGNORE));
+      if (done == 0) return false;
+    }
+    const std::int64_t first = own_begin_ + piece * piece_, length = std::min(piece_, own_length_ - piece * piece_);
+    for (int source = 0, index = 0; source < ranks_; ++source)
+      sources_[static_cast<std::size_t>(source)] =
+          source == rank_ ? data_ + first : staging_.data() + ((index++) * 2 + slot) * stride_;
+    sum_in_order(data_ + first, sources_, length);
+    // The piece's sums go to every peer at once: the gather overlaps the rest of the reduce.
+    for (int peer = 0, index = 0; peer < ranks_; ++peer) {
+      if (peer == rank_) continue;
+      HPCTRAIN_MPI_CHECK(MPI_Isend(data_ + first, static_cast<int>(length), MPI_FLOAT, peer, tag_ + 1, communicator_,
+                                   &sum_sends_[static_cast<std::size_t>(index * total + piece)]));
+      ++index;
+    }
+    ++summed_pieces_;
+    if (piece + 2 < total) receive_piece(piece + 2);  // into the staging buffers just summed
+  }
+  return true;
 }
 
 void RankOrderAllreduce::post_gather() {
-  for (int peer = 0, slot = 0; peer < ranks_; ++peer) {
+  std::size_t next = 0;
+  for (int peer = 0; peer < ranks_; ++peer) {
     if (peer == rank_) continue;
-    const auto [their_begin, their_end] = rank_slice(count_, ranks_, peer);
-    HPCTRAIN_MPI_CHECK(MPI_Irecv(data_ + their_begin, static_cast<int>(their_end - their_begin), MPI_FLOAT, peer,
-                                 tag_ + 1, communicator_, &receives_[static_cast<std::size_t>(slot)]));
-    ++slot;
+    const auto [begin, end] = rank_slice(count_, ranks_, peer);
+    for (std::int64_t first = begin; first < end; first += piece_)
+      HPCTRAIN_MPI_CHECK(MPI_Irecv(data_ + first, static_cast<int>(std::min(piece_, end - first)), MPI_FLOAT, peer,
+                                   tag_ + 1, communicator_, &receives_[next++]));
   }
   phase_ = Phase::gather;
 }
@@ -148,10 +170,7 @@ bool RankOrderAllreduce::test() {
     return done != 0;
   };
   if (phase_ == Phase::reduce) {
-    if (!summed_) {
-      if (!all_done(receives_)) return false;
-      sum_and_send();
-    }
+    if (!sum_arrived_pieces()) return false;
     // The gather receives into the slices the reduce's sends read: only once those are done.
     if (!all_done(slice_sends_)) return false;
     post_gather();

@@ -71,7 +71,10 @@ std::vector<float> rank_order_sums(int ranks, std::int64_t count, unsigned seed)
   return sums;
 }
 
-TEST(RankOrderAllreduce, EveryRankHoldsTheRankOrderSumsOfEveryElement) {
+// Pieces: the default (256 KiB), and small ones, so that slices span many pieces and end in a short one.
+class RankOrderAllreducePieces : public testing::TestWithParam<std::int64_t> {};
+
+TEST_P(RankOrderAllreducePieces, EveryRankHoldsTheRankOrderSumsOfEveryElement) {
   int rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
@@ -80,7 +83,7 @@ TEST(RankOrderAllreduce, EveryRankHoldsTheRankOrderSumsOfEveryElement) {
        {std::int64_t{0}, std::int64_t{1}, std::int64_t{3}, std::int64_t{1001}, std::int64_t{300'007}}) {
     const auto seed = static_cast<unsigned>(count % 1000 + 1);
     std::vector<float> data = random_values(rank, count, seed);
-    RankOrderAllreduce allreduce(MPI_COMM_WORLD, 10);
+    RankOrderAllreduce allreduce(MPI_COMM_WORLD, 10, GetParam());
     for (int repeat = 0; repeat < 2; ++repeat) {  // the same object twice: no state left from the first
       if (repeat == 1) data = random_values(rank, count, seed);
       allreduce.start(data.data(), count);
@@ -93,13 +96,16 @@ TEST(RankOrderAllreduce, EveryRankHoldsTheRankOrderSumsOfEveryElement) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(PieceSizes, RankOrderAllreducePieces,
+                         testing::Values(RankOrderAllreduce::default_piece_elements, 1000, 4099));
+
 TEST(RankOrderAllreduce, ExchangesInFlightTogetherAdvanceInAnyOrder) {
   int rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   const std::int64_t count = 50'000;
   std::vector<float> first = random_values(rank, count, 7), second = random_values(rank, count, 8);
-  RankOrderAllreduce a(MPI_COMM_WORLD, 20), b(MPI_COMM_WORLD, 22);
+  RankOrderAllreduce a(MPI_COMM_WORLD, 20, 3000), b(MPI_COMM_WORLD, 22);  // a: many pieces
   a.start(first.data(), count);
   b.start(second.data(), count);
   // Rank 0 tests the second exchange until it ends, then the first; the others test both in turn.

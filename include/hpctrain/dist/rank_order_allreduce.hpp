@@ -1,19 +1,24 @@
 // A non-blocking, in-place sum all-reduce of one float range over point-to-point messages, summed in rank order.
 //
-// Each rank owns the r-th of `ranks` near-equal slices of the range (rank_slice, core/numbers.hpp). Reduce: every rank
-// sends each peer that peer's slice and receives every peer's copy of its own slice, then sums the copies of its slice
-// in rank order,
-// ((x_0 + x_1) + x_2) + ..., into the range. Gather: every rank sends its summed slice to every peer and receives
-// theirs in place. Each rank sends and receives (ranks - 1) / ranks of the range twice, as a ring all-reduce does,
-// in one round per phase instead of ranks - 1.
+// Each rank owns the r-th of `ranks` near-equal slices of the range (rank_slice, core/numbers.hpp). Reduce: every
+// rank sends each peer that peer's slice and receives every peer's copy of its own slice, then sums the copies in rank
+// order, ((x_0 + x_1) + x_2) + ..., into the range. Gather: every rank sends its summed slice to every peer and
+// receives theirs in place. Each rank sends and receives (ranks - 1) / ranks of the range twice, as a ring all-reduce
+// does, in one round per phase instead of ranks - 1.
+//
+// The slices travel in pieces of `piece_elements` (256 KiB by default). A peer's pieces of the reduce land in two
+// staging buffers per peer, small enough to stay in the core's cache, and each piece is summed as soon as every peer's
+// copy of it is in, then sent on as the gather's piece: the sum reads the copies from the cache instead of from memory
+// (on one node the shared-memory transport's copy into the staging buffer and the sum's reads are then one pass over
+// memory, not two), and the gather starts while the reduce still runs.
 //
 // Why not MPI_Iallreduce: Open MPI 4.1's libnbc runs every in-place MPI_Iallreduce as a binomial tree, which sends
 // every byte through log2(ranks) rounds of one rank's reduction: the benchmark MLP's 25 MB took 11.8 ms on 2 ranks,
 // 4.75 ms as a reduce-scatter and all-gather (docs/performance.md). And the sums no longer depend on which algorithm
 // an MPI library picks: every element is the same rank-order sum under any MPI, at any size, on every rank.
 //
-// Progress: MPI moves the messages only inside MPI calls; test() advances the exchange as far as it can (it posts the
-// gather once the reduce is summed and the reduce's sends are done) and is cheap when nothing arrived.
+// Progress: MPI moves the messages only inside MPI calls; test() advances the exchange as far as it can (sums the
+// pieces that are in, posts the next receives) and is cheap when nothing arrived.
 #pragma once
 
 #include <mpi.h>
@@ -30,8 +35,10 @@ void sum_in_order(float* out, std::span<const float* const> sources, std::int64_
 
 class RankOrderAllreduce {
  public:
-  // `communicator` carries only this exchange's messages with tag `tag` (and tag + 1); the caller keeps both alive.
-  RankOrderAllreduce(MPI_Comm communicator, int tag);
+  static constexpr std::int64_t default_piece_elements = std::int64_t{1} << 16;  // 256 KiB of floats
+
+  // `communicator` carries only this exchange's messages with tags `tag` and `tag` + 1; the caller keeps both alive.
+  RankOrderAllreduce(MPI_Comm communicator, int tag, std::int64_t piece_elements = default_piece_elements);
   ~RankOrderAllreduce();  // an exchange still in flight (an error path) is cancelled where MPI allows
   RankOrderAllreduce(const RankOrderAllreduce&) = delete;
   RankOrderAllreduce& operator=(const RankOrderAllreduce&) = delete;
@@ -47,22 +54,27 @@ class RankOrderAllreduce {
 
  private:
   enum class Phase : std::uint8_t { idle, reduce, gather };
-  void post_reduce();
-  void sum_and_send();  // the reduce's receives are in: sum this rank's slice, send it to every peer
-  void post_gather();   // the reduce's sends are done: receive the peers' sums into their slices
+  [[nodiscard]] std::int64_t pieces(std::int64_t length) const { return (length + piece_ - 1) / piece_; }
+  void receive_piece(std::int64_t piece);  // posts every peer's copy of this rank's piece into its staging buffer
+  bool sum_arrived_pieces();               // true once every piece of this rank's slice is summed and sent on
+  void post_gather();                      // the reduce's sends are done: receive the peers' sums into their slices
   void release_requests() noexcept;
 
   MPI_Comm communicator_;
   int tag_, rank_ = 0, ranks_ = 1;
+  std::int64_t piece_;
   Phase phase_ = Phase::idle;
   float* data_ = nullptr;
   std::int64_t count_ = 0;
-  bool summed_ = false;                // reduce phase: this rank's slice holds its sums, their sends are posted
-  std::vector<float> received_;        // the peers' copies of this rank's slice, in peer order
-  std::vector<const float*> sources_;  // (ranks) the copies in rank order, for sum_in_order
-  // One per peer each (peer order: the ranks but this one): the phase's receives, the reduce's sends of the peers'
-  // slices, the gather's sends of this rank's sums.
-  std::vector<MPI_Request> receives_, slice_sends_, sum_sends_;
+  std::int64_t own_begin_ = 0, own_length_ = 0;  // this rank's slice
+  std::int64_t stride_ = 0;                      // elements of a staging buffer: a piece, or the slice if shorter
+  std::int64_t summed_pieces_ = 0;               // reduce phase: pieces of the slice summed and sent on
+  std::vector<float> staging_;                   // (peers x 2 x piece): each peer's copies of the pieces in flight
+  std::vector<const float*> sources_;            // (ranks) a piece's copies in rank order, for sum_in_order
+  // Reduce: (peers x 2) the staging buffers' receives; gather: one per piece of every peer's slice.
+  std::vector<MPI_Request> receives_;
+  std::vector<MPI_Request> slice_sends_;  // the reduce's sends, one per piece of every peer's slice
+  std::vector<MPI_Request> sum_sends_;    // the gather's sends, peers x pieces of this rank's slice
 };
 
 }  // namespace hpctrain
