@@ -179,12 +179,22 @@ hpctrain_run() {
       "--set train.steps={$STEPS,$SHORT_STEPS} --profile" >"$WORK/$name.command"
 }
 
-# twin_run PRECISION: one run of the PyTorch twin; appends its median over windows to twin_PRECISION.rates.
+# Without bf16 instructions (AVX512-BF16 or AMX) PyTorch's bf16 autocast falls back to loops that run ~10-100
+# samples/s (hours for a full twin run); there the bf16 twin runs once, eager, for 2 timed steps, and the table says so.
+CPU_HAS_BF16=0
+grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo && CPU_HAS_BF16=1
+
+# twin_run PRECISION ROUND: one run of the PyTorch twin; appends its median over windows to twin_PRECISION.rates.
 twin_run() {
   local log_file=$WORK/twin-$1.log
-  "$PYTHON" "$ROOT/bench/torch_twin.py" --precision "$1" --threads "$THREADS" --data "$DATA" --warmup "$TWIN_WARMUP" \
-    --compile "$TWIN_COMPILE" \
-    --windows "$TWIN_WINDOWS" --window-steps "$TWIN_WINDOW_STEPS" >"$log_file" 2>&1 ||
+  local warmup=$TWIN_WARMUP compile=$TWIN_COMPILE windows=$TWIN_WINDOWS window_steps=$TWIN_WINDOW_STEPS
+  if [[ $1 == bf16 && $CPU_HAS_BF16 -eq 0 ]]; then
+    (($2 == 1)) || return 0
+    warmup=1 compile=off windows=1 window_steps=2
+    record twin_bf16_short "1 run, eager, 2 timed steps after 1 warm-up (no bf16 instructions on this CPU)"
+  fi
+  "$PYTHON" "$ROOT/bench/torch_twin.py" --precision "$1" --threads "$THREADS" --data "$DATA" --warmup "$warmup" \
+    --compile "$compile" --windows "$windows" --window-steps "$window_steps" >"$log_file" 2>&1 ||
     { tail -20 "$log_file" >&2; exit 1; }
   local line
   line=$(grep '^TWIN ' "$log_file" | tail -1)
@@ -294,7 +304,7 @@ for ((round = 1; round <= RUNS; round++)); do
   cut -d' ' -f1 /proc/loadavg >>"$WORK/load.rates"
   for precision in fp32 bf16; do
     hpctrain_run "$precision" 1 "$THREADS" none precision.mode="$precision"
-    if ((HAVE_TORCH)); then twin_run "$precision"; fi
+    if ((HAVE_TORCH)); then twin_run "$precision" "$round"; fi
   done
   hpctrain_run weak1 1 1 core data.batch_size=128
   if ((CORES >= 2)); then hpctrain_run weak2 2 1 core data.batch_size=256; fi
@@ -448,6 +458,8 @@ print(f"threads: hpctrain 1 rank x {values['threads']} threads, PyTorch twin and
 compile_note = values.get("twin_fp32_compile", "-")
 print(f"torch: {values['torch']}" + (f" (torch.compile used: {compile_note})" if values["torch"] != "not installed"
                                       else "") + f"; oneDNN {values.get('onednn')}")
+if "twin_bf16_short" in values:
+    print(f"bf16 twin: {values['twin_bf16_short']}")
 print(f"figures: median over {values['runs']} runs; a hpctrain run's figure is its median samples/s over steps "
       f"{int(values['warmup']) + 1}..{values['steps']}, a twin run's its median over timed windows; the ceiling is the "
       f"sum of per-product medians")

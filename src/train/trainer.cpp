@@ -324,12 +324,14 @@ void Trainer::Impl::start_weights(bool resumed) {
 
 std::string Trainer::Impl::head() const {
   const int ranks = mpi_.size();
+  const std::string precision_note = backend_->precision_note(precision_.activations);
   std::ostringstream text;
   text << "hpctrain " << HPCTRAIN_VERSION << ": " << ranks << " rank" << (ranks > 1 ? "s" : "") << " x " << threads_
        << " thread" << (threads_ > 1 ? "s" : "") << ", backend " << backend_->name() << ", precision "
        << precision_.name() << (scaler_->enabled() ? " with loss scaling" : "")
        << (ranks > 1 ? ", gradients all-reduced with " + exchange_name_ : std::string()) << "\n"
-       << (graphs_note_.empty() ? std::string() : graphs_note_ + "\n") << "data: " << train_data_->samples()
+       << (graphs_note_.empty() ? std::string() : graphs_note_ + "\n")
+       << (precision_note.empty() ? std::string() : precision_note + "\n") << "data: " << train_data_->samples()
        << " training samples"
        << (validation_data_ ? ", " + std::to_string(validation_data_->samples()) + " validation samples" : "")
        << ", global batch " << config_.data.batch_size << " (" << local_batch_ << " per rank), " << steps_per_epoch_

@@ -162,6 +162,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
   [[nodiscard]] virtual std::string name() const = 0;
+  // One line for the run's log when this hardware computes 16-bit `storage` without instructions of its own (so a
+  // 16-bit run saves memory but is no faster than fp32); empty when it runs natively or `storage` is not 16-bit.
+  [[nodiscard]] virtual std::string precision_note(DType /*storage*/) const { return {}; }
 
   // ---- memory ----
   virtual void* allocate(std::size_t bytes) = 0;  // aligned to 64 bytes; contents undefined

@@ -255,6 +255,16 @@ class CpuBackend final : public Backend {
   [[nodiscard]] std::string name() const override { return "cpu"; }
   [[nodiscard]] bool memory_is_host() const override { return true; }
   [[nodiscard]] bool has_spatial_operations() const override { return true; }
+  [[nodiscard]] std::string precision_note(DType storage) const override {
+    if (storage == DType::f16)
+      return "precision fp16: the CPU backend widens fp16 to fp32 for every matrix product and convolution, so fp16 "
+             "runs slower than fp32 here; fp16 is meant for GPUs, bf16 or fp32 for CPUs";
+    if (storage == DType::bf16 && !cpu::onednn_runs_bf16())
+      return "precision bf16: oneDNN has no bf16 kernel for this CPU (it needs AVX-512), so matrix products and "
+             "convolutions run in fp32 on widened copies: bf16 halves the activations' memory but is no faster than "
+             "fp32 here";
+    return {};
+  }
 
   // ---- memory: plain host memory ----
   void* allocate(std::size_t bytes) override { return cpu::aligned_allocate(bytes); }
