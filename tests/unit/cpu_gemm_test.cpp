@@ -167,6 +167,45 @@ TEST(CpuGemm, TransposedFirstOperandCopiedRowMajor) {
   }
 }
 
+// On CPUs without AVX-512 a non-transposed fp32 second operand on a 32-byte boundary is staged 16 bytes past it for
+// oneDNN's AVX2 sgemm (cpu_gemm.cpp, avx2_sgemm_b_offset). The staged product must equal, bit for bit, the product of
+// the same values that start 16 bytes past the boundary already (which is never staged), and the reference; 16-bit
+// inputs are widened into the offset buffer directly. Elsewhere both calls run unstaged and must agree too.
+TEST(CpuGemm, SecondOperandOffTheBoundaryGivesTheSameBits) {
+  auto backend = make_cpu_backend();
+  const GemmShape shape{64, 300, 260};  // m >= 32 and k x n = 78,000 values: past the staging threshold
+  std::uint64_t seed = 1200;
+  for (DType input : {DType::f32, DType::bf16}) {
+    for (bool accumulate : {false, true}) {
+      TestTensor a(*backend, input, shape.m, shape.k), b(*backend, input, shape.k, shape.n);
+      TestTensor b_shifted_storage(*backend, input, 1, shape.k * shape.n + 32);  // the same values 16 bytes in
+      TestTensor c(*backend, DType::f32, shape.m, shape.n), c_shifted(*backend, DType::f32, shape.m, shape.n);
+      const auto a_values = a.randomize(seed++);
+      const auto b_values = b.randomize(seed++);
+      std::vector<double> shifted(b_shifted_storage.size(), 0.0);
+      const std::size_t shift = 16 / dtype_size(input);
+      std::copy(b_values.begin(), b_values.end(), shifted.begin() + static_cast<std::ptrdiff_t>(shift));
+      b_shifted_storage.set(shifted);
+      const TensorView b_shifted{static_cast<char*>(b_shifted_storage.data()) + 16, input, shape.k, shape.n};
+      ASSERT_EQ(reinterpret_cast<std::uintptr_t>(b.data()) % 32, 0u) << "the test needs b on a 32-byte boundary";
+      std::vector<double> c_old;
+      if (accumulate) {
+        c_old = c.randomize(seed++);
+        c_shifted.set(c_old);
+      } else {
+        c.poison();
+        c_shifted.poison();
+      }
+      backend->gemm(a.view(), false, b.view(), false, c.view(), nullptr, accumulate);
+      backend->gemm(a.view(), false, b_shifted, false, c_shifted.view(), nullptr, accumulate);
+      EXPECT_LE(relative_error(c.get(), reference_gemm(a_values, false, b_values, false, shape, {}, c_old)),
+                gemm_tolerance(input, DType::f32))
+          << dtype_name(input) << " accumulate " << accumulate;
+      EXPECT_EQ(c.get(), c_shifted.get()) << dtype_name(input) << " accumulate " << accumulate;
+    }
+  }
+}
+
 TEST(CpuGemm, PrimitivesAreCreatedOncePerConfiguration) {
   auto backend = make_cpu_backend();
   cpu::CpuGemm gemm;
