@@ -138,6 +138,22 @@ void for_each_block(std::int64_t count, Visit visit) {
   if (start < count) visit(start, count - start);
 }
 
+// The widest vector register of the target, in bytes. GCC's vector extensions split a wider vector into several
+// registers, and the channels-last forward's 4 chains of 16-lane f32 vectors then spill on AVX2 (the 8- and
+// 16-channel layers ran at 0.58-0.81x oneDNN's primitive on an AMD EPYC with AVX2), so its blocks are one register
+// wide: forward_lanes<T> channels (4 to 16), counted for the wider of the value and its int32 argmax.
+#if defined(__AVX512F__)
+constexpr std::size_t vector_bytes = 64;
+#elif defined(__AVX__)
+constexpr std::size_t vector_bytes = 32;
+#else
+constexpr std::size_t vector_bytes = 16;  // SSE: builds for any x86-64 (HPCTRAIN_NATIVE=OFF), other targets
+#endif
+template <class T>
+constexpr std::size_t lane_bytes = std::max(sizeof(typename MaxOrder<T>::Storage), sizeof(std::int32_t));
+template <class T>
+constexpr int forward_lanes = static_cast<int>(std::clamp<std::size_t>(vector_bytes / lane_bytes<T>, 4, 16));
+
 // The running first maximum of a block of windows: keys, winning values and positions, in registers.
 template <class T>
 struct BlockMaximum {
@@ -439,9 +455,11 @@ void forward_tiling_channels_last(const SpatialGeometry& g, const TensorView& x,
   const std::int64_t rows = x.rows * b.out[0] * b.out[1];
   const S* input = storage_of<T>(x);
   S* output = mutable_storage_of<T>(y);
-  // 4 or 8 channels and 2-wide windows: two windows to a vector.
+  // 4 or 8 channels and 2-wide windows: two windows to a vector (where that vector fits one register).
+  constexpr int lanes = forward_lanes<T>;
   const std::int64_t window_rows = b.kernel[0] * b.kernel[1];
-  const bool pairs = b.kernel[2] == 2 && (channels == 8 || channels == 4);
+  const bool pairs = b.kernel[2] == 2 && ((channels == 8 && 16 * lane_bytes<T> <= vector_bytes) ||
+                                          (channels == 4 && 8 * lane_bytes<T> <= vector_bytes));
   using Watch = NanWatch<std::conditional_t<VectorMaxOrder<T, 4>::floating, T, float>>;
   // The rows [begin, end) by the plain rule (watch) or the exact one (no watch).
   auto rows_pass = [&]<bool Plain>(std::int64_t begin, std::int64_t end, Watch* watch) {
@@ -463,16 +481,22 @@ void forward_tiling_channels_last(const SpatialGeometry& g, const TensorView& x,
           ow0 += 4;
           continue;
         }
-        const bool four = channels <= block && ow0 + 4 <= b.out[2];
+        const bool four = channels <= lanes && ow0 + 4 <= b.out[2];
         const std::int64_t group = four ? 4 : 1;
-        // More channels: a window's channel blocks 4 at a time, the rest one at a time.
+        // More channels: a window's channel blocks 4 (then 2) at a time, the rest one at a time.
         std::int64_t wide = 0;
         if (!four) {
-          const std::int64_t o = row * b.out[2] + ow0;
-          for (; wide + 4 * block <= channels; wide += 4 * block)
-            window_block_channels_last<T, block, 4, Plain>(
-                in, channels, wide, window_origin(b, r.d, r.h, ow0), {0, block, block}, offsets, tap_count,
-                output + o * channels + wide, argmax + o * channels + wide, watch);
+          const std::int64_t o = row * b.out[2] + ow0, origin = window_origin(b, r.d, r.h, ow0);
+          for (; wide + 4 * lanes <= channels; wide += 4 * lanes)
+            window_block_channels_last<T, lanes, 4, Plain>(in, channels, wide, origin, {0, lanes, lanes}, offsets,
+                                                           tap_count, output + o * channels + wide,
+                                                           argmax + o * channels + wide, watch);
+          if (wide + 2 * lanes <= channels) {
+            window_block_channels_last<T, lanes, 2, Plain>(in, channels, wide, origin, {0, lanes, lanes}, offsets,
+                                                           tap_count, output + o * channels + wide,
+                                                           argmax + o * channels + wide, watch);
+            wide += 2 * lanes;
+          }
         }
         for_each_block(channels - wide, [&](std::int64_t start, auto size) {
           const std::int64_t c0 = wide + start;
@@ -596,7 +620,9 @@ void forward_tiling_channels_first(const SpatialGeometry& g, const TensorView& x
         std::int64_t row_starts[64];
         const std::int64_t origin = window_origin(b, od, oh, 0);
         for (std::int64_t k = 0; vectors && k < window_rows; ++k) row_starts[k] = origin + row_offsets[k];
-        if (vectors && (b.out[2] == 4 || b.out[2] == 8) && oh + 1 < b.out[1]) {  // rows oh, oh + 1 in one vector
+        // rows oh, oh + 1 in one vector (one register: see vector_bytes)
+        if (vectors && (b.out[2] == 4 || b.out[2] == 8) && 2 * b.out[2] * lane_bytes<T> <= vector_bytes &&
+            oh + 1 < b.out[1]) {
           const std::int64_t o = plane * out_size + (od * b.out[1] + oh) * b.out[2];
           const std::int64_t next_row = b.kernel[1] * b.in[2];
           if (b.out[2] == 4)
@@ -608,10 +634,13 @@ void forward_tiling_channels_first(const SpatialGeometry& g, const TensorView& x
         }
         for_each_block(b.out[2], [&](std::int64_t ow0, auto size) {
           if constexpr (!std::is_same_v<decltype(size), std::int64_t>) {
-            if (vectors) {
+            if (vectors) {  // in blocks of one register's lanes (at least 4)
+              constexpr int outputs = static_cast<int>(decltype(size)::value);
+              constexpr int width = std::min<int>(outputs, forward_lanes<T>);
               const std::int64_t o = plane * out_size + (od * b.out[1] + oh) * b.out[2] + ow0;
-              row_block_channels_first<T, static_cast<int>(decltype(size)::value)>(in, row_starts, window_rows, ow0,
-                                                                                   output + o, argmax + o);
+              for (int part = 0; part < outputs; part += width)
+                row_block_channels_first<T, width>(in, row_starts, window_rows, ow0 + part, output + o + part,
+                                                   argmax + o + part);
               return;
             }
           }
