@@ -4,6 +4,7 @@
 #   bench/cnn.sh                      run with build/release (build it first: cmake --build --preset release)
 #   bench/cnn.sh --build-dir DIR      use DIR/bin/hpctrain
 #   bench/cnn.sh --quick              1 round of 10 steps, fp32 only: checks the harness, measures nothing
+#   bench/cnn.sh --fp32-only          fp32 rows only (PyTorch's bf16 autocast runs ~50x slower without bf16 instructions)
 #
 # Then DIR/bin/spatial_kernels (when built) times the 3-D model's convolutions and poolings through hpctrain's backend
 # against oneDNN's primitives called directly.
@@ -38,8 +39,9 @@ while (($#)); do
     --runs) RUNS=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
+    --fp32-only) PRECISIONS=(fp32); shift ;;  # e.g. on CPUs without bf16 instructions, where PyTorch's autocast crawls
     --quick) RUNS=1; STEPS=10; WARMUP_STEPS=2; PRECISIONS=(fp32); QUICK=--quick; TWIN_COMPILE=off; shift ;;
-    -h | --help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench/cnn.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
