@@ -5,15 +5,7 @@
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 make_spirals train.h5 256 1
-cat >deck.toml <<'TOML'
-[data]
-train = "train.h5"
-batch_size = 32
-[model]
-layers = [ { type = "linear", out = 8 }, { type = "relu" }, { type = "linear", out = 3 } ]
-[train]
-steps = 2
-TOML
+tiny_mlp_deck deck.toml
 note_lines() { grep -c "^precision $1: .*fp32" "$2" || true; }
 for mode in fp32 bf16 fp16; do
   run_ranks 2 train deck.toml --output run-$mode --set precision.mode=$mode >$mode.log 2>&1 ||

@@ -10,17 +10,8 @@ source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 : "${START_FAULTS:?set by CTest: the path of the test double}"
 make_spirals train.h5 256 1
-cat >deck.toml <<'TOML'
-[data]
-train = "train.h5"
-batch_size = 32
-[model]
-layers = [ { type = "linear", out = 8 }, { type = "relu" }, { type = "linear", out = 3 } ]
-[train]
-steps = 2
-[checkpoint]
-on_signal = ["USR1"]
-TOML
+tiny_mlp_deck deck.toml
+printf '[checkpoint]\non_signal = ["USR1"]\n' >>deck.toml
 # Only hpctrain gets the double, not the launcher.
 printf '#!/usr/bin/env bash\nexport LD_PRELOAD=%q${LD_PRELOAD:+:$LD_PRELOAD}\nexec %q "$@"\n' "$START_FAULTS" "$HPCTRAIN" \
   >hpctrain-with-faults

@@ -37,6 +37,7 @@
 #include <limits>
 #include <numbers>
 
+#include "cpu_common.hpp"
 #include "cpu_philox.hpp"
 #include "cpu_sequence.hpp"
 #include "hpctrain/core/error.hpp"
@@ -56,16 +57,10 @@ constexpr std::int64_t block = 64;
 // several registers, and 16 accumulators of 64 bytes then spill on AVX2 (this file's attention ran at 0.08-0.12x
 // PyTorch's scaled_dot_product_attention on an AMD EPYC with AVX2 before). The results do not depend on the width:
 // every operation is per element, in the same order.
-#if defined(__AVX512F__)
-constexpr std::size_t simd_bytes = 64;
-constexpr int max_vectors = 4;  // per row of block_rows: 16 accumulators of the 32 registers
-#elif defined(__AVX__)
-constexpr std::size_t simd_bytes = 32;
-constexpr int max_vectors = 3;  // 12 accumulators and the 3 row vectors in the 16 registers
-#else
-constexpr std::size_t simd_bytes = 16;  // SSE: builds for any x86-64 (HPCTRAIN_NATIVE=OFF), other targets
-constexpr int max_vectors = 3;
-#endif
+constexpr std::size_t simd_bytes = vector_register_bytes;
+// Vectors per row of block_rows: 16 accumulators of AVX-512's 32 registers; elsewhere 12 accumulators and the 3 row
+// vectors in the 16.
+constexpr int max_vectors = simd_bytes == 64 ? 4 : 3;
 // Rows of the result computed together by the tile product.
 constexpr std::int64_t block_rows = 4;
 

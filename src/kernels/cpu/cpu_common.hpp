@@ -16,6 +16,17 @@ namespace hpctrain::cpu {
 
 inline constexpr std::size_t memory_alignment = 64;  // cache line and AVX-512 vector
 
+// The widest vector register of the build's target, in bytes: the width of the CPU loops' GCC vector types. GCC
+// splits a wider type into several registers, and register blocks of such types spill (on AVX2 the 64-byte types of
+// the pooling and attention loops cost them ~10x).
+#if defined(__AVX512F__)
+inline constexpr std::size_t vector_register_bytes = 64;
+#elif defined(__AVX__)
+inline constexpr std::size_t vector_register_bytes = 32;
+#else
+inline constexpr std::size_t vector_register_bytes = 16;  // SSE: builds for any x86-64 (HPCTRAIN_NATIVE=OFF), others
+#endif
+
 inline std::size_t round_up_to_alignment(std::size_t bytes) {
   return (bytes + memory_alignment - 1) / memory_alignment * memory_alignment;
 }

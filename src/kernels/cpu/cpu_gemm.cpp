@@ -188,11 +188,6 @@ float* offset_floats(ScratchBuffer& buffer, std::size_t elements) {
                                   avx2_sgemm_b_offset);
 }
 
-void copy_floats(const float* source, float* destination, std::int64_t count) {
-#pragma omp parallel for schedule(static) if (count > 32768)
-  for (std::int64_t i = 0; i < count; ++i) destination[i] = source[i];
-}
-
 struct CpuGemm::Impl {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
@@ -359,7 +354,7 @@ void CpuGemm::run(const TensorView& a, bool transpose_a, const TensorView& b, bo
   if (stage_b && input == DType::f32 && reinterpret_cast<std::uintptr_t>(b_data) % 32 == 0 && m >= 32 &&
       k * n >= 65536) {
     float* staged = offset_floats(impl_->staged_b, static_cast<std::size_t>(b.size()));
-    copy_floats(static_cast<const float*>(b_data), staged, b.size());
+    widen_to_float(static_cast<const float*>(b_data), staged, b.size());  // (a parallel copy for float)
     b_data = staged;
   }
   MatmulKey key{m, n, k, transpose_a, transpose_b, input, c.dtype, bias != nullptr, accumulate, addend != nullptr};

@@ -138,21 +138,13 @@ void for_each_block(std::int64_t count, Visit visit) {
   if (start < count) visit(start, count - start);
 }
 
-// The widest vector register of the target, in bytes. GCC's vector extensions split a wider vector into several
-// registers, and the channels-last forward's 4 chains of 16-lane f32 vectors then spill on AVX2 (the 8- and
-// 16-channel layers ran at 0.58-0.81x oneDNN's primitive on an AMD EPYC with AVX2), so its blocks are one register
-// wide: forward_lanes<T> channels (4 to 16), counted for the wider of the value and its int32 argmax.
-#if defined(__AVX512F__)
-constexpr std::size_t vector_bytes = 64;
-#elif defined(__AVX__)
-constexpr std::size_t vector_bytes = 32;
-#else
-constexpr std::size_t vector_bytes = 16;  // SSE: builds for any x86-64 (HPCTRAIN_NATIVE=OFF), other targets
-#endif
+// The channels-last forward's blocks are one register wide (vector_register_bytes): with 16-lane f32 blocks, 4 chains
+// of them spilled on AVX2 (the 8- and 16-channel layers ran at 0.58-0.81x oneDNN's primitive on an AMD EPYC with
+// AVX2). forward_lanes<T> channels (4 to 16), counted for the wider of the value and its int32 argmax.
 template <class T>
 constexpr std::size_t lane_bytes = std::max(sizeof(typename MaxOrder<T>::Storage), sizeof(std::int32_t));
 template <class T>
-constexpr int forward_lanes = static_cast<int>(std::clamp<std::size_t>(vector_bytes / lane_bytes<T>, 4, 16));
+constexpr int forward_lanes = static_cast<int>(std::clamp<std::size_t>(vector_register_bytes / lane_bytes<T>, 4, 16));
 
 // The running first maximum of a block of windows: keys, winning values and positions, in registers.
 template <class T>
@@ -458,8 +450,8 @@ void forward_tiling_channels_last(const SpatialGeometry& g, const TensorView& x,
   // 4 or 8 channels and 2-wide windows: two windows to a vector (where that vector fits one register).
   constexpr int lanes = forward_lanes<T>;
   const std::int64_t window_rows = b.kernel[0] * b.kernel[1];
-  const bool pairs = b.kernel[2] == 2 && ((channels == 8 && 16 * lane_bytes<T> <= vector_bytes) ||
-                                          (channels == 4 && 8 * lane_bytes<T> <= vector_bytes));
+  const bool pairs = b.kernel[2] == 2 && ((channels == 8 && 16 * lane_bytes<T> <= vector_register_bytes) ||
+                                          (channels == 4 && 8 * lane_bytes<T> <= vector_register_bytes));
   using Watch = NanWatch<std::conditional_t<VectorMaxOrder<T, 4>::floating, T, float>>;
   // The rows [begin, end) by the plain rule (watch) or the exact one (no watch).
   auto rows_pass = [&]<bool Plain>(std::int64_t begin, std::int64_t end, Watch* watch) {
@@ -620,8 +612,8 @@ void forward_tiling_channels_first(const SpatialGeometry& g, const TensorView& x
         std::int64_t row_starts[64];
         const std::int64_t origin = window_origin(b, od, oh, 0);
         for (std::int64_t k = 0; vectors && k < window_rows; ++k) row_starts[k] = origin + row_offsets[k];
-        // rows oh, oh + 1 in one vector (one register: see vector_bytes)
-        if (vectors && (b.out[2] == 4 || b.out[2] == 8) && 2 * b.out[2] * lane_bytes<T> <= vector_bytes &&
+        // rows oh, oh + 1 in one vector (one register: see vector_register_bytes)
+        if (vectors && (b.out[2] == 4 || b.out[2] == 8) && 2 * b.out[2] * lane_bytes<T> <= vector_register_bytes &&
             oh + 1 < b.out[1]) {
           const std::int64_t o = plane * out_size + (od * b.out[1] + oh) * b.out[2];
           const std::int64_t next_row = b.kernel[1] * b.in[2];

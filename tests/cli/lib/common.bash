@@ -47,6 +47,19 @@ make_gpl3_tokens() {
     { cat convert.log >&2; fail "convert --text"; }
 }
 
+# tiny_mlp_deck FILE: a 2-step deck on train.h5 (spirals) with a 2-8-3 MLP, for tests of what surrounds training.
+tiny_mlp_deck() {
+  cat >"$1" <<'TOML'
+[data]
+train = "train.h5"
+batch_size = 32
+[model]
+layers = [ { type = "linear", out = 8 }, { type = "relu" }, { type = "linear", out = 3 } ]
+[train]
+steps = 2
+TOML
+}
+
 # wide_mlp_deck FILE STEPS EVERY_STEPS: a deck on train.h5 (spirals) whose 2-256-256-3 MLP with AdamW makes checkpoints
 # of about 840 KB, written every EVERY_STEPS steps, the newest 2 kept.
 wide_mlp_deck() {
