@@ -17,7 +17,8 @@
 #      timed, not hidden): bytes of batches delivered per second and rank, median over the ranks, for a global shuffle
 #      (random rows; the first epoch also maps the file), the file order, and the local shuffle (its one-off staging
 #      read of the rank's slice, then batches from memory). Also HDF5's own read path (HPCTRAIN_HDF5_DIRECT=0) for
-#      comparison. Goal: >= 80% of the raw read.
+#      comparison, and the same bytes as 16 KiB image rows in a file with page-aligned chunks (h5repack -a 4096).
+#      Goal: >= 80% of the raw read.
 #   3. Step time of 'hpctrain train' on R ranks x 1 thread with data read from the file by the background reader
 #      (data.prefetch = 2) against the same steps with the data already in memory (data.in_memory = true), and with
 #      synchronous reads (data.prefetch = 0) for scale: median step time over the steps after a warm-up. Goal: HDF5
@@ -114,6 +115,16 @@ steps = $STEPS
 log_every = 1
 TOML
 EPOCH_STEPS=$(( (SAMPLES / RANKS + 256 / RANKS - 1) / (256 / RANKS) ))
+# The same number of bytes as 16 KiB image rows (4 x 32 x 32 float32) in a file whose chunks start on 4 KiB
+# boundaries, as HDF5 lays out files written with H5Pset_alignment (common on parallel file systems) or paged
+# aggregation: copies of whole pages whose source is page-aligned, the case where memcpy's `rep movsb` crawls on some
+# CPUs (core/copy_bytes.hpp).
+IMAGE_SAMPLES=$((BYTES / 16384))
+"$HPCTRAIN" data generate images --samples "$IMAGE_SAMPLES" --size 32 --channels 4 --classes 8 --seed 1 \
+  --output images-packed.h5 >/dev/null
+h5repack -t 1 -a 4096 images-packed.h5 images.h5
+sed -e 's/"data.h5"/"images.h5"/' -e 's/{ type = "linear", out = 512 }/{ type = "flatten" }/' deck.toml >images.toml
+IMAGE_EPOCH_STEPS=$(( (IMAGE_SAMPLES / RANKS + 256 / RANKS - 1) / (256 / RANKS) ))
 
 # --- 1. raw sequential read ---
 cat data.h5 >/dev/null
@@ -154,7 +165,8 @@ bench() {  # bench NAME FIELD ARGS...: runs 'data bench' --runs times per build 
   declare -A values=()
   for ((run = 0; run < RUNS; ++run)); do
     for build in "${BUILDS[@]}"; do
-      values[$build]+="$("${MPIEXEC[@]}" -n "$RANKS" "${BINARY[$build]}" data bench deck.toml --set data.prefetch=0 "$@" \
+      values[$build]+="$("${MPIEXEC[@]}" -n "$RANKS" "${BINARY[$build]}" data bench "${BENCH_DECK:-deck.toml}" \
+        --set data.prefetch=0 "$@" \
         | awk -v f="$field" '$0 ~ "median per-rank " f " throughput" {print $(NF - 1)}') "
     done
   done
@@ -166,6 +178,8 @@ bench ordered read --set data.shuffle=false
 bench local-staging staging --set data.shuffle=local --steps 1
 bench local-batches read --set data.shuffle=local
 HPCTRAIN_HDF5_DIRECT=0 bench hdf5-own read --steps $((EPOCH_STEPS / 10 + 1))
+BENCH_DECK=images.toml bench aligned-global read --steps "$IMAGE_EPOCH_STEPS"
+BENCH_DECK=images.toml bench aligned-ordered read --set data.shuffle=false
 
 # --- 3. step time: from HDF5 with prefetch, from memory, from HDF5 without prefetch ---
 step_time() {  # median step time in ms of one run's log lines after the warm-up
@@ -216,6 +230,8 @@ reads ordered "file order (data.shuffle = false)"
 reads local-staging "local shuffle: staging the rank's slice (one-off)"
 reads local-batches "local shuffle: batches from memory"
 reads hdf5-own "global shuffle through HDF5's own reads (HPCTRAIN_HDF5_DIRECT=0)"
+reads aligned-global "16 KiB rows, page-aligned chunks: global shuffle, 1st epoch"
+reads aligned-ordered "16 KiB rows, page-aligned chunks: file order"
 ((READS_ONLY)) && exit 0
 for ranks in "$RANKS" 1; do
   declare -A step=()

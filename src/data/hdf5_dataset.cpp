@@ -17,6 +17,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "hpctrain/core/copy_bytes.hpp"
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/core/half.hpp"
 
@@ -130,7 +131,7 @@ Out convert_value(Value value) {
 template <class Stored, class Out>
 void convert_values(const unsigned char* from, std::int64_t count, Out* to) {
   if constexpr (std::is_same_v<Stored, Out>) {
-    std::memcpy(to, from, static_cast<std::size_t>(count) * sizeof(Out));
+    copy_bytes(to, from, static_cast<std::size_t>(count) * sizeof(Out));
   } else {
     for (std::int64_t i = 0; i < count; ++i)
       to[i] = convert_value<Out>(load<Stored>(from + static_cast<std::size_t>(i) * sizeof(Stored)));
@@ -233,7 +234,7 @@ struct Hdf5Dataset::DirectReader {
   // Rows indices[0..count) into out as stored, byte for byte: (count, row_bytes).
   std::uint64_t copy_rows(const std::int64_t* indices, std::int64_t count, unsigned char* out) const {
     return for_each_run(indices, count, [&](std::int64_t i, const unsigned char* from, std::int64_t run) {
-      std::memcpy(out + static_cast<std::size_t>(i) * row_bytes, from, static_cast<std::size_t>(run) * row_bytes);
+      copy_bytes(out + static_cast<std::size_t>(i) * row_bytes, from, static_cast<std::size_t>(run) * row_bytes);
     });
   }
 
@@ -574,9 +575,9 @@ void Hdf5Dataset::read_rows_as(hid_t memory_type, std::size_t value_bytes, const
   read_selection(memory_type, select_rows(unique_rows_.data(), unique_count), unique_count, gathered_.data());
   auto* destination = static_cast<unsigned char*>(out);  // (count, sample_size)
   for (std::int64_t i = 0; i < count; ++i) {
-    std::memcpy(destination + static_cast<std::size_t>(i) * row_bytes,
-                gathered_.data() + static_cast<std::size_t>(slot_of_request_[static_cast<std::size_t>(i)]) * row_bytes,
-                row_bytes);
+    copy_bytes(destination + static_cast<std::size_t>(i) * row_bytes,
+               gathered_.data() + static_cast<std::size_t>(slot_of_request_[static_cast<std::size_t>(i)]) * row_bytes,
+               row_bytes);
   }
 }
 

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "hpctrain/config/run_config.hpp"
+#include "hpctrain/core/copy_bytes.hpp"
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/core/numbers.hpp"
 #include "hpctrain/data/data_files.hpp"
@@ -533,8 +534,8 @@ void TrainingData::gather(bool features, const std::int64_t* indices, std::int64
     gathered_.resize(static_cast<std::size_t>(end - begin) * row_bytes);  // (requests of this part, width)
     read_part(*parts_[p], local_rows_.data(), end - begin, reinterpret_cast<Value*>(gathered_.data()));
     for (std::int64_t j = begin; j < end; ++j)
-      std::memcpy(out + requests_by_part_[static_cast<std::size_t>(j)] * width,
-                  gathered_.data() + static_cast<std::size_t>(j - begin) * row_bytes, row_bytes);
+      copy_bytes(out + requests_by_part_[static_cast<std::size_t>(j)] * width,
+                 gathered_.data() + static_cast<std::size_t>(j - begin) * row_bytes, row_bytes);
   }
 }
 
@@ -557,23 +558,23 @@ void TrainingData::read(const std::int64_t* indices, std::int64_t count, HostBat
       } else {
         read_window(indices[i], window_.data());
       }
-      std::memcpy(batch.tokens.data() + i * length, window, static_cast<std::size_t>(length) * sizeof(std::int32_t));
-      std::memcpy(batch.token_targets.data() + i * length, window + 1,
-                  static_cast<std::size_t>(length) * sizeof(std::int32_t));
+      copy_bytes(batch.tokens.data() + i * length, window, static_cast<std::size_t>(length) * sizeof(std::int32_t));
+      copy_bytes(batch.token_targets.data() + i * length, window + 1,
+                 static_cast<std::size_t>(length) * sizeof(std::int32_t));
     }
     return;
   }
   if (from_memory) {
     for (std::int64_t i = 0; i < count; ++i) {
       const std::int64_t row = indices[i] - memory_first_;
-      std::memcpy(batch.features.data() + i * feature_width_, memory_features_.get() + row * feature_width_,
-                  static_cast<std::size_t>(feature_width_) * sizeof(float));
+      copy_bytes(batch.features.data() + i * feature_width_, memory_features_.get() + row * feature_width_,
+                 static_cast<std::size_t>(feature_width_) * sizeof(float));
       if (!answers_) continue;
       if (classification) {
         batch.labels[static_cast<std::size_t>(i)] = memory_labels_[static_cast<std::size_t>(row)];
       } else {
-        std::memcpy(batch.targets.data() + i * target_width_, memory_targets_.get() + row * target_width_,
-                    static_cast<std::size_t>(target_width_) * sizeof(float));
+        copy_bytes(batch.targets.data() + i * target_width_, memory_targets_.get() + row * target_width_,
+                   static_cast<std::size_t>(target_width_) * sizeof(float));
       }
     }
     return;

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
@@ -133,6 +135,56 @@ TEST_F(DirectReadTest, SameValuesAsHdf5ForEveryTypeAndLayout) {
       through_hdf5->read_rows_stored(indices.data(), static_cast<std::int64_t>(indices.size()), raw_b.data());
       EXPECT_EQ(raw_a, raw_b);
     }
+}
+
+// Chunks on 4 KiB boundaries (H5Pset_alignment, as `h5repack -a 4096` writes them) and rows of 4 KiB, read into a
+// buffer 16 bytes past a page: every row copy has its destination 16 bytes past its source modulo 4 KiB, the case
+// copy_bytes sends to its own vector moves. The values are those HDF5 reads, row for row.
+TEST_F(DirectReadTest, PageAlignedChunksIntoABufferPastAPage) {
+  constexpr std::int64_t rows = 40, width = 1024, chunk_rows = 8;
+  const std::string file = path("aligned.h5");
+  std::vector<float> values(static_cast<std::size_t>(rows * width));
+  std::mt19937 generator(5);
+  std::normal_distribution<float> normal;
+  for (float& value : values) value = normal(generator);
+  {
+    const auto lock = lock_hdf5();
+    const H5Handle access(H5Pcreate(H5P_FILE_ACCESS));
+    ASSERT_GE(H5Pset_alignment(access.get(), 1, 4096), 0);
+    const H5Handle handle(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()));
+    const hsize_t dims[2] = {rows, width}, chunk[2] = {chunk_rows, width};
+    const H5Handle space(H5Screate_simple(2, dims, nullptr));
+    const H5Handle creation(H5Pcreate(H5P_DATASET_CREATE));
+    H5Pset_chunk(creation.get(), 2, chunk);
+    const H5Handle dataset(
+        H5Dcreate2(handle.get(), "/x", H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, creation.get(), H5P_DEFAULT));
+    ASSERT_GE(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), 0);
+    for (hsize_t c = 0; c < rows / chunk_rows; ++c) {  // the layout this test is about
+      const hsize_t offset[2] = {c * chunk_rows, 0};
+      haddr_t address = HADDR_UNDEF;
+      ASSERT_GE(H5Dget_chunk_info_by_coord(dataset.get(), offset, nullptr, &address, nullptr), 0);
+      ASSERT_EQ(address % 4096, 0u) << "chunk " << c;
+    }
+  }
+  const auto direct = open_with(file, true), through_hdf5 = open_with(file, false);
+  ASSERT_TRUE(direct->reads_directly());
+  // Runs of consecutive rows (one copy each, up to a chunk's end), single rows, repeats.
+  const std::vector<std::int64_t> indices = {3, 4, 5, 6, 7, 8, 9, 39, 0, 17, 17, 24, 25, 26, 27, 28, 29, 30, 31, 12};
+  const auto count = static_cast<std::int64_t>(indices.size());
+  std::vector<float> storage(static_cast<std::size_t>((count + 2) * width));
+  const auto address = reinterpret_cast<std::uintptr_t>(storage.data());
+  float* const out = storage.data() + ((4096 + 16 - address % 4096) % 4096) / sizeof(float);  // 16 bytes past a page
+  std::fill(storage.begin(), storage.end(), std::numeric_limits<float>::quiet_NaN());
+  direct->read_rows(indices.data(), count, out);
+  std::vector<float> expected(static_cast<std::size_t>(count * width));
+  through_hdf5->read_rows(indices.data(), count, expected.data());
+  EXPECT_TRUE(std::equal(expected.begin(), expected.end(), out));
+  for (std::int64_t i = 0; i < count; ++i)  // and HDF5 read what was written
+    ASSERT_EQ(expected[static_cast<std::size_t>(i * width + width - 1)],
+              values[static_cast<std::size_t>(indices[static_cast<std::size_t>(i)] * width + width - 1)]);
+  std::fill(storage.begin(), storage.end(), std::numeric_limits<float>::quiet_NaN());
+  direct->read_range(8, 16, out);  // two whole chunks
+  EXPECT_TRUE(std::equal(values.begin() + 8 * width, values.begin() + 24 * width, out));
 }
 
 TEST_F(DirectReadTest, LayoutsTheDirectPathLeavesToHdf5) {
