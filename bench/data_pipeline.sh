@@ -157,6 +157,18 @@ for ((run = 0; run < RUNS; ++run)); do
   striped+=("$(printf '%s\n' "${rates[@]}" | median)")
 done
 STRIPED=$(printf '%s\n' "${striped[@]}" | median)
+# The bare copy of random rows (bench/row_copy_ceiling.cpp) on R ranks: the most a global shuffle can deliver here.
+CEILING_FIRST=nan CEILING_LATER=nan
+if [[ -x $BUILD_DIR/bin/row_copy_ceiling ]]; then
+  ceiling_first=() ceiling_later=()
+  for ((run = 0; run < RUNS; ++run)); do
+    line=$("${MPIEXEC[@]}" -n "$RANKS" "$BUILD_DIR/bin/row_copy_ceiling" data.h5 --row-bytes $((FEATURES * 4)) --epochs 4)
+    ceiling_first+=("$(sed -n 's/.*first_epoch_mbps=\([0-9.]*\).*/\1/p' <<<"$line")")
+    ceiling_later+=("$(sed -n 's/.*later_epochs_mbps=\([0-9.]*\).*/\1/p' <<<"$line")")
+  done
+  CEILING_FIRST=$(printf '%s\n' "${ceiling_first[@]}" | median)
+  CEILING_LATER=$(printf '%s\n' "${ceiling_later[@]}" | median)
+fi
 
 # --- 2. per-rank read throughput ---
 declare -A READS  # READS[build-name]: the median over runs of one 'data bench' figure
@@ -218,6 +230,9 @@ echo "hpctrain data pipeline benchmark: $SAMPLES samples x $FEATURES float32 ($(
 echo "raw sequential read (dd bs=4M to /dev/null):"
 row "one stream" "$RAW MB/s"
 row "$RANKS concurrent streams, one stripe each (per stream)" "$STRIPED MB/s"
+echo "bare copy of random rows (row_copy_ceiling: memcpy + prefetch, no loader), $RANKS ranks, per rank:"
+row "first epoch (builds each rank's page tables of the map)" "$CEILING_FIRST MB/s" "$(percent "$CEILING_FIRST" "$STRIPED")"
+row "later epochs" "$CEILING_LATER MB/s" "$(percent "$CEILING_LATER" "$STRIPED")"
 echo "per-rank read throughput ('hpctrain data bench', data.prefetch = 0, median over ranks), vs $RANKS concurrent" \
   "streams (goal >= 80%) and vs one stream:"
 reads() {  # reads NAME LABEL
@@ -226,6 +241,8 @@ reads() {  # reads NAME LABEL
 }
 reads global-first "global shuffle, first epoch (random rows; maps the file)"
 reads global-three "global shuffle, 3 epochs"
+row "  vs the bare copy (first epoch; 3 epochs vs its later ones)" "" \
+  "$(percent "${READS[test-global-first]}" "$CEILING_FIRST") $(percent "${READS[test-global-three]}" "$CEILING_LATER")"
 reads ordered "file order (data.shuffle = false)"
 reads local-staging "local shuffle: staging the rank's slice (one-off)"
 reads local-batches "local shuffle: batches from memory"
