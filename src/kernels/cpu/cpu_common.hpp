@@ -2,6 +2,7 @@
 // value. Private to src/kernels/cpu.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -26,6 +27,18 @@ inline constexpr std::size_t vector_register_bytes = 32;
 #else
 inline constexpr std::size_t vector_register_bytes = 16;  // SSE: builds for any x86-64 (HPCTRAIN_NATIVE=OFF), others
 #endif
+
+// a * b + c rounded as the compiler contracts it on this target: once (an FMA instruction) where the build has FMA,
+// twice where it has not. For loops restructured by hand whose plain form the compiler contracted: an unrolled form
+// may be left unfused, which changes the last bit.
+template <class C>
+inline C multiply_add(C a, C b, C c) {
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
 
 inline std::size_t round_up_to_alignment(std::size_t bytes) {
   return (bytes + memory_alignment - 1) / memory_alignment * memory_alignment;

@@ -245,6 +245,20 @@ void pooling_backward(PoolingKind kind, const SpatialGeometry& g, const TensorVi
 
 namespace {
 
+// Runs body.template operator()<W>(first channel) over the channels in blocks of W = two vector registers' worth, then
+// one, then single channels. With W fixed at compile time a block's running sums stay in registers across the
+// positions, where a loop over all the channels keeps them in memory (a store-to-load chain per position). Every
+// channel still sums its positions in order, and each product-and-add is one multiply_add as the compiler contracts
+// the plain loop (which an unrolled block may leave unfused), so the results are that loop's, bit for bit.
+template <class C, class Body>
+void for_channel_blocks(std::int64_t channels, const Body& body) {
+  constexpr int vector = static_cast<int>(vector_register_bytes / sizeof(C));
+  std::int64_t c = 0;
+  for (; c + 2 * vector <= channels; c += 2 * vector) body.template operator()<2 * vector>(c);
+  for (; c + vector <= channels; c += vector) body.template operator()<vector>(c);
+  for (; c < channels; ++c) body.template operator()<1>(c);
+}
+
 // Channels-last group normalisation: one thread per sample (row), the channels innermost (contiguous, so the loops
 // vectorise). Statistics are summed per channel over the positions first, then per group over its channels; parameter
 // gradients are summed per (row, channel) into scratch and then over the rows in order, so no result depends on the
@@ -263,10 +277,12 @@ void groupnorm_forward_channels_last(std::int64_t channels, std::int64_t groups,
       T* out = y.as<T>() + row * x.cols;
       C* mean = block_mean + row * groups;
       C* rstd = block_rstd + row * groups;
-      std::fill(per_channel.begin(), per_channel.end(), C(0));
-      for (std::int64_t s = 0; s < spatial; ++s)
-        for (std::int64_t c = 0; c < channels; ++c)
-          per_channel[static_cast<std::size_t>(c)] += load(in[s * channels + c]);
+      for_channel_blocks<C>(channels, [&]<int W>(std::int64_t first) {  // per channel: the sum of x
+        C sums[W] = {};
+        for (std::int64_t s = 0; s < spatial; ++s)
+          for (int j = 0; j < W; ++j) sums[j] += load(in[s * channels + first + j]);
+        std::copy(sums, sums + W, per_channel.begin() + first);
+      });
       for (std::int64_t group = 0; group < groups; ++group) {
         C sum = 0;
         for (std::int64_t c = group * group_channels; c < (group + 1) * group_channels; ++c)
@@ -274,12 +290,16 @@ void groupnorm_forward_channels_last(std::int64_t channels, std::int64_t groups,
         mean[group] = sum / count;
       }
       for (std::int64_t c = 0; c < channels; ++c) a[static_cast<std::size_t>(c)] = mean[c / group_channels];  // means
-      std::fill(per_channel.begin(), per_channel.end(), C(0));
-      for (std::int64_t s = 0; s < spatial; ++s)
-        for (std::int64_t c = 0; c < channels; ++c) {
-          const C centred = load(in[s * channels + c]) - a[static_cast<std::size_t>(c)];
-          per_channel[static_cast<std::size_t>(c)] += centred * centred;
-        }
+      for_channel_blocks<C>(channels, [&]<int W>(std::int64_t first) {  // per channel: the sum of (x - mean)^2
+        C means[W], sums[W] = {};
+        std::copy(a.begin() + first, a.begin() + first + W, means);
+        for (std::int64_t s = 0; s < spatial; ++s)
+          for (int j = 0; j < W; ++j) {
+            const C centred = load(in[s * channels + first + j]) - means[j];
+            sums[j] = multiply_add(centred, centred, sums[j]);
+          }
+        std::copy(sums, sums + W, per_channel.begin() + first);
+      });
       for (std::int64_t group = 0; group < groups; ++group) {
         C squares = 0;
         for (std::int64_t c = group * group_channels; c < (group + 1) * group_channels; ++c)
@@ -321,21 +341,30 @@ void groupnorm_backward_channels_last(std::int64_t channels, std::int64_t groups
       for (std::int64_t c = 0; c < channels; ++c) {
         mean[static_cast<std::size_t>(c)] = block_mean[row * groups + c / group_channels];
         rstd[static_cast<std::size_t>(c)] = block_rstd[row * groups + c / group_channels];
-        gamma_sums[c] = beta_sums[c] = C(0);
       }
-      // With g = dy * gamma: per channel, sum of g and of g * xhat (mean_g, mean_gx hold them first).
-      std::fill(mean_g.begin(), mean_g.end(), C(0));
-      std::fill(mean_gx.begin(), mean_gx.end(), C(0));
-      for (std::int64_t s = 0; s < spatial; ++s)
-        for (std::int64_t c = 0; c < channels; ++c) {
-          const auto i = static_cast<std::size_t>(c);
-          const C upstream = load(gradient[s * channels + c]);
-          const C normalised = (load(in[s * channels + c]) - mean[i]) * rstd[i];
-          gamma_sums[c] += upstream * normalised;
-          beta_sums[c] += upstream;
-          mean_g[i] += upstream * scale[c];
-          mean_gx[i] += upstream * scale[c] * normalised;
+      // Per channel: the sums of dy * xhat and of dy (the parameters' gradients), and with g = dy * gamma, of g and of
+      // g * xhat (mean_g, mean_gx hold them first).
+      for_channel_blocks<C>(channels, [&]<int W>(std::int64_t first) {
+        C means[W], rstds[W], scales[W], gamma[W] = {}, beta[W] = {}, g[W] = {}, gx[W] = {};
+        for (int j = 0; j < W; ++j) {
+          means[j] = mean[static_cast<std::size_t>(first + j)];
+          rstds[j] = rstd[static_cast<std::size_t>(first + j)];
+          scales[j] = scale[first + j];
         }
+        for (std::int64_t s = 0; s < spatial; ++s)
+          for (int j = 0; j < W; ++j) {
+            const C upstream = load(gradient[s * channels + first + j]);
+            const C normalised = (load(in[s * channels + first + j]) - means[j]) * rstds[j];
+            gamma[j] = multiply_add(upstream, normalised, gamma[j]);
+            beta[j] += upstream;
+            g[j] = multiply_add(upstream, scales[j], g[j]);
+            gx[j] = multiply_add(upstream * scales[j], normalised, gx[j]);
+          }
+        std::copy(gamma, gamma + W, gamma_sums + first);
+        std::copy(beta, beta + W, beta_sums + first);
+        std::copy(g, g + W, mean_g.begin() + first);
+        std::copy(gx, gx + W, mean_gx.begin() + first);
+      });
       if (dx.data == nullptr) continue;
       for (std::int64_t group = 0; group < groups; ++group) {  // per group, then spread back over its channels
         C sum = 0, weighted = 0;
