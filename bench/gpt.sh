@@ -4,6 +4,7 @@
 #   bench/gpt.sh                      run with build/release (build it first: cmake --build --preset release)
 #   bench/gpt.sh --build-dir DIR      use DIR/bin/hpctrain
 #   bench/gpt.sh --only gpt2|tiny     one model only (GPT-2 124M: both precisions; gpt-tiny: fp32)
+#   bench/gpt.sh --fp32-only          GPT-2 in fp32 only (on CPUs without bf16 instructions PyTorch's autocast crawls)
 #   bench/gpt.sh --baseline PROGRAM   also another hpctrain (an earlier build) in the same rounds: before/after
 #   bench/gpt.sh --quick              1 round, few steps, the twin eager only: checks the harness, measures nothing
 #
@@ -40,6 +41,7 @@ TWIN_COMPILE=best      # --quick: off (compiling takes minutes, a smoke test mea
 GPT2_TWIN=(--warmup 2 --windows 3 --window-steps 4)
 TINY_TWIN=(--warmup 20 --windows 5 --window-steps 30)
 MODELS=(gpt2 tiny)
+GPT2_PRECISIONS=(fp32 bf16)
 GPT2_LAYERS=12 GPT2_VOCABULARY=50304  # --quick: 2 layers and 2,048 ids (starts in seconds; the harness is the same)
 KEEP=0
 BASELINE=""
@@ -54,6 +56,7 @@ while (($#)); do
     --quick) RUNS=1; GPT2_STEPS=4; GPT2_WARMUP=1; GPT2_LAYERS=2; GPT2_VOCABULARY=2048; TINY_STEPS=10; TINY_WARMUP=2; TWIN_COMPILE=off
       GPT2_TWIN=(--warmup 1 --windows 1 --window-steps 2); TINY_TWIN=(--warmup 2 --windows 2 --window-steps 3); shift ;;
     --baseline) BASELINE=$(realpath "$2"); shift 2 ;;
+    --fp32-only) GPT2_PRECISIONS=(fp32); shift ;;
     --keep) KEEP=1; shift ;;
     -h | --help) sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench/gpt.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
@@ -154,7 +157,7 @@ for ((round = 1; round <= RUNS; ++round)); do
   echo "bench/gpt.sh: round $round of $RUNS (load $(cut -d' ' -f1 /proc/loadavg))" >&2
   for model in "${MODELS[@]}"; do
     if [[ $model == gpt2 ]]; then
-      for precision in fp32 bf16; do
+      for precision in "${GPT2_PRECISIONS[@]}"; do
         hpctrain_run gpt2-$precision "$WORK/gpt2.toml" $GPT2_WARMUP precision.mode=$precision
         twin_run gpt2-$precision "${GPT2_TWIN_MODEL[@]}" --precision $precision --data "$WORK/gpt2-tokens.h5" \
           "${GPT2_TWIN[@]}"
@@ -179,7 +182,7 @@ echo "  --compile $TWIN_COMPILE (eager and torch.compile windows alternating, th
 printf '%-11s %-7s %7s | %9s %10s | %9s %10s %-14s | %6s %s\n' model mode "B x T" "hpctrain" "tokens/s" "torch" \
   "tokens/s" "(eager/comp.)" ratio goal
 for model in "${MODELS[@]}"; do
-  if [[ $model == gpt2 ]]; then names=(gpt2-fp32 gpt2-bf16) batch=$GPT2_BATCH context=$GPT2_CONTEXT goal=">= 1.30"
+  if [[ $model == gpt2 ]]; then names=("${GPT2_PRECISIONS[@]/#/gpt2-}") batch=$GPT2_BATCH context=$GPT2_CONTEXT goal=">= 1.30"
   else names=("${TINY_THREADS[@]/#/tiny-}") names=("${names[@]/%/t}") batch=16 context=64 goal=report; fi
   for name in "${names[@]}"; do
     mine=$(median_of "$WORK/$name.hpctrain")
