@@ -1,6 +1,7 @@
 // Hdf5Dataset's direct (memory-mapped) read path against HDF5's own: for every stored type and layout the direct path
-// takes, both give identical values (random rows with repeats, ranges across chunks, int32 saturation); layouts it
-// must not take (compressed chunks, chunks that split a sample, big-endian values, unwritten chunks) fall back to HDF5.
+// takes (rows of 4 x 3 values, and rows of one value as labels are), both give identical values (random rows with
+// repeats, ranges across chunks, int32 saturation); layouts it must not take (compressed chunks, chunks that split a
+// sample, big-endian values, unwritten chunks) fall back to HDF5.
 // A file that shrinks under the memory map is an error for every read it can change, never zeros or a bus error.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -25,18 +26,22 @@ namespace fs = std::filesystem;
 struct Layout {
   std::vector<hsize_t> chunk;  // empty: contiguous
   bool compress = false;
+  bool one_value_rows = false;  // (rows) instead of (rows, 4, 3): labels' shape
+  [[nodiscard]] std::int64_t values_per_row() const { return one_value_rows ? 1 : 12; }
 };
 
-// (rows, 4, 3) values of `file_type` in a new file, from doubles; `write_rows` < rows leaves the tail unwritten.
+// (rows, 4, 3) values (or (rows)) of `file_type` in a new file, from doubles; `write_rows` < rows leaves the tail
+// unwritten.
 void write_values(const std::string& file, hid_t file_type, const Layout& layout, std::int64_t rows,
                   const std::vector<double>& values, std::int64_t write_rows = -1) {
   const auto lock = lock_hdf5();
   H5Handle handle = create_file(file);
+  const int rank = layout.one_value_rows ? 1 : 3;
   const hsize_t dims[3] = {static_cast<hsize_t>(rows), 4, 3};
-  H5Handle space(H5Screate_simple(3, dims, nullptr));
+  H5Handle space(H5Screate_simple(rank, dims, nullptr));
   H5Handle creation(H5Pcreate(H5P_DATASET_CREATE));
   if (!layout.chunk.empty()) {
-    H5Pset_chunk(creation.get(), 3, layout.chunk.data());
+    H5Pset_chunk(creation.get(), rank, layout.chunk.data());
     if (layout.compress) H5Pset_deflate(creation.get(), 1);
   }
   H5Handle dataset(H5Dcreate2(handle.get(), "/x", file_type, space.get(), H5P_DEFAULT, creation.get(), H5P_DEFAULT));
@@ -44,7 +49,7 @@ void write_values(const std::string& file, hid_t file_type, const Layout& layout
   const hsize_t count[3] = {static_cast<hsize_t>(write_rows < 0 ? rows : write_rows), 4, 3};
   H5Handle file_space(H5Dget_space(dataset.get()));
   H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
-  H5Handle memory_space(H5Screate_simple(3, count, nullptr));
+  H5Handle memory_space(H5Screate_simple(rank, count, nullptr));
   ASSERT_GE(
       H5Dwrite(dataset.get(), H5T_NATIVE_DOUBLE, memory_space.get(), file_space.get(), H5P_DEFAULT, values.data()), 0);
   handle.close();
@@ -103,34 +108,38 @@ TEST_F(DirectReadTest, SameValuesAsHdf5ForEveryTypeAndLayout) {
       {"uint8", H5T_STD_U8LE},   {"int8", H5T_STD_I8LE},      {"uint16", H5T_STD_U16LE},  {"int16", H5T_STD_I16LE},
       {"uint32", H5T_STD_U32LE}, {"int32", H5T_STD_I32LE},    {"uint64", H5T_STD_U64LE},  {"int64", H5T_STD_I64LE},
       {"float16", half.get()},   {"float32", H5T_IEEE_F32LE}, {"float64", H5T_IEEE_F64LE}};
-  const std::vector<std::pair<const char*, Layout>> layouts = {
-      {"contiguous", {}}, {"chunks of 7 rows", {{7, 4, 3}}}, {"one chunk", {{50, 4, 3}}}};
+  const std::vector<std::pair<const char*, Layout>> layouts = {{"contiguous", {}},
+                                                               {"chunks of 7 rows", {{7, 4, 3}}},
+                                                               {"one chunk", {{50, 4, 3}}},
+                                                               {"one value per row", {{}, false, true}},
+                                                               {"one value per row, chunks of 7", {{7}, false, true}}};
   std::vector<std::int64_t> indices = {49, 0, 6, 7, 8, 9, 13, 14, 14, 3, 48, 27, 28, 29, 30, 2};
   for (const auto& [type_name, type] : types)
     for (const auto& [layout_name, layout] : layouts) {
       SCOPED_TRACE(std::string(type_name) + ", " + layout_name);
+      const std::size_t width = static_cast<std::size_t>(layout.values_per_row());
       const std::string file = path(std::string(type_name) + "-" + layout_name + ".h5");
       write_values(file, type, layout, rows, values_for(type, rows));
       const auto direct = open_with(file, true), through_hdf5 = open_with(file, false);
       ASSERT_TRUE(direct->reads_directly());
       ASSERT_FALSE(through_hdf5->reads_directly());
-      std::vector<float> a(indices.size() * 12), b(a.size());
+      std::vector<float> a(indices.size() * width), b(a.size());
       direct->read_rows(indices.data(), static_cast<std::int64_t>(indices.size()), a.data());
       through_hdf5->read_rows(indices.data(), static_cast<std::int64_t>(indices.size()), b.data());
       EXPECT_EQ(a, b);
-      std::vector<float> range_a(30 * 12), range_b(range_a.size());
+      std::vector<float> range_a(30 * width), range_b(range_a.size());
       direct->read_range(5, 30, range_a.data());
       through_hdf5->read_range(5, 30, range_b.data());
       EXPECT_EQ(range_a, range_b);
-      std::vector<std::int32_t> ints_a(indices.size() * 12), ints_b(ints_a.size());
+      std::vector<std::int32_t> ints_a(indices.size() * width), ints_b(ints_a.size());
       direct->read_rows(indices.data(), static_cast<std::int64_t>(indices.size()), ints_a.data());
       through_hdf5->read_rows(indices.data(), static_cast<std::int64_t>(indices.size()), ints_b.data());
       EXPECT_EQ(ints_a, ints_b);
-      std::vector<double> doubles_a(50 * 12), doubles_b(doubles_a.size());
+      std::vector<double> doubles_a(50 * width), doubles_b(doubles_a.size());
       direct->read_range(0, 50, doubles_a.data());
       through_hdf5->read_range(0, 50, doubles_b.data());
       EXPECT_EQ(doubles_a, doubles_b);
-      std::vector<unsigned char> raw_a(indices.size() * 12 * direct->stored_value_bytes()), raw_b(raw_a.size());
+      std::vector<unsigned char> raw_a(indices.size() * width * direct->stored_value_bytes()), raw_b(raw_a.size());
       direct->read_rows_stored(indices.data(), static_cast<std::int64_t>(indices.size()), raw_a.data());
       through_hdf5->read_rows_stored(indices.data(), static_cast<std::int64_t>(indices.size()), raw_b.data());
       EXPECT_EQ(raw_a, raw_b);
