@@ -11,6 +11,7 @@
 #include <cstring>
 #include <optional>
 
+#include "hpctrain/core/copy_bytes.hpp"
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/core/files.hpp"
 #include "hpctrain/io/checkpoint.hpp"
@@ -252,18 +253,14 @@ std::uint32_t read_raw_floats(int descriptor, std::uint64_t offset, float* value
     const std::int64_t first = piece * direct_piece_elements;
     const std::size_t bytes = static_cast<std::size_t>(std::min(direct_piece_elements, count - first)) * sizeof(float);
     auto* out = reinterpret_cast<char*>(values + first);
-    std::size_t done = 0;
-    while (done < bytes && failure.load(std::memory_order_relaxed) == 0) {
-      const ssize_t got = pread(descriptor, out + done, bytes - done,
-                                static_cast<off_t>(offset + static_cast<std::uint64_t>(first) * sizeof(float) + done));
-      if (got > 0)
-        done += static_cast<std::size_t>(got);
-      else if (got < 0 && errno == EINTR)
-        continue;
-      else
-        failure.store(got == 0 ? -1 : errno);
+    if (failure.load(std::memory_order_relaxed) != 0) continue;
+    // read_at: a destination just past the file offset modulo 4 KiB makes the kernel's copy crawl (core/copy_bytes.hpp)
+    if (const int status = read_at(descriptor, out, bytes, offset + static_cast<std::uint64_t>(first) * sizeof(float));
+        status != 0) {
+      failure.store(status);
+      continue;
     }
-    crcs[static_cast<std::size_t>(piece)] = done == bytes ? crc32(out, bytes) : 0;
+    crcs[static_cast<std::size_t>(piece)] = crc32(out, bytes);
   }
   if (const int error = failure.load(); error != 0)
     throw CheckpointDamaged("checkpoint '" + file + "' is damaged: tensor " + tensor + " cannot be read (" +
