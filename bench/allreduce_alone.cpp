@@ -23,14 +23,11 @@
 #include <vector>
 
 #include "hpctrain/dist/gradient_allreduce.hpp"
+#include "median_time.hpp"
 
 namespace {
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
+using hpctrain::bench::median;
 
 long long option(int argc, char** argv, const char* name, long long fallback) {
   for (int i = 1; i + 1 < argc; ++i)

@@ -46,9 +46,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "median_time.hpp"
 #include "optimizer_memory_pass.hpp"
 
 namespace {
+
+using hpctrain::bench::median;
 
 using Dims = dnnl::memory::dims;
 using DataType = dnnl::memory::data_type;
@@ -153,12 +156,6 @@ struct Product {
     stream.wait();
   }
 };
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t middle = values.size() / 2;
-  return values.size() % 2 ? values[middle] : 0.5 * (values[middle - 1] + values[middle]);
-}
 
 // The step's products for one precision, in execution order. The operands' storage lives in `buffers` (moving a Buffer
 // keeps its heap storage, so the memory objects' pointers stay valid).

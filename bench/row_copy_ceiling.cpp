@@ -26,18 +26,15 @@
 #include <random>
 #include <vector>
 
+#include "median_time.hpp"
 namespace {
+
+using hpctrain::bench::median;
 
 long long option(int argc, char** argv, const char* name, long long fallback) {
   for (int i = 2; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], name) == 0) return std::atoll(argv[i + 1]);
   return fallback;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
 [[noreturn]] void fail(const char* message) {

@@ -23,6 +23,8 @@
 #include <memory>
 #include <vector>
 
+#include "median_time.hpp"
+
 namespace {
 
 [[noreturn]] void fail(const char* message) {
@@ -80,13 +82,10 @@ int main(int argc, char** argv) {
     MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     times.push_back(seconds);
   }
-  std::sort(times.begin(), times.end());
-  const double median =
-      times.size() % 2 == 1 ? times[times.size() / 2] : 0.5 * (times[times.size() / 2 - 1] + times[times.size() / 2]);
   int ranks = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   if (rank == 0)
-    std::printf("STATEREAD ranks=%d bytes=%zu seconds=%.6f (byte %d)\n", ranks, bytes, median,
+    std::printf("STATEREAD ranks=%d bytes=%zu seconds=%.6f (byte %d)\n", ranks, bytes, hpctrain::bench::median(times),
                 static_cast<int>(memory[bytes / 2]));
   MPI_Finalize();
   return 0;
