@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -21,11 +23,7 @@ MpiEnvironment::MpiEnvironment(int* argc, char*** argv) {
   HPCTRAIN_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   HPCTRAIN_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   HPCTRAIN_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
-  MPI_Comm node = MPI_COMM_NULL;
-  HPCTRAIN_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
-  HPCTRAIN_MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
-  HPCTRAIN_MPI_CHECK(MPI_Comm_size(node, &local_size_));
-  HPCTRAIN_MPI_CHECK(MPI_Comm_free(&node));
+  find_nodes();
   // OpenMP threads and the batch loader's thread run beside the one thread that calls MPI: an MPI that promises less
   // (MPI_THREAD_SINGLE) may break in ways nobody could trace back to this. Every rank gets the same library's answer.
   if (provided < MPI_THREAD_FUNNELED)
@@ -41,7 +39,37 @@ MpiEnvironment::MpiEnvironment(int* argc, char*** argv) {
 MpiEnvironment::~MpiEnvironment() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  if (node_ != MPI_COMM_NULL) MPI_Comm_free(&node_);
+  MPI_Finalize();
+}
+
+void MpiEnvironment::find_nodes() {
+  MPI_Comm shared = MPI_COMM_NULL;
+  HPCTRAIN_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &shared));
+  // HPCTRAIN_NODE_ID (tests): ranks that see different values count as ranks of different nodes, so that one machine
+  // runs the code paths of several (as NCCL_HOSTID does for NCCL).
+  const char* id = std::getenv("HPCTRAIN_NODE_ID");
+  const int color = id == nullptr ? 0 : static_cast<int>(std::hash<std::string>{}(id)&0x7fffffff);
+  HPCTRAIN_MPI_CHECK(MPI_Comm_split(shared, color, rank_, &node_));
+  HPCTRAIN_MPI_CHECK(MPI_Comm_free(&shared));
+  HPCTRAIN_MPI_CHECK(MPI_Comm_rank(node_, &local_rank_));
+  HPCTRAIN_MPI_CHECK(MPI_Comm_size(node_, &local_size_));
+  // Nodes are numbered in the order of their first ranks: the first ranks form a communicator ordered by world rank.
+  MPI_Comm leaders = MPI_COMM_NULL;
+  HPCTRAIN_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, local_rank_ == 0 ? 0 : MPI_UNDEFINED, rank_, &leaders));
+  int numbering[2] = {0, 1};  // node index, node count
+  if (leaders != MPI_COMM_NULL) {
+    HPCTRAIN_MPI_CHECK(MPI_Comm_rank(leaders, &numbering[0]));
+    HPCTRAIN_MPI_CHECK(MPI_Comm_size(leaders, &numbering[1]));
+    HPCTRAIN_MPI_CHECK(MPI_Comm_free(&leaders));
+  }
+  HPCTRAIN_MPI_CHECK(MPI_Bcast(numbering, 2, MPI_INT, 0, node_));
+  node_index_ = numbering[0];
+  node_count_ = numbering[1];
+  int sizes[2] = {local_size_, -local_size_};  // the largest node's rank count and the smallest's, negated
+  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  uniform_nodes_ = sizes[0] == -sizes[1];
 }
 
 std::string rank_prefix(int rank, int size) { return size > 1 ? "[rank " + std::to_string(rank) + "] " : ""; }

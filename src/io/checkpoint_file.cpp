@@ -9,6 +9,7 @@
 #include <bit>
 #include <cstring>
 #include <optional>
+#include <utility>
 
 #include "hpctrain/core/copy_bytes.hpp"
 #include "hpctrain/core/error.hpp"
@@ -140,22 +141,71 @@ std::uint32_t read_crc(hid_t dataset, const std::string& path, const std::string
 }
 
 // The CRC-32 of every whole tensor from each rank's parts: `mine` holds, per tensor, the CRC and the byte count of the
-// part inside this rank's slice; the parts are gathered and zlib's crc32_combine joins them in order. All ranks get
-// the same values.
-std::vector<std::uint32_t> combine_checksums(const std::vector<std::uint64_t>& mine, const MpiEnvironment& mpi) {
+// part inside this rank's slice of the flat vector, which starts at `slice_begin`; the slices are disjoint and cover
+// the vector. The parts are gathered and zlib's crc32_combine joins them in the slices' order. All ranks get the same
+// values.
+std::vector<std::uint32_t> combine_checksums(std::vector<std::uint64_t> mine, std::int64_t slice_begin,
+                                             const MpiEnvironment& mpi) {
   const CheckpointPhaseScope phase(CheckpointPhase::checksum);
+  const std::size_t tensors = mine.size() / 2;
+  mine.push_back(static_cast<std::uint64_t>(slice_begin));
   std::vector<std::uint64_t> all(mine.size() * static_cast<std::size_t>(mpi.size()));
   HPCTRAIN_MPI_CHECK(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_UINT64_T, all.data(),
                                    static_cast<int>(mine.size()), MPI_UINT64_T, mpi.world()));
-  std::vector<std::uint32_t> checksums(mine.size() / 2, 0);
-  for (std::size_t t = 0; t < checksums.size(); ++t)
-    for (int r = 0; r < mpi.size(); ++r) {
-      const std::size_t base = static_cast<std::size_t>(r) * mine.size() + 2 * t;
+  std::vector<std::size_t> order(static_cast<std::size_t>(mpi.size()));  // ranks by where their slices begin
+  for (std::size_t r = 0; r < order.size(); ++r) order[r] = r;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return all[a * mine.size() + 2 * tensors] < all[b * mine.size() + 2 * tensors];
+  });
+  std::vector<std::uint32_t> checksums(tensors, 0);
+  for (std::size_t t = 0; t < tensors; ++t)
+    for (const std::size_t r : order) {
+      const std::size_t base = r * mine.size() + 2 * t;
       if (all[base + 1] > 0)
         checksums[t] = static_cast<std::uint32_t>(
             crc32_combine(checksums[t], static_cast<uLong>(all[base]), static_cast<z_off_t>(all[base + 1])));
     }
   return checksums;
+}
+
+// What a rank reads of a replicated flat vector of `count` elements: [begin, end), of which it checksums
+// [checked_begin, checked_end). Where every node runs as many ranks, each rank reads its node's whole slice and
+// checksums its own part of it: the node's page cache serves the file once, and a cached read fills memory faster
+// than an exchange between the node's ranks does (issue 17: 2 ranks, 100 MB); the nodes' slices are then exchanged
+// between the nodes. Otherwise each rank reads and checksums its own slice, and the slices are gathered.
+struct ReadShare {
+  std::int64_t begin = 0, end = 0, checked_begin = 0, checked_end = 0;
+};
+
+ReadShare read_share(std::int64_t count, const MpiEnvironment& mpi) {
+  if (!mpi.uniform_nodes()) {
+    const auto [begin, end] = rank_slice(count, mpi.rank(), mpi.size());
+    return {begin, end, begin, end};
+  }
+  const auto [begin, end] = rank_slice(count, mpi.node_index(), mpi.node_count());
+  const auto [first, last] = rank_slice(end - begin, mpi.local_rank(), mpi.local_size());
+  return {begin, end, begin + first, begin + last};
+}
+
+// After every rank has read its ReadShare: every rank holds the whole vector.
+void gather_shares(float* flat, std::int64_t count, const MpiEnvironment& mpi) {
+  const CheckpointPhaseScope phase(CheckpointPhase::gather);
+  const bool by_node = mpi.uniform_nodes();
+  const int parts = by_node ? mpi.node_count() : mpi.size();
+  if (parts == 1) return;
+  // By node: among the ranks with this rank's local rank, one per node, ordered by node.
+  MPI_Comm peers = mpi.world();
+  if (by_node) HPCTRAIN_MPI_CHECK(MPI_Comm_split(mpi.world(), mpi.local_rank(), mpi.node_index(), &peers));
+  std::vector<int> counts(static_cast<std::size_t>(parts)), displacements(counts.size());
+  for (int p = 0; p < parts; ++p) {
+    const auto [begin, end] = rank_slice(count, p, parts);
+    counts[static_cast<std::size_t>(p)] = static_cast<int>(end - begin);
+    displacements[static_cast<std::size_t>(p)] = static_cast<int>(begin);
+  }
+  const int status =
+      MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, flat, counts.data(), displacements.data(), MPI_FLOAT, peers);
+  if (by_node) HPCTRAIN_MPI_CHECK(MPI_Comm_free(&peers));
+  HPCTRAIN_MPI_CHECK(status);
 }
 
 // The CRC-32 of every whole tensor of a vector every rank holds, computed in parallel (each rank checksums its slice).
@@ -172,7 +222,7 @@ std::vector<std::uint32_t> tensor_checksums(const std::vector<FlatTensor>& tenso
       mine[2 * t + 1] = bytes;
     }
   }
-  return combine_checksums(mine, mpi);
+  return combine_checksums(std::move(mine), slice_begin, mpi);
 }
 
 // Elements a read through HDF5 takes at a time, to checksum them while they are still in the cache (4 MiB).
@@ -239,11 +289,18 @@ std::optional<std::uint64_t> raw_float_offset(hid_t dataset, std::int64_t count)
 }
 
 // Reads `count` floats at byte `offset` of a POSIX file into `values`, in pieces spread over the OpenMP threads, each
-// checksummed while it is still in the cache; returns the CRC-32 of them all (the pieces' CRCs combined in order).
+// checksummed while it is still in the cache as far as it lies in [checked_begin, checked_end) of `values`; returns
+// the CRC-32 of that range (the pieces' CRCs combined in order).
 // A read from the page cache is a copy the kernel makes on the calling thread: one thread reached about half of a
 // cached dd, whose 4 MiB buffer stays in the cache while these values go to memory (issue 17).
 std::uint32_t read_raw_floats(int descriptor, std::uint64_t offset, float* values, std::int64_t count,
-                              const std::string& file, const std::string& tensor) {
+                              std::int64_t checked_begin, std::int64_t checked_end, const std::string& file,
+                              const std::string& tensor) {
+  // The part of piece `piece` to checksum, in elements of `values`.
+  const auto checked = [&](std::int64_t piece) {
+    const std::int64_t first = std::max(piece * direct_piece_elements, checked_begin);
+    return std::pair{first, std::max(first, std::min((piece + 1) * direct_piece_elements, checked_end))};
+  };
   const std::int64_t pieces = (count + direct_piece_elements - 1) / direct_piece_elements;
   std::vector<std::uint32_t> crcs(static_cast<std::size_t>(pieces));
   std::atomic<int> failure{0};  // errno of a failed read, or -1 for a file that ends early
@@ -259,7 +316,9 @@ std::uint32_t read_raw_floats(int descriptor, std::uint64_t offset, float* value
       failure.store(status);
       continue;
     }
-    crcs[static_cast<std::size_t>(piece)] = crc32(out, bytes);
+    const auto [first_checked, end_checked] = checked(piece);
+    crcs[static_cast<std::size_t>(piece)] =
+        crc32(values + first_checked, static_cast<std::size_t>(end_checked - first_checked) * sizeof(float));
   }
   if (const int error = failure.load(); error != 0)
     throw CheckpointDamaged("checkpoint '" + file + "' is damaged: tensor " + tensor + " cannot be read (" +
@@ -267,9 +326,11 @@ std::uint32_t read_raw_floats(int descriptor, std::uint64_t offset, float* value
                             "'hpctrain checkpoint verify " + file + "' checks it; resume from an older checkpoint");
   std::uint32_t crc = 0;
   for (std::int64_t piece = 0; piece < pieces; ++piece) {
-    const std::int64_t elements = std::min(direct_piece_elements, count - piece * direct_piece_elements);
-    crc = static_cast<std::uint32_t>(crc32_combine(crc, crcs[static_cast<std::size_t>(piece)],
-                                                   static_cast<z_off_t>(elements * std::int64_t{sizeof(float)})));
+    const auto [first_checked, end_checked] = checked(piece);
+    if (end_checked > first_checked)
+      crc = static_cast<std::uint32_t>(
+          crc32_combine(crc, crcs[static_cast<std::size_t>(piece)],
+                        static_cast<z_off_t>((end_checked - first_checked) * std::int64_t{sizeof(float)})));
   }
   return crc;
 }
@@ -373,13 +434,14 @@ void CheckpointFileWriter::write_integer_attribute(const std::string& object, co
 
 // --- reading ---
 
-// Each rank reads its slice of each tensor into flat, then the slices are gathered: afterwards every rank holds the
-// whole vector. Checksums are checked on the assembled tensors.
+// Each rank reads its share of each tensor into flat (read_share), then the shares are gathered: afterwards every
+// rank holds the whole vector. Each rank checksums a disjoint part of what it read, and the checksums are checked on
+// the assembled tensors.
 void CheckpointFileReader::read_vector(const std::vector<FlatTensor>& tensors, float* flat, std::int64_t count) {
-  const auto [slice_begin, slice_end] = rank_slice(count, mpi_.rank(), mpi_.size());
+  const ReadShare share = read_share(count, mpi_);
   std::vector<std::uint64_t> mine(2 * tensors.size());  // per tensor: the CRC and byte count of this rank's part
-  // Under MPI-IO each rank reads its slice through a descriptor of its own (what ROMIO's independent reads do
-  // underneath). Without one, HDF5 reads.
+  // Under MPI-IO each rank reads through a descriptor of its own (what ROMIO's independent reads do underneath).
+  // Without one, HDF5 reads.
   OwnedDescriptor opened;
   const int descriptor = posix_descriptor(file_, opened);
   const bool direct = descriptor >= 0 && addresses_are_file_offsets(file_);
@@ -397,17 +459,20 @@ void CheckpointFileReader::read_vector(const std::vector<FlatTensor>& tensors, f
                     "checkpoint '" << path_ << "': tensor " << tensor.path << " has shape " << shape_text(shape)
                                    << " but the deck's model needs " << shape_text(tensor.shape),
                     "resume with the deck the checkpoint was written with (stored in its 'deck' attribute)");
-    // This rank's part of the tensor, in pieces, each checksummed right after it is read: directly, on all the
-    // rank's threads, where the values lie in the file as they are; otherwise through HDF5.
-    const std::int64_t begin = std::max(tensor.offset, slice_begin);
-    const std::int64_t end = std::min(tensor.offset + tensor.count, slice_end);
+    // This rank's share of the tensor, in pieces, each checksummed (as far as it is this rank's part to check) right
+    // after it is read: directly, on all the rank's threads, where the values lie in the file as they are; otherwise
+    // through HDF5.
+    const std::int64_t begin = std::max(tensor.offset, share.begin);
+    const std::int64_t end = std::min(tensor.offset + tensor.count, share.end);
+    const std::int64_t checked_begin = std::clamp(share.checked_begin, begin, std::max(begin, end));
+    const std::int64_t checked_end = std::clamp(share.checked_end, checked_begin, std::max(begin, end));
     std::uint32_t crc = 0;
     const std::optional<std::uint64_t> raw =
         direct && end > begin ? raw_float_offset(dataset.get(), tensor.count) : std::nullopt;
     if (raw) {
       const CheckpointPhaseScope data(CheckpointPhase::data);  // the checksums included: they run in the same pass
       crc = read_raw_floats(descriptor, *raw + static_cast<std::uint64_t>(begin - tensor.offset) * sizeof(float),
-                            flat + begin, end - begin, path_, tensor.path);
+                            flat + begin, end - begin, checked_begin - begin, checked_end - begin, path_, tensor.path);
     }
     for (std::int64_t piece = begin; !raw && piece < end; piece += read_piece_elements) {
       const std::int64_t piece_end = std::min(piece + read_piece_elements, end);
@@ -418,25 +483,15 @@ void CheckpointFileReader::read_vector(const std::vector<FlatTensor>& tensors, f
             H5Dread(dataset.get(), H5T_NATIVE_FLOAT, slice.memory.get(), slice.file.get(), H5P_DEFAULT, flat + piece));
       }
       const CheckpointPhaseScope checksum(CheckpointPhase::checksum);
-      crc = crc32(flat + piece, static_cast<std::size_t>(piece_end - piece) * sizeof(float), crc);
+      const std::int64_t first = std::max(piece, checked_begin), last = std::min(piece_end, checked_end);
+      if (last > first) crc = crc32(flat + first, static_cast<std::size_t>(last - first) * sizeof(float), crc);
     }
     mine[2 * t] = crc;
-    mine[2 * t + 1] = static_cast<std::uint64_t>(std::max<std::int64_t>(end - begin, 0)) * sizeof(float);
+    mine[2 * t + 1] = static_cast<std::uint64_t>(checked_end - checked_begin) * sizeof(float);
   }
-  // Checksums of the whole tensors from the slices just read, before they are assembled.
-  const std::vector<std::uint32_t> checksums = combine_checksums(mine, mpi_);
-  // Assemble: rank r contributed [slice_begin_r, slice_end_r).
-  std::vector<int> counts(static_cast<std::size_t>(mpi_.size())), displacements(counts.size());
-  for (int r = 0; r < mpi_.size(); ++r) {
-    const auto [begin, end] = rank_slice(count, r, mpi_.size());
-    counts[static_cast<std::size_t>(r)] = static_cast<int>(end - begin);
-    displacements[static_cast<std::size_t>(r)] = static_cast<int>(begin);
-  }
-  {
-    const CheckpointPhaseScope phase(CheckpointPhase::gather);
-    HPCTRAIN_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, flat, counts.data(), displacements.data(),
-                                      MPI_FLOAT, mpi_.world()));
-  }
+  // Checksums of the whole tensors from the parts just read, before the shares are assembled.
+  const std::vector<std::uint32_t> checksums = combine_checksums(std::move(mine), share.checked_begin, mpi_);
+  gather_shares(flat, count, mpi_);
   const CheckpointPhaseScope phase(CheckpointPhase::metadata);
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const FlatTensor& tensor = tensors[t];

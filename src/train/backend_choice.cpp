@@ -25,14 +25,9 @@ namespace {
 
 // The UUIDs of the devices every rank of this node drives, gathered over the node's communicator.
 std::vector<DeviceUuid> node_devices(const MpiEnvironment& mpi, const DeviceUuid& mine) {
-  MPI_Comm node = MPI_COMM_NULL;
-  HPCTRAIN_MPI_CHECK(MPI_Comm_split_type(mpi.world(), MPI_COMM_TYPE_SHARED, mpi.rank(), MPI_INFO_NULL, &node));
   std::vector<DeviceUuid> devices(static_cast<std::size_t>(mpi.local_size()));
-  const int status = MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_UNSIGNED_CHAR, devices.data(),
-                                   static_cast<int>(mine.size()), MPI_UNSIGNED_CHAR, node);
-  const int freed = MPI_Comm_free(&node);
-  HPCTRAIN_MPI_CHECK(status);
-  HPCTRAIN_MPI_CHECK(freed);
+  HPCTRAIN_MPI_CHECK(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_UNSIGNED_CHAR, devices.data(),
+                                   static_cast<int>(mine.size()), MPI_UNSIGNED_CHAR, mpi.node()));
   return devices;
 }
 

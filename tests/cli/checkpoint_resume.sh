@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Checkpoints and exact resume: a run interrupted at step 20 and resumed gives bit-identical parameters and optimizer
-# state at step 40 to the uninterrupted run (1 and 2 ranks; fp32, bf16, fp16 with loss scaling and dropout); a 2 -> 4
-# rank resume continues the same global data order; damaged or truncated checkpoints are detected and resume falls
-# back to the previous one; a checkpoint of another model is refused naming the tensor.
+# state at step 40 to the uninterrupted run (1 and 2 ranks; fp32, bf16, fp16 with loss scaling and dropout; 4 ranks on
+# two simulated nodes); a 2 -> 4 rank resume continues the same global data order; damaged or truncated checkpoints
+# are detected and resume falls back to the previous one; a checkpoint of another model is refused naming the tensor.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 make_spirals train.h5 3000 1
@@ -49,6 +49,20 @@ rel = np.abs(resumed - full) / np.abs(full)
 print(f"largest relative loss difference {rel.max():.2e}")
 assert rel.max() < 1e-4
 PY
+
+# Ranks on several nodes (HPCTRAIN_NODE_ID): with as many ranks on every node, each rank reads its node's slice of the
+# state and the nodes exchange theirs ("a b b a": node a holds ranks 0 and 3, so the nodes' order is not the ranks');
+# with unequal nodes ("a a a b") each rank reads its own slice and all ranks gather them. Both resume exactly.
+for nodes in "a b b a" "a a a b"; do
+  name=nodes-${nodes// /}
+  run_on_nodes "$nodes" train deck.toml --output full-$name >/dev/null 2>&1 || fail "$name: full run"
+  run_on_nodes "$nodes" train deck.toml --output part-$name --set train.steps=20 >/dev/null 2>&1 ||
+    fail "$name: first half"
+  run_on_nodes "$nodes" train deck.toml --output part-$name --resume auto >part-$name.log 2>&1 ||
+    { cat part-$name.log >&2; fail "$name: resume"; }
+  $PYTHON "$HPCTRAIN_SOURCE_DIR/tests/cli/lib/same_datasets.py" full-$name/checkpoints/step-00000040.h5 \
+    part-$name/checkpoints/step-00000040.h5 && pass "$name: exact resume" || fail "$name: resumed state differs"
+done
 
 # Damage: flip bytes inside the newest checkpoint's data; resume falls back to the previous checkpoint.
 cp -r part-fp32-np2 damaged

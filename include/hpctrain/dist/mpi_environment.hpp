@@ -24,6 +24,13 @@ class MpiEnvironment {
   [[nodiscard]] int size() const { return size_; }
   [[nodiscard]] int local_rank() const { return local_rank_; }  // rank among the ranks on this node
   [[nodiscard]] int local_size() const { return local_size_; }
+  // The ranks of this node (MPI_COMM_TYPE_SHARED), by world rank.
+  [[nodiscard]] MPI_Comm node() const { return node_; }
+  // This node's place among the nodes (ordered by their lowest world rank), and how many there are.
+  [[nodiscard]] int node_index() const { return node_index_; }
+  [[nodiscard]] int node_count() const { return node_count_; }
+  // Whether every node runs the same number of ranks.
+  [[nodiscard]] bool uniform_nodes() const { return uniform_nodes_; }
   [[nodiscard]] bool is_root() const { return rank_ == 0; }
   [[nodiscard]] MPI_Comm world() const { return MPI_COMM_WORLD; }
   // Whether MPI provides MPI_THREAD_SERIALIZED (calls from several threads, one at a time).
@@ -35,7 +42,11 @@ class MpiEnvironment {
   [[noreturn]] void abort_on(const std::string& message, int exit_code) const;
 
  private:
-  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  void find_nodes();  // the node communicator, local rank and node numbering (collective)
+
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, node_index_ = 0, node_count_ = 1;
+  bool uniform_nodes_ = true;
+  MPI_Comm node_ = MPI_COMM_NULL;
   bool serialized_ = false;
 };
 

@@ -20,6 +20,16 @@ run_ranks() {
   timeout 120 $MPIEXEC -n "$ranks" "$HPCTRAIN" "$@"
 }
 
+# run_on_nodes "a b b a" ARGS...: hpctrain on as many ranks as names, rank r counting as a rank of node name r
+# (HPCTRAIN_NODE_ID), so that one machine runs the code paths of several nodes.
+run_on_nodes() {
+  local names=$1; shift
+  # shellcheck disable=SC2016,SC2086
+  timeout 120 $MPIEXEC -n "$(wc -w <<<"$names")" sh -c 'rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}
+    HPCTRAIN_NODE_ID=$(echo "$1" | cut -d " " -f $((rank + 1))) && export HPCTRAIN_NODE_ID && shift && exec "$@"' \
+    node-of-rank "$names" "$HPCTRAIN" "$@"
+}
+
 # wait_until SECONDS COMMAND...: poll COMMAND until it succeeds (true) or SECONDS have passed (false). Limits are
 # generous: they cost nothing when the machine is fast, and a busy machine must not fail a test.
 wait_until() {
