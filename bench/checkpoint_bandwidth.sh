@@ -3,7 +3,7 @@
 # the same number of bytes to the same disk (write: dd conv=fsync, like the checkpoint's fsync; read: dd to /dev/null).
 # Medians of REPEATS runs; a dd pair runs right before each hpctrain pair, and the percentages are medians of those
 # pairs' ratios (the disk's speed here drifts by 2-5x within minutes). Both reads find the file in the page cache (it was just written): the read rows compare
-# hpctrain's parallel-HDF5 read + all-gather with a cached sequential read, and with a bound that fills memory as a
+# hpctrain's parallel-HDF5 read (by node; docs/design.md) with a cached sequential read, and with a bound that fills memory as a
 # read must (bench/state_read_ceiling: every rank preads the whole file into touched memory; "of bound" = its time
 # over hpctrain's read time, when the benchmarks are built).
 #
