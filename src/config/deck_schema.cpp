@@ -38,6 +38,7 @@ const std::vector<SectionSpec>& schema() {
            {"drop_last", Kind::boolean, bind_field<&Config::data, &DataSection::drop_last>},
            {"prefetch", Kind::integer, bind_field<&Config::data, &DataSection::prefetch>},
            {"in_memory", Kind::boolean, bind_field<&Config::data, &DataSection::in_memory>},
+           {"huge_pages", Kind::boolean, bind_field<&Config::data, &DataSection::huge_pages>},
            {"log1p", Kind::boolean, bind_field<&Config::data, &DataSection::log1p>},
            {"scale", Kind::number, bind_field<&Config::data, &DataSection::scale>},
            {"shift", Kind::number, bind_field<&Config::data, &DataSection::shift>},

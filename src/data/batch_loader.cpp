@@ -25,9 +25,9 @@ BatchLoader::BatchLoader(TrainingData& data, const DataSection& section, int ran
   // Staging: the local slice (all this rank ever reads) or, with data.in_memory, the whole split, read once here.
   if (mode == ShuffleMode::local) {
     const auto [first, end] = rank_slice(data.samples(), ranks, rank);
-    data.load_into_memory(first, end - first);
+    data.load_into_memory(first, end - first, section.huge_pages);
   } else if (section.in_memory) {
-    data.load_into_memory(0, data.samples());
+    data.load_into_memory(0, data.samples(), section.huge_pages);
   }
 
   slots_.resize(static_cast<std::size_t>(prefetch_ + 1));

@@ -589,7 +589,7 @@ void TrainingData::read(const std::int64_t* indices, std::int64_t count, HostBat
   }
 }
 
-void TrainingData::load_into_memory(std::int64_t first, std::int64_t count) {
+void TrainingData::load_into_memory(std::int64_t first, std::int64_t count, bool huge_pages) {
   HPCTRAIN_ASSERT(first >= 0 && count >= 0 && first + count <= samples_,
                   "rows [" << first << ", " << first + count << ") outside [0, " << samples_ << ")");
   const bool classification = task_ == TaskKind::classification;
@@ -600,19 +600,19 @@ void TrainingData::load_into_memory(std::int64_t first, std::int64_t count) {
   memory_windows_.reset();
   if (tokens_) {
     const std::int64_t width = feature_width_ + 1;
-    memory_windows_ = std::make_unique_for_overwrite<std::int32_t[]>(static_cast<std::size_t>(count * width));
+    memory_windows_ = allocate_staged_array<std::int32_t>(static_cast<std::size_t>(count * width), huge_pages);
     for (std::int64_t i = 0; i < count; ++i) read_window(first + i, memory_windows_.get() + i * width);
     memory_first_ = first;
     memory_count_ = count;
     return;
   }
   // Not zero-filled: the read fills it, so staging touches the memory once (first touch, a page fault per 4 KiB, is
-  // most of staging's cost already; huge pages would cut it but stall on compaction on a busy node).
-  memory_features_ = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(count * feature_width_));
+  // most of staging's cost already; huge pages cut that, but may stall on compaction on a busy node: asked for only).
+  memory_features_ = allocate_staged_array<float>(static_cast<std::size_t>(count * feature_width_), huge_pages);
   if (answers_ && classification) {
-    memory_labels_ = std::make_unique_for_overwrite<std::int32_t[]>(static_cast<std::size_t>(count));
+    memory_labels_ = allocate_staged_array<std::int32_t>(static_cast<std::size_t>(count), huge_pages);
   } else if (answers_) {
-    memory_targets_ = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(count * target_width_));
+    memory_targets_ = allocate_staged_array<float>(static_cast<std::size_t>(count * target_width_), huge_pages);
   }
   read_range(first, count, memory_features_.get(), memory_labels_.get(), memory_targets_.get());
   memory_first_ = first;

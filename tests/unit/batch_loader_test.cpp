@@ -159,19 +159,21 @@ TEST_F(LoaderTest, StoredTypesAreConvertedAndTransformsAppliedInOrder) {
 TEST_F(LoaderTest, MemoryStagingGivesTheSameRows) {
   const std::vector<std::string> files = {write_part("a.h5", 0, 25), write_part("b.h5", 25, 25)};
   config_.data.scale = 3.0;
-  TrainingData data(config_, "data.train", files, TaskKind::classification);
-  const std::vector<std::int64_t> rows = {20, 21, 22, 40, 30, 20};
-  HostBatch from_files, from_memory;
-  data.read(rows.data(), 6, from_files);
-  data.load_into_memory(20, 25);  // [20, 45): spans both files
-  EXPECT_EQ(data.rows_in_memory(), 25);
-  data.read(rows.data(), 6, from_memory);
-  EXPECT_EQ(from_memory.features, from_files.features);
-  EXPECT_EQ(from_memory.labels, from_files.labels);
-  expect_batch_matches_ids(from_memory, 6, FeatureTransform::from(config_.data));
-  const std::vector<std::int64_t> outside = {44, 45};  // one row not in memory: read from the files
-  data.read(outside.data(), 2, from_memory);
-  expect_batch_matches_ids(from_memory, 6, FeatureTransform::from(config_.data));
+  for (const bool huge_pages : {false, true}) {  // data.huge_pages: the same rows
+    TrainingData data(config_, "data.train", files, TaskKind::classification);
+    const std::vector<std::int64_t> rows = {20, 21, 22, 40, 30, 20};
+    HostBatch from_files, from_memory;
+    data.read(rows.data(), 6, from_files);
+    data.load_into_memory(20, 25, huge_pages);  // [20, 45): spans both files
+    EXPECT_EQ(data.rows_in_memory(), 25);
+    data.read(rows.data(), 6, from_memory);
+    EXPECT_EQ(from_memory.features, from_files.features);
+    EXPECT_EQ(from_memory.labels, from_files.labels);
+    expect_batch_matches_ids(from_memory, 6, FeatureTransform::from(config_.data));
+    const std::vector<std::int64_t> outside = {44, 45};  // one row not in memory: read from the files
+    data.read(outside.data(), 2, from_memory);
+    expect_batch_matches_ids(from_memory, 6, FeatureTransform::from(config_.data));
+  }
 }
 
 struct Recorded {

@@ -72,6 +72,7 @@ void expect_same_values(const RunConfig& a, const RunConfig& b) {
   EXPECT_EQ(a.data.drop_last, b.data.drop_last);
   EXPECT_EQ(a.data.prefetch, b.data.prefetch);
   EXPECT_EQ(a.data.in_memory, b.data.in_memory);
+  EXPECT_EQ(a.data.huge_pages, b.data.huge_pages);
   EXPECT_EQ(a.data.log1p, b.data.log1p);
   EXPECT_EQ(a.data.scale, b.data.scale);
   EXPECT_EQ(a.data.shift, b.data.shift);
@@ -703,6 +704,7 @@ TEST(RunConfig, DataPipelineAndCheckpointKeys) {
   const RunConfig defaults = parse(minimal_body);
   EXPECT_EQ(defaults.data.prefetch, 2);
   EXPECT_FALSE(defaults.data.in_memory);
+  EXPECT_FALSE(defaults.data.huge_pages);
   EXPECT_EQ(defaults.data.scale, 1.0);
   EXPECT_FALSE(defaults.data.augment_flip);
   EXPECT_EQ(defaults.data.augment_crop_padding, 0);
@@ -711,15 +713,17 @@ TEST(RunConfig, DataPipelineAndCheckpointKeys) {
             (std::vector<CheckpointSignal>{CheckpointSignal::usr1, CheckpointSignal::usr2, CheckpointSignal::term}));
   EXPECT_EQ(defaults.optimizer.no_decay, (std::vector<std::string>{"bias", "norm"}));
 
-  const RunConfig config = parse(
-      minimal_body,
-      {"data.shuffle=local", "data.prefetch=0", "data.in_memory=true", "data.log1p=true", "data.scale=0.5",
-       "data.shift=-1", "data.augment_flip=true", "data.augment_crop_padding=4", "data.augment_rot90=true",
-       "train.time_limit=1:30:00", "train.accumulate=4", "optimizer.no_decay=[\"bias\"]", "checkpoint.every_steps=100",
-       "checkpoint.every_seconds=600", "checkpoint.keep=0", "checkpoint.at_end=false", "checkpoint.on_signal=[]"});
+  const RunConfig config =
+      parse(minimal_body,
+            {"data.shuffle=local", "data.prefetch=0", "data.in_memory=true", "data.huge_pages=true", "data.log1p=true",
+             "data.scale=0.5", "data.shift=-1", "data.augment_flip=true", "data.augment_crop_padding=4",
+             "data.augment_rot90=true", "train.time_limit=1:30:00", "train.accumulate=4",
+             "optimizer.no_decay=[\"bias\"]", "checkpoint.every_steps=100", "checkpoint.every_seconds=600",
+             "checkpoint.keep=0", "checkpoint.at_end=false", "checkpoint.on_signal=[]"});
   EXPECT_EQ(config.data.shuffle, ShuffleMode::local);
   EXPECT_EQ(config.data.prefetch, 0);
   EXPECT_TRUE(config.data.in_memory);
+  EXPECT_TRUE(config.data.huge_pages);
   EXPECT_TRUE(config.data.log1p);
   EXPECT_EQ(config.data.scale, 0.5);
   EXPECT_EQ(config.data.shift, -1.0);
@@ -779,8 +783,8 @@ TEST(RunConfigDocs, AcceptedKeysCoverTheSchema) {
        {"run.seed", "model.layers", "model.layers[].type", "model.layers[].negative_slope", "data.eval_batch_size",
         "optimizer.nesterov", "schedule.step_size", "precision.max_skipped_steps", "precision.tf32"})
     EXPECT_TRUE(accepted.count(key)) << key;
-  // per section (run: 5 keys; model: 5 keys and 25 layer keys; data: 18; ...); update when adding a key
-  EXPECT_EQ(keys.size(), 5u + 5u + 25u + 18u + 10u + 5u + 8u + 7u + 8u + 5u);
+  // per section (run: 5 keys; model: 5 keys and 25 layer keys; data: 19; ...); update when adding a key
+  EXPECT_EQ(keys.size(), 5u + 5u + 25u + 19u + 10u + 5u + 8u + 7u + 8u + 5u);
   EXPECT_EQ(parse(deck_with("model.init", "\"gpt2\"")).model.init, InitScheme::gpt2);
   EXPECT_EQ(parse(minimal_body).model.init, InitScheme::pytorch);
 }

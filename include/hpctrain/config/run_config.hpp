@@ -86,6 +86,7 @@ struct DataSection {
   bool drop_last = false;
   std::int64_t prefetch = 2;  // batches read ahead by a background thread; 0 = read in next()
   bool in_memory = false;     // load the rank's share once (global/none: the whole split) instead of reading per batch
+  bool huge_pages = false;    // stage data in memory on transparent huge pages (core/staged_array.hpp)
   // Applied to the features on load, in this order: log1p (if set), then multiply by scale, then add shift.
   bool log1p = false;
   double scale = 1.0;

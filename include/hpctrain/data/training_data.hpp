@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "hpctrain/config/choices.hpp"
+#include "hpctrain/core/staged_array.hpp"
 #include "hpctrain/data/augmentation.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
 
@@ -120,8 +121,9 @@ class TrainingData {
   void read(const std::int64_t* indices, std::int64_t count, HostBatch& batch) const;
 
   // Keep the rows [first, first + count) in memory, transformed, from now on (the rank's share with data.in_memory, or
-  // its slice with data.shuffle = "local"). Reads them in large contiguous blocks.
-  void load_into_memory(std::int64_t first, std::int64_t count);
+  // its slice with data.shuffle = "local"), on huge pages where asked (data.huge_pages). Reads them in large
+  // contiguous blocks.
+  void load_into_memory(std::int64_t first, std::int64_t count, bool huge_pages = false);
   [[nodiscard]] std::int64_t rows_in_memory() const { return memory_count_; }
 
   // The training split: check the deck's data.augment_* keys against these samples (InputError naming the key) and
@@ -165,10 +167,10 @@ class TrainingData {
 
   // Rows kept in memory: [memory_first_, memory_first_ + memory_count_).
   std::int64_t memory_first_ = 0, memory_count_ = 0;
-  std::unique_ptr<float[]> memory_features_;        // (memory_count, feature_width)
-  std::unique_ptr<std::int32_t[]> memory_labels_;   // (memory_count) classification
-  std::unique_ptr<float[]> memory_targets_;         // (memory_count, target_width) regression
-  std::unique_ptr<std::int32_t[]> memory_windows_;  // (memory_count, T + 1) token data
+  StagedArray<float> memory_features_;        // (memory_count, feature_width)
+  StagedArray<std::int32_t> memory_labels_;   // (memory_count) classification
+  StagedArray<float> memory_targets_;         // (memory_count, target_width) regression
+  StagedArray<std::int32_t> memory_windows_;  // (memory_count, T + 1) token data
 
   // Scratch for batches that span several files, reused from batch to batch.
   mutable std::vector<std::int64_t> requests_by_part_;     // (count) request positions, grouped by part
