@@ -14,6 +14,7 @@
 #include "hpctrain/core/copy_bytes.hpp"
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/core/files.hpp"
+#include "hpctrain/dist/part_exchange.hpp"
 #include "hpctrain/io/checkpoint.hpp"
 #include "hpctrain/io/checkpoint_phases.hpp"
 #include "hpctrain/io/crc32.hpp"
@@ -196,16 +197,10 @@ void gather_shares(float* flat, std::int64_t count, const MpiEnvironment& mpi) {
   // By node: among the ranks with this rank's local rank, one per node, ordered by node.
   MPI_Comm peers = mpi.world();
   if (by_node) HPCTRAIN_MPI_CHECK(MPI_Comm_split(mpi.world(), mpi.local_rank(), mpi.node_index(), &peers));
-  std::vector<int> counts(static_cast<std::size_t>(parts)), displacements(counts.size());
-  for (int p = 0; p < parts; ++p) {
-    const auto [begin, end] = rank_slice(count, p, parts);
-    counts[static_cast<std::size_t>(p)] = static_cast<int>(end - begin);
-    displacements[static_cast<std::size_t>(p)] = static_cast<int>(begin);
-  }
-  const int status =
-      MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, flat, counts.data(), displacements.data(), MPI_FLOAT, peers);
+  std::vector<std::int64_t> bounds = {0};
+  for (int p = 0; p < parts; ++p) bounds.push_back(rank_slice(count, p, parts).second);
+  allgather_parts(flat, bounds, peers);  // a failure ends the job: the communicator need not be freed on that path
   if (by_node) HPCTRAIN_MPI_CHECK(MPI_Comm_free(&peers));
-  HPCTRAIN_MPI_CHECK(status);
 }
 
 // The CRC-32 of every whole tensor of a vector every rank holds, computed in parallel (each rank checksums its slice).
