@@ -2,10 +2,11 @@
 # Checkpoint write and read bandwidth of hpctrain for models of several sizes, on 1 and 2 ranks, against a raw `dd` of
 # the same number of bytes to the same disk (write: dd conv=fsync, like the checkpoint's fsync; read: dd to /dev/null).
 # Medians of REPEATS runs; a dd pair runs right before each hpctrain pair, and the percentages are medians of those
-# pairs' ratios (the disk's speed here drifts by 2-5x within minutes). Both reads find the file in the page cache (it was just written): the read rows compare
-# hpctrain's parallel-HDF5 read (by node; docs/design.md) with a cached sequential read, and with a bound that fills memory as a
-# read must (bench/state_read_ceiling: every rank preads the whole file into touched memory; "of bound" = its time
-# over hpctrain's read time, when the benchmarks are built).
+# pairs' ratios (the disk's speed here drifts by 2-5x within minutes). Both reads find the file in the page cache (it
+# was just written): the read rows compare hpctrain's parallel-HDF5 read (by node; docs/design.md) with a cached
+# sequential read, and with a bound that fills memory as a read must (bench/state_read_ceiling: every rank reads the
+# whole file into touched memory, with preads straight into it or through a cache-sized buffer and streaming stores,
+# the faster of the two; "of bound" = its time over hpctrain's read time, when the benchmarks are built).
 #
 # HPCTRAIN_BASE=another hpctrain binary (an older build) adds its rows, measured in the same rounds, the order of the two
 # alternating from round to round. HPCTRAIN_CHECKPOINT_PHASES=1 makes hpctrain print the time of each phase of each
@@ -112,5 +113,6 @@ TOML
   done
 done
 echo "goals: checkpoint write >= 70% of dd (conv=fsync), read >= 50% of a cached dd read"
-echo "bound: state_read_ceiling, every rank preading the whole cached checkpoint into touched memory (the least a read"
+echo "bound: state_read_ceiling, every rank reading the whole cached checkpoint into touched memory, the faster of"
+echo "  preads straight into it and preads through a cache-sized buffer with streaming stores (the least a read"
 echo "  of replicated state does; dd's buffer stays in cache); 'of bound' = its time over hpctrain's read time"

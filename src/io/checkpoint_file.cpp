@@ -213,7 +213,7 @@ std::vector<std::uint32_t> tensor_checksums(const std::vector<FlatTensor>& tenso
     for (std::size_t t = 0; t < tensors.size(); ++t) {
       const auto [first, last] = overlap(tensors[t], slice_begin, slice_end);
       const std::size_t bytes = static_cast<std::size_t>(last - first) * sizeof(float);
-      mine[2 * t] = crc32(flat + tensors[t].offset + static_cast<std::int64_t>(first), bytes);
+      mine[2 * t] = crc32_parallel(flat + tensors[t].offset + static_cast<std::int64_t>(first), bytes);
       mine[2 * t + 1] = bytes;
     }
   }
@@ -305,15 +305,23 @@ std::uint32_t read_raw_floats(int descriptor, std::uint64_t offset, float* value
     const std::size_t bytes = static_cast<std::size_t>(std::min(direct_piece_elements, count - first)) * sizeof(float);
     auto* out = reinterpret_cast<char*>(values + first);
     if (failure.load(std::memory_order_relaxed) != 0) continue;
-    // read_at: a destination just past the file offset modulo 4 KiB makes the kernel's copy crawl (core/copy_bytes.hpp)
-    if (const int status = read_at(descriptor, out, bytes, offset + static_cast<std::uint64_t>(first) * sizeof(float));
+    // Through a cache-sized buffer: checksummed there, then streamed into the state, which a replicated read fills
+    // from memory it does not need to read first (core/copy_bytes.hpp).
+    const auto [first_checked, end_checked] = checked(piece);
+    const auto checked_from = static_cast<std::size_t>(first_checked - first) * sizeof(float);
+    const auto checked_to = static_cast<std::size_t>(end_checked - first) * sizeof(float);
+    std::uint32_t crc = 0;
+    const auto checksum = [&](const unsigned char* bytes_read, std::size_t position, std::size_t length) {
+      const std::size_t from = std::max(position, checked_from), to = std::min(position + length, checked_to);
+      if (to > from) crc = crc32(bytes_read + (from - position), to - from, crc);
+    };
+    if (const int status = read_at_streaming(descriptor, out, bytes,
+                                             offset + static_cast<std::uint64_t>(first) * sizeof(float), checksum);
         status != 0) {
       failure.store(status);
       continue;
     }
-    const auto [first_checked, end_checked] = checked(piece);
-    crcs[static_cast<std::size_t>(piece)] =
-        crc32(values + first_checked, static_cast<std::size_t>(end_checked - first_checked) * sizeof(float));
+    crcs[static_cast<std::size_t>(piece)] = crc;
   }
   if (const int error = failure.load(); error != 0)
     throw CheckpointDamaged("checkpoint '" + file + "' is damaged: tensor " + tensor + " cannot be read (" +

@@ -1,5 +1,5 @@
 // Tests of io/crc32.hpp: every CRC-32 kernel this CPU runs gives zlib's value bit for bit, on random bytes of every
-// length around the kernels' block sizes (64 and 256 bytes), at unaligned starts, continuing from a CRC, and on a
+// length around the kernels' block sizes (64, 128 and 256 bytes), at unaligned starts, continuing from a CRC, and on a
 // message long enough for the main loops; and the published check value of CRC-32.
 #include "hpctrain/io/crc32.hpp"
 
@@ -13,7 +13,8 @@
 namespace hpctrain {
 namespace {
 
-constexpr Crc32Kernel all_kernels[] = {Crc32Kernel::zlib, Crc32Kernel::clmul128, Crc32Kernel::clmul512};
+constexpr Crc32Kernel all_kernels[] = {Crc32Kernel::zlib, Crc32Kernel::clmul128, Crc32Kernel::clmul256,
+                                       Crc32Kernel::clmul512};
 
 std::vector<unsigned char> random_bytes(std::size_t count, std::uint64_t seed) {
   std::mt19937_64 generator(seed);
@@ -56,6 +57,22 @@ TEST(Crc32Test, LongMessagesAndPiecesAgreeWithZlib) {
               expected);
   }
   EXPECT_EQ(crc32(data.data(), data.size()), expected);  // the kernel chosen for this CPU
+}
+
+// crc32_parallel: 1 MiB pieces on the threads, joined in order: zlib's value for lengths below, at and across the
+// pieces' boundaries, continuing from a CRC, and inside a parallel region (where it runs alone).
+TEST(Crc32Test, ParallelPiecesAgreeWithZlib) {
+  const std::vector<unsigned char> data = random_bytes((std::size_t{3} << 20) + 77, 3);
+  for (const std::size_t length : {std::size_t{0}, std::size_t{1000}, std::size_t{1} << 20, (std::size_t{1} << 20) + 1,
+                                   (std::size_t{2} << 20) + 5, data.size()})
+    for (std::uint32_t start : {0u, 0x9E3779B9u})
+      EXPECT_EQ(crc32_parallel(data.data(), length, start), zlib_reference(data.data(), length, start))
+          << length << " bytes";
+  std::uint32_t inside = 0;
+#pragma omp parallel num_threads(2)
+#pragma omp single
+  inside = crc32_parallel(data.data(), data.size());
+  EXPECT_EQ(inside, zlib_reference(data.data(), data.size(), 0));
 }
 
 TEST(Crc32Test, GivesThePublishedCheckValue) {
