@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 
 #if defined(__AVX__)
 #include <immintrin.h>
@@ -48,11 +47,19 @@ int read_fully(int descriptor, unsigned char* to, std::size_t bytes, std::uint64
   }
   return 0;
 }
-// This thread's bounce buffer: bounce_bytes from a page boundary, plus a page for a file's page offset.
+
+// This thread's bounce buffer (null where it cannot be had): bounce_bytes from a page boundary, plus a page for a
+// file's page offset.
 unsigned char* thread_bounce() {
-  thread_local std::unique_ptr<unsigned char, decltype(&std::free)> bounce(nullptr, &std::free);
-  if (!bounce) bounce.reset(static_cast<unsigned char*>(std::aligned_alloc(page_bytes, bounce_bytes + page_bytes)));
-  return bounce.get();
+  struct Bounce {
+    unsigned char* bytes = static_cast<unsigned char*>(std::aligned_alloc(page_bytes, bounce_bytes + page_bytes));
+    Bounce() = default;
+    Bounce(const Bounce&) = delete;
+    Bounce& operator=(const Bounce&) = delete;
+    ~Bounce() { std::free(bytes); }
+  };
+  thread_local Bounce bounce;
+  return bounce.bytes;
 }
 
 #if defined(__AVX__) || defined(__SSE2__)
