@@ -148,9 +148,8 @@ struct Hdf5Dataset::DirectReader {
   std::int64_t rows_per_chunk = 1, values_per_row = 0;
   std::size_t row_bytes = 0;
   StoredKind kind = StoredKind::f32;
-  std::uint64_t last_page = 0;       // offset of the map's last page: reads that reach it check the file's size
-  std::int64_t rows_ahead = 1;       // rows of a scattered read prefetched ahead of the copy: about 8 KiB of them
-  std::size_t prefetched_bytes = 0;  // of each such row (its start, for very long rows)
+  std::uint64_t last_page = 0;  // offset of the map's last page: reads that reach it check the file's size
+  RowPrefetch prefetch{1};      // for scattered reads (core/copy_bytes.hpp)
 
   ~DirectReader() {
     if (mapping != MAP_FAILED) munmap(mapping, mapped_bytes);
@@ -179,11 +178,8 @@ struct Hdf5Dataset::DirectReader {
       const std::int64_t limit = std::min(count - i, rows_in_chunk_from(first));
       std::int64_t run = 1;
       while (run < limit && indices[i + run] == first + run) ++run;
-      for (ahead = std::max(ahead, i + run); ahead < std::min(count, i + run + rows_ahead); ++ahead) {
-        const unsigned char* next = row(indices[ahead]);
-        for (std::size_t byte = 0; byte < prefetched_bytes; byte += 64) __builtin_prefetch(next + byte);
-        __builtin_prefetch(next + prefetched_bytes - 1);  // the line a row not aligned to 64 bytes ends in
-      }
+      for (ahead = std::max(ahead, i + run); ahead < std::min(count, i + run + prefetch.rows_ahead()); ++ahead)
+        prefetch(row(indices[ahead]));
       const unsigned char* from = row(first);
       copy(i, from, run);
       end = std::max(end, end_of(from, run));
@@ -316,10 +312,7 @@ std::unique_ptr<Hdf5Dataset::DirectReader> Hdf5Dataset::make_direct_reader() con
   if (reader->mapping == MAP_FAILED) return nullptr;
   const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
   reader->last_page = (reader->mapped_bytes - 1) / page * page;  // mapped_bytes > 0: the chunks lie inside
-  constexpr std::size_t prefetch_bytes = 8192, prefetch_rows_at_most = 32;
-  reader->rows_ahead =
-      static_cast<std::int64_t>(std::clamp<std::size_t>(prefetch_bytes / reader->row_bytes, 1, prefetch_rows_at_most));
-  reader->prefetched_bytes = std::min(reader->row_bytes, prefetch_bytes);
+  reader->prefetch = RowPrefetch(reader->row_bytes);
   return reader;
 }
 

@@ -565,7 +565,13 @@ void TrainingData::read(const std::int64_t* indices, std::int64_t count, HostBat
     return;
   }
   if (from_memory) {
+    // Random rows of the staged copy: the same prefetch as the file's scattered reads (core/copy_bytes.hpp).
+    const RowPrefetch prefetch(static_cast<std::size_t>(feature_width_) * sizeof(float));
+    for (std::int64_t i = 0; i < std::min(count, prefetch.rows_ahead()); ++i)
+      prefetch(memory_features_.get() + (indices[i] - memory_first_) * feature_width_);
     for (std::int64_t i = 0; i < count; ++i) {
+      if (const std::int64_t ahead = i + prefetch.rows_ahead(); ahead < count)
+        prefetch(memory_features_.get() + (indices[ahead] - memory_first_) * feature_width_);
       const std::int64_t row = indices[i] - memory_first_;
       copy_bytes(batch.features.data() + i * feature_width_, memory_features_.get() + row * feature_width_,
                  static_cast<std::size_t>(feature_width_) * sizeof(float));

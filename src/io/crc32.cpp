@@ -125,17 +125,21 @@ HPCTRAIN_CLMUL256 inline __m256i fold2(__m256i pieces, __m256i k, __m256i next) 
 
 // For CPUs with VPCLMULQDQ but without AVX-512 (AMD Zen 3, Intel Alder Lake): one instruction multiplies two pieces,
 // where PCLMULQDQ's throughput bounds the 128-bit kernel (11 GB/s on Zen 3).
+// A lambda would not inherit the function's target: these helpers carry it themselves.
+HPCTRAIN_CLMUL256 inline __m256i load256(const unsigned char* byte) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(byte));
+}
+
 HPCTRAIN_CLMUL256 std::uint32_t crc32_clmul256(std::uint32_t crc, const unsigned char* byte, std::size_t bytes) {
   if (bytes < 128) return crc32_clmul128(crc, byte, bytes);
-  const auto load = [](const unsigned char* at) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)); };
   const __m256i k1024 = constants256(fold_1024), k256 = constants256(fold_256);
-  __m256i x0 = _mm256_xor_si256(load(byte), _mm256_zextsi128_si256(_mm_cvtsi32_si128(static_cast<int>(~crc))));
-  __m256i x1 = load(byte + 32), x2 = load(byte + 64), x3 = load(byte + 96);
+  __m256i x0 = _mm256_xor_si256(load256(byte), _mm256_zextsi128_si256(_mm_cvtsi32_si128(static_cast<int>(~crc))));
+  __m256i x1 = load256(byte + 32), x2 = load256(byte + 64), x3 = load256(byte + 96);
   for (byte += 128, bytes -= 128; bytes >= 128; byte += 128, bytes -= 128) {
-    x0 = fold2(x0, k1024, load(byte));
-    x1 = fold2(x1, k1024, load(byte + 32));
-    x2 = fold2(x2, k1024, load(byte + 64));
-    x3 = fold2(x3, k1024, load(byte + 96));
+    x0 = fold2(x0, k1024, load256(byte));
+    x1 = fold2(x1, k1024, load256(byte + 32));
+    x2 = fold2(x2, k1024, load256(byte + 64));
+    x3 = fold2(x3, k1024, load256(byte + 96));
   }
   // 32 bytes of pieces, in message order, into one 128-bit piece.
   const __m256i pieces = fold2(fold2(fold2(x0, k256, x1), k256, x2), k256, x3);

@@ -1,6 +1,8 @@
-// A memcpy and a pread for copies out of files and staged data: their speed, without their slow case on AMD Zen 3.
+// A memcpy and a pread for copies out of files and staged data: their speed, without their slow case on AMD Zen 3; and
+// the prefetching of scattered rows.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -31,5 +33,29 @@ void stream_bytes(void* to, const void* from, std::size_t bytes);
 // straight into it (docs/performance.md).
 using ReadVisitor = std::function<void(const unsigned char* bytes, std::size_t position, std::size_t length)>;
 int read_at_streaming(int descriptor, void* to, std::size_t bytes, std::uint64_t offset, const ReadVisitor& visit);
+
+// For copies of scattered rows (a global shuffle's reads, out of a file's map or out of staged memory): a random row
+// is a cache and TLB miss the copy would wait for, so the caller prefetches the rows after the one it copies, about
+// 8 KiB of them (at least one row, at most 32), and their loads overlap the copy.
+class RowPrefetch {
+ public:
+  explicit RowPrefetch(std::size_t row_bytes)
+      : rows_ahead_(static_cast<std::int64_t>(
+            std::clamp<std::size_t>(ahead_bytes / std::max<std::size_t>(row_bytes, 1), 1, 32))),
+        bytes_(std::clamp<std::size_t>(row_bytes, 1, ahead_bytes)) {}
+  // Rows to keep prefetched ahead of the one being copied.
+  [[nodiscard]] std::int64_t rows_ahead() const { return rows_ahead_; }
+  // Prefetches a row: its first 8 KiB, and the line a row not aligned to 64 bytes ends in.
+  void operator()(const void* row) const {
+    const auto* first = static_cast<const unsigned char*>(row);
+    for (std::size_t byte = 0; byte < bytes_; byte += 64) __builtin_prefetch(first + byte);
+    __builtin_prefetch(first + bytes_ - 1);
+  }
+
+ private:
+  static constexpr std::size_t ahead_bytes = 8192;
+  std::int64_t rows_ahead_;
+  std::size_t bytes_;
+};
 
 }  // namespace hpctrain
