@@ -1,6 +1,5 @@
-// copy_bytes: memcpy, or vector moves where memcpy's `rep movsb` would alias; read_at: pread, through a bounce buffer
-// where the kernel's copy would (see copy_bytes.hpp); stream_bytes and read_at_streaming: the same with streaming
-// stores.
+// copy_bytes: memcpy, or vector moves where memcpy's `rep movsb` would alias (see copy_bytes.hpp); stream_bytes: vector
+// moves with streaming stores; read_at_streaming: preads through a cache-sized bounce buffer, then stream_bytes.
 #include "hpctrain/core/copy_bytes.hpp"
 
 #include <unistd.h>

@@ -123,13 +123,13 @@ HPCTRAIN_CLMUL256 inline __m256i fold2(__m256i pieces, __m256i k, __m256i next) 
       _mm256_xor_si256(_mm256_clmulepi64_epi128(pieces, k, 0x00), _mm256_clmulepi64_epi128(pieces, k, 0x11)), next);
 }
 
-// For CPUs with VPCLMULQDQ but without AVX-512 (AMD Zen 3, Intel Alder Lake): one instruction multiplies two pieces,
-// where PCLMULQDQ's throughput bounds the 128-bit kernel (11 GB/s on Zen 3).
-// A lambda would not inherit the function's target: these helpers carry it themselves.
+// A lambda would not inherit the caller's target: the helpers carry it themselves.
 HPCTRAIN_CLMUL256 inline __m256i load256(const unsigned char* byte) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(byte));
 }
 
+// For CPUs with VPCLMULQDQ but without AVX-512 (AMD Zen 3, Intel Alder Lake): one instruction multiplies two pieces,
+// where PCLMULQDQ's throughput bounds the 128-bit kernel (11 GB/s on Zen 3).
 HPCTRAIN_CLMUL256 std::uint32_t crc32_clmul256(std::uint32_t crc, const unsigned char* byte, std::size_t bytes) {
   if (bytes < 128) return crc32_clmul128(crc, byte, bytes);
   const __m256i k1024 = constants256(fold_1024), k256 = constants256(fold_256);
