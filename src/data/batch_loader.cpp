@@ -54,7 +54,7 @@ LoaderPosition BatchLoader::after(LoaderPosition position) const {
 
 void BatchLoader::fill(Slot& slot, LoaderPosition position) {
   if (indices_epoch_ != position.epoch) {
-    indices_ = sampler_->indices(position.epoch);
+    sampler_->fill_indices(position.epoch, indices_);
     indices_epoch_ = position.epoch;
   }
   const std::int64_t first = position.step_in_epoch * local_batch_;

@@ -22,9 +22,9 @@ LocalShuffleSampler::LocalShuffleSampler(std::int64_t samples, int ranks, int ra
   per_rank_ = drop_last ? samples / ranks : (samples + ranks - 1) / ranks;
 }
 
-std::vector<std::int64_t> LocalShuffleSampler::indices(std::int64_t epoch) const {
+void LocalShuffleSampler::fill_indices(std::int64_t epoch, std::vector<std::int64_t>& order) const {
   const std::int64_t owned = end_ - begin_;
-  std::vector<std::int64_t> order(static_cast<std::size_t>(owned));
+  order.resize(static_cast<std::size_t>(owned));
   std::iota(order.begin(), order.end(), begin_);
   // Fisher-Yates from the back: position i swaps with a uniform j in [0, i]. 64 random bits scaled by (i + 1) (the
   // multiply-shift method) leave a bias below 2^-32 for any slice that fits in memory.
@@ -41,7 +41,6 @@ std::vector<std::int64_t> LocalShuffleSampler::indices(std::int64_t epoch) const
   const std::size_t original = order.size();
   for (std::size_t i = 0; order.size() < static_cast<std::size_t>(per_rank_); ++i) order.push_back(order[i % original]);
   order.resize(static_cast<std::size_t>(per_rank_));
-  return order;
 }
 
 std::unique_ptr<Sampler> make_sampler(ShuffleMode mode, std::int64_t samples, int ranks, int rank, std::uint64_t seed,

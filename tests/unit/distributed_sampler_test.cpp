@@ -12,6 +12,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "hpctrain/core/error.hpp"
 #include "hpctrain/data/sampler.hpp"
@@ -116,6 +117,32 @@ Indices reference_indices(std::int64_t n, int ranks, int rank, std::uint64_t see
   Indices mine;
   for (std::int64_t i = rank; i < per_rank * ranks; i += ranks) mine.push_back(padded[i]);
   return mine;
+}
+
+TEST(TorchRandperm, MatchesTheRulesAcrossTheGeneratorsBlocks) {
+  // The generator renews its 624 words of state at a time: sizes around one and several blocks, and one large size.
+  for (std::int64_t n : {623, 624, 625, 626, 1248, 1249, 5000, 100003})
+    for (std::uint64_t seed : {std::uint64_t{0}, std::uint64_t{42}, (std::uint64_t{7} << 32) + 5}) {
+      const Indices expected = reference_indices(n, 1, 0, seed, 0, true, false);
+      ASSERT_EQ(torch_randperm(n, seed), expected) << "n " << n << " seed " << seed;
+    }
+}
+
+TEST(DistributedSampler, FillsAReusedVector) {
+  // The loader keeps one vector for every epoch: whatever it held before, it ends up holding exactly the epoch's
+  // indices, for shuffled, ordered and padded cases.
+  for (const auto& [n, ranks, shuffle] :
+       {std::tuple{3001, 4, true}, std::tuple{3001, 4, false}, std::tuple{3, 8, true}})
+    for (int rank : {0, ranks - 1}) {
+      const DistributedSampler sampler(n, ranks, rank, 11, shuffle, false);
+      Indices reused(5000, -7);
+      for (std::int64_t epoch : {0, 1, 5}) {
+        sampler.fill_indices(epoch, reused);
+        ASSERT_EQ(reused, reference_indices(n, ranks, rank, 11, epoch, shuffle, false))
+            << "n " << n << " ranks " << ranks << " rank " << rank << " epoch " << epoch;
+        reused.assign(3, -7);  // smaller than the next epoch's
+      }
+    }
 }
 
 TEST(DistributedSampler, MatchesTheRulesOverASweep) {

@@ -108,11 +108,16 @@ TEST_F(DirectReadTest, SameValuesAsHdf5ForEveryTypeAndLayout) {
       {"uint8", H5T_STD_U8LE},   {"int8", H5T_STD_I8LE},      {"uint16", H5T_STD_U16LE},  {"int16", H5T_STD_I16LE},
       {"uint32", H5T_STD_U32LE}, {"int32", H5T_STD_I32LE},    {"uint64", H5T_STD_U64LE},  {"int64", H5T_STD_I64LE},
       {"float16", half.get()},   {"float32", H5T_IEEE_F32LE}, {"float64", H5T_IEEE_F64LE}};
-  const std::vector<std::pair<const char*, Layout>> layouts = {{"contiguous", {}},
-                                                               {"chunks of 7 rows", {{7, 4, 3}}},
-                                                               {"one chunk", {{50, 4, 3}}},
-                                                               {"one value per row", {{}, false, true}},
-                                                               {"one value per row, chunks of 7", {{7}, false, true}}};
+  const std::vector<std::pair<const char*, Layout>> layouts = {
+      {"contiguous", {}},
+      {"chunks of 7 rows", {{7, 4, 3}}},
+      {"chunks of 8 rows", {{8, 4, 3}}},  // 2^k: no division
+      {"chunks of 1 row", {{1, 4, 3}}},
+      {"two chunks of 32 rows", {{32, 4, 3}}},
+      {"one chunk", {{50, 4, 3}}},
+      {"one value per row", {{}, false, true}},
+      {"one value per row, chunks of 7", {{7}, false, true}},
+      {"one value per row, chunks of 16", {{16}, false, true}}};
   std::vector<std::int64_t> indices = {49, 0, 6, 7, 8, 9, 13, 14, 14, 3, 48, 27, 28, 29, 30, 2};
   for (const auto& [type_name, type] : types)
     for (const auto& [layout_name, layout] : layouts) {

@@ -1,10 +1,10 @@
 // Which samples each rank reads, with exactly the semantics of PyTorch's DistributedSampler, so a user can reproduce a
 // PyTorch run's data order (and the order of an hpctrain run with another rank count).
 //
-// Per epoch: permutation = torch.randperm(N) with a generator seeded with seed + epoch (std::mt19937; for each i in
-// 0..N-2: z = next() % (N - i); swap(r[i], r[i + z])), or the identity without shuffling. drop_last = false pads the
-// permutation with its own first elements up to a multiple of R; drop_last = true truncates it. Rank r takes
-// perm[r], perm[r + R], ...
+// Per epoch: permutation = torch.randperm(N) with a generator seeded with seed + epoch (std::mt19937, core/mt19937.hpp;
+// for each i in 0..N-2: z = next() % (N - i); swap(r[i], r[i + z])), or the identity without shuffling. drop_last =
+// false pads the permutation with its own first elements up to a multiple of R; drop_last = true truncates it. Rank r
+// takes perm[r], perm[r + R], ...
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,8 @@ namespace hpctrain {
 
 // torch.randperm(n) on the CPU for a generator seeded with `seed`.
 std::vector<std::int64_t> torch_randperm(std::int64_t n, std::uint64_t seed);
+// The same into `permutation` (resized to n).
+void torch_randperm(std::int64_t n, std::uint64_t seed, std::vector<std::int64_t>& permutation);
 
 class DistributedSampler final : public Sampler {
  public:
@@ -23,9 +25,7 @@ class DistributedSampler final : public Sampler {
   // Samples per rank and epoch (num_samples in PyTorch).
   [[nodiscard]] std::int64_t samples_per_rank() const override { return per_rank_; }
   // This rank's sample indices for an epoch, in the order it visits them.
-  [[nodiscard]] std::vector<std::int64_t> indices(std::int64_t epoch) const override;
-  // The padded/truncated global order of an epoch (what all ranks together visit, interleaved).
-  [[nodiscard]] std::vector<std::int64_t> global_order(std::int64_t epoch) const;
+  void fill_indices(std::int64_t epoch, std::vector<std::int64_t>& out) const override;
 
  private:
   std::int64_t samples_;
@@ -33,6 +33,9 @@ class DistributedSampler final : public Sampler {
   std::uint64_t seed_;
   bool shuffle_, drop_last_;
   std::int64_t per_rank_;
+  // (samples) the last epoch's permutation, kept for its memory: 32-bit while the samples fit.
+  mutable std::vector<std::int32_t> permutation32_;
+  mutable std::vector<std::int64_t> permutation64_;
 };
 
 }  // namespace hpctrain

@@ -24,8 +24,14 @@ class Sampler {
   virtual ~Sampler() = default;
   // Samples per rank and epoch (the same on every rank).
   [[nodiscard]] virtual std::int64_t samples_per_rank() const = 0;
-  // This rank's sample indices for an epoch, in the order it visits them: samples_per_rank() of them.
-  [[nodiscard]] virtual std::vector<std::int64_t> indices(std::int64_t epoch) const = 0;
+  // This rank's sample indices for an epoch, in the order it visits them: samples_per_rank() of them, into `out`
+  // (resized; its memory reused from epoch to epoch, so a new epoch touches no fresh pages).
+  virtual void fill_indices(std::int64_t epoch, std::vector<std::int64_t>& out) const = 0;
+  [[nodiscard]] std::vector<std::int64_t> indices(std::int64_t epoch) const {
+    std::vector<std::int64_t> out;
+    fill_indices(epoch, out);
+    return out;
+  }
 };
 
 // data.shuffle = "local": rank r owns the contiguous slice [r N / R, (r + 1) N / R) of the N samples (rounded down; the
@@ -43,7 +49,7 @@ class LocalShuffleSampler final : public Sampler {
   // Throws InputError when there are fewer samples than ranks (a rank would own nothing).
   LocalShuffleSampler(std::int64_t samples, int ranks, int rank, std::uint64_t seed, bool drop_last);
   [[nodiscard]] std::int64_t samples_per_rank() const override { return per_rank_; }
-  [[nodiscard]] std::vector<std::int64_t> indices(std::int64_t epoch) const override;
+  void fill_indices(std::int64_t epoch, std::vector<std::int64_t>& out) const override;
   // The slice this rank owns: [slice_begin(), slice_end()).
   [[nodiscard]] std::int64_t slice_begin() const { return begin_; }
   [[nodiscard]] std::int64_t slice_end() const { return end_; }
