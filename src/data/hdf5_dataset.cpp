@@ -378,6 +378,11 @@ std::uintmax_t Hdf5Dataset::file_size_now() const {
   return result == 0 ? static_cast<std::uintmax_t>(status.st_size) : 0;
 }
 
+std::optional<PageMapping> Hdf5Dataset::map_pages() const {
+  if (!direct_) return std::nullopt;
+  return page_mapping(direct_->mapping);
+}
+
 void Hdf5Dataset::check_file_intact() const {
   const std::uintmax_t now = file_size_now();
   if (now >= file_bytes_) return;

@@ -365,6 +365,17 @@ void TrainingData::read_range(std::int64_t first, std::int64_t count, float* fea
   transform_.apply(features, count * feature_width_);
 }
 
+std::optional<PageMapping> TrainingData::feature_map_pages() const {
+  std::optional<PageMapping> total;
+  for (const auto& part : parts_)
+    if (const std::optional<PageMapping> pages = part->features->map_pages()) {
+      if (!total) total.emplace();
+      total->resident_bytes += pages->resident_bytes;
+      total->huge_bytes += pages->huge_bytes;
+    }
+  return total;
+}
+
 void TrainingData::validate(const MpiEnvironment& mpi, std::int64_t classes) const {
   if (tokens_) return validate_tokens(mpi.world());
   const auto [begin, end] = rank_slice(samples_, mpi.size(), mpi.rank());

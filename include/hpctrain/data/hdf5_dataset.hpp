@@ -16,10 +16,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "hpctrain/core/page_mapping.hpp"
 #include "hpctrain/io/hdf5.hpp"
 
 namespace hpctrain {
@@ -35,6 +37,8 @@ class Hdf5Dataset {
 
   // Whether float reads (and int32 reads of integers) take the direct path.
   [[nodiscard]] bool reads_directly() const { return direct_ != nullptr; }
+  // How the kernel maps the direct path's memory map of the file now (nothing without one, or without /proc).
+  [[nodiscard]] std::optional<PageMapping> map_pages() const;
 
   [[nodiscard]] const std::string& file() const { return file_name_; }
   [[nodiscard]] const std::string& path() const { return dataset_path_; }
@@ -82,7 +86,7 @@ class Hdf5Dataset {
   void read_mapped(Copy&& copy) const;  // copy() from the memory map, SIGBUS turned into that error
 
   std::string file_name_, dataset_path_;
-  std::uintmax_t file_bytes_ = 0;  // the file's size when opened
+  std::uintmax_t file_bytes_ = 0;         // the file's size when opened
   H5Handle file_, dataset_, file_space_;  // kept open for the life of the object: many small reads
   H5Handle combined_selection_;           // the selection of the latest read with many runs
   H5Handle stored_type_;

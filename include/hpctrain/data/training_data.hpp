@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "hpctrain/config/choices.hpp"
+#include "hpctrain/core/page_mapping.hpp"
 #include "hpctrain/core/staged_array.hpp"
 #include "hpctrain/data/augmentation.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
@@ -125,6 +126,8 @@ class TrainingData {
   // contiguous blocks.
   void load_into_memory(std::int64_t first, std::int64_t count, bool huge_pages = false);
   [[nodiscard]] std::int64_t rows_in_memory() const { return memory_count_; }
+  // How the kernel maps the feature files' memory maps now, summed over the files read directly (nothing when none is).
+  [[nodiscard]] std::optional<PageMapping> feature_map_pages() const;
 
   // The training split: check the deck's data.augment_* keys against these samples (InputError naming the key) and
   // keep the augmentation the BatchLoader applies to every batch it reads. Never called for the other splits.
