@@ -33,7 +33,8 @@ class DistributedSampler final : public Sampler {
   std::uint64_t seed_;
   bool shuffle_, drop_last_;
   std::int64_t per_rank_;
-  // (samples) the last epoch's permutation, kept for its memory: 32-bit while the samples fit.
+  // (samples) the last epoch's permutation, kept for its memory (so fill_indices is for one caller at a time): 32-bit
+  // while the samples fit.
   mutable std::vector<std::int32_t> permutation32_;
   mutable std::vector<std::int64_t> permutation64_;
 };
