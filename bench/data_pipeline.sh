@@ -134,7 +134,7 @@ IMAGE_EPOCH_STEPS=$(( (IMAGE_SAMPLES / RANKS + 256 / RANKS - 1) / (256 / RANKS) 
 # written on this node sits in the small folios of its writes: 4 KiB entries, a TLB miss per random row. A copy made
 # with cp is such a file: the global shuffle is measured on it too ("as just written").
 as_read_from_storage() { sync "$1"; dd if="$1" iflag=nocache count=0 status=none; cat "$1" >/dev/null; }
-cp data.h5 written.h5
+cp --reflink=never data.h5 written.h5  # a copy of the bytes, never shared extents (xfs, btrfs)
 sed -e 's/"data.h5"/"written.h5"/' deck.toml >written.toml
 as_read_from_storage data.h5
 as_read_from_storage images.h5
