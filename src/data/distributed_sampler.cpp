@@ -30,13 +30,9 @@ void shuffle_like_torch(std::vector<Index>& p, std::int64_t n, std::uint64_t see
 }
 }  // namespace
 
-void torch_randperm(std::int64_t n, std::uint64_t seed, std::vector<std::int64_t>& permutation) {
-  shuffle_like_torch(permutation, n, seed);
-}
-
 std::vector<std::int64_t> torch_randperm(std::int64_t n, std::uint64_t seed) {
   std::vector<std::int64_t> permutation;
-  torch_randperm(n, seed, permutation);
+  shuffle_like_torch(permutation, n, seed);
   return permutation;
 }
 
@@ -55,7 +51,7 @@ void DistributedSampler::fill_indices(std::int64_t epoch, std::vector<std::int64
   const auto take = [&](const auto& order) {
     std::int64_t j = 0;
     for (std::int64_t k = rank_; j < per_rank_ && k < samples_; ++j, k += ranks_)
-      out[static_cast<std::size_t>(j)] = static_cast<std::int64_t>(order(k));
+      out[static_cast<std::size_t>(j)] = order(k);
     for (; j < per_rank_; ++j) out[static_cast<std::size_t>(j)] = order((rank_ + j * ranks_) % samples_);  // padding
   };
   const std::uint64_t seed = seed_ + static_cast<std::uint64_t>(epoch);

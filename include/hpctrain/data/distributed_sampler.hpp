@@ -16,8 +16,6 @@ namespace hpctrain {
 
 // torch.randperm(n) on the CPU for a generator seeded with `seed`.
 std::vector<std::int64_t> torch_randperm(std::int64_t n, std::uint64_t seed);
-// The same into `permutation` (resized to n).
-void torch_randperm(std::int64_t n, std::uint64_t seed, std::vector<std::int64_t>& permutation);
 
 class DistributedSampler final : public Sampler {
  public:
