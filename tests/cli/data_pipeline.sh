@@ -64,4 +64,17 @@ PY
 run_ranks 2 data bench deck.toml --steps 10 >bench.log 2>&1 \
   && grep -q "^rank 1: staging .* MB/s" bench.log && grep -q "median per-rank read throughput" bench.log \
   && pass "data bench" || { cat bench.log >&2; fail "data bench"; }
+# Over 3 epochs (20 steps each) on one rank: the first epoch's and the later epochs' rates apart, the whole run's rate
+# their bytes-weighted harmonic mean (1 epoch's bytes at the first rate, 2 at the later one), and the share of the
+# features' map in 2 MiB entries.
+run_ranks 1 data bench deck.toml --steps 60 --set data.prefetch=0 >bench3.log 2>&1 || { cat bench3.log >&2; fail "data bench, 3 epochs"; }
+awk '/median per-rank read throughput/ {all = $(NF - 1)} /first-epoch throughput/ {first = $(NF - 1)}
+     /later-epochs throughput/ {later = $(NF - 1)}
+     /memory map of the features: .* resident, [0-9]+% of it in 2 MiB/ {
+       for (i = 1; i <= NF; ++i) if ($i ~ /^[0-9]+%$/) share = $i + 0; mapped = 1 }
+     END { mean = 3 / (1 / first + 2 / later)
+           exit !(first > 0 && later > 0 && all >= 0.99 * mean && all <= 1.01 * mean && mapped && share >= 0 &&
+                  share <= 100) }' \
+  bench3.log && pass "data bench: first and later epochs apart, the map's 2 MiB share" \
+  || { cat bench3.log >&2; fail "data bench epochs"; }
 finish
