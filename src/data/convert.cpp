@@ -35,8 +35,9 @@ std::int64_t product(const std::vector<std::int64_t>& dims) {
   return count;
 }
 
+// Whole 2 MiB pieces of the output where the row size allows (io/hdf5.hpp: the new file's pages then stay large).
 std::int64_t block_rows_for(std::int64_t row_bytes) {
-  return std::max<std::int64_t>(1, block_bytes / std::max<std::int64_t>(1, row_bytes));
+  return folio_block_rows(std::max<std::int64_t>(1, row_bytes), block_bytes);
 }
 
 // The little-endian HDF5 type that stores a .npy element type unchanged.
@@ -136,8 +137,12 @@ DatasetWriter::DatasetWriter(hid_t file, const std::string& path, hid_t file_typ
     dims[d] = max_dims[d] = chunk[d] = static_cast<hsize_t>(sample_shape[d - 1]);
 
   H5Handle space(HPCTRAIN_H5_CHECK(H5Screate_simple(rank, dims.data(), max_dims.data())));
-  H5Handle creation(HPCTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
-  if (growing_ || rows > 0) {  // an empty fixed-size dataset stays contiguous: nothing to chunk
+  // Uncompressed rows of a known count: one preallocated extent (io/hdf5.hpp), the fastest to read at random. Chunks
+  // where the dataset grows or is compressed; an empty dataset stays contiguous: nothing to chunk.
+  const bool chunked = growing_ || (compress && rows > 0);
+  H5Handle creation =
+      chunked || rows == 0 ? H5Handle(HPCTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE))) : row_dataset_layout();
+  if (chunked) {
     HPCTRAIN_H5_CHECK(H5Pset_chunk(creation.get(), rank, chunk.data()));
     if (compress) {
       HPCTRAIN_H5_CHECK(H5Pset_shuffle(creation.get()));
@@ -204,7 +209,7 @@ std::string convert_npy(const NpyConversion& conversion, const std::string& outp
   const std::int64_t answer_width = answers.shape.size() == 2 ? answers.shape[1] : 1;
 
   const auto lock = lock_hdf5();
-  H5Handle file = create_file(output);
+  H5Handle file = create_data_file(output);
   {  // features: copied as stored, in blocks
     const H5Handle type = file_type_for(features);
     DatasetWriter writer(file.get(), "/features", type.get(), sample_shape, samples, conversion.compress);
@@ -350,7 +355,7 @@ std::string convert_csv(const CsvConversion& conversion, const std::string& outp
   };
 
   const auto lock = lock_hdf5();
-  H5Handle file = create_file(output);
+  H5Handle file = create_data_file(output);
   std::unique_ptr<DatasetWriter> features_writer, answers_writer;
   std::vector<float> features;       // (block, F)
   std::vector<std::int32_t> labels;  // (block)
@@ -547,7 +552,7 @@ std::string convert_tokens(const TokenConversion& conversion, const std::string&
   std::vector<Output> outputs;
   for (const auto& [path, count] : {std::pair{output, train_tokens}, std::pair{validation_output, validation_tokens}}) {
     if (count == 0) continue;
-    Output out{create_file(path), nullptr};
+    Output out{create_data_file(path), nullptr};
     out.writer = std::make_unique<DatasetWriter>(out.file.get(), tokens_dataset, file_type, std::vector<std::int64_t>{},
                                                  count, conversion.compress);
     outputs.push_back(std::move(out));
@@ -626,7 +631,7 @@ std::string split_dataset(const SplitRequest& request, const std::string& train_
   }
 
   auto write_part = [&](const std::string& output, const std::vector<std::int64_t>& rows) {
-    H5Handle file = create_file(output);
+    H5Handle file = create_data_file(output);
     std::vector<unsigned char> block;  // (block rows, sample values) in the stored type
     for (const auto& dataset : datasets) {
       const std::vector<std::int64_t> sample_shape(dataset->shape().begin() + 1, dataset->shape().end());

@@ -339,24 +339,14 @@ void generate_volumes(const SyntheticSpec& spec, std::int64_t first, std::int64_
 
 // --- writing ---
 
-// A chunked dataset of `rows` samples of shape `sample_shape` (empty: one value per sample).
-H5Handle create_chunked_dataset(hid_t file, const char* path, hid_t stored_type, std::int64_t rows,
-                                const std::vector<std::int64_t>& sample_shape) {
-  // About 256 KiB per chunk: a random row costs reading one chunk, so chunks stay small, yet a million-row file still
-  // has only a few hundred of them.
-  constexpr std::int64_t chunk_bytes = 256 << 10;
-  std::int64_t width = 1;
-  for (auto extent : sample_shape) width *= extent;
-  const std::int64_t chunk_rows = std::clamp<std::int64_t>(chunk_bytes / (4 * width), 1, rows);
-  std::vector<hsize_t> shape{static_cast<hsize_t>(rows)}, chunk{static_cast<hsize_t>(chunk_rows)};
-  for (auto extent : sample_shape) {
-    shape.push_back(static_cast<hsize_t>(extent));
-    chunk.push_back(static_cast<hsize_t>(extent));
-  }
-  const int rank = static_cast<int>(shape.size());
-  H5Handle space(HPCTRAIN_H5_CHECK(H5Screate_simple(rank, shape.data(), nullptr)));
-  H5Handle creation(HPCTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
-  HPCTRAIN_H5_CHECK(H5Pset_chunk(creation.get(), rank, chunk.data()));
+// A dataset of `rows` samples of shape `sample_shape` (empty: one value per sample), laid out for random row reads
+// (io/hdf5.hpp: one extent, on a 2 MiB boundary when large).
+H5Handle create_row_dataset(hid_t file, const char* path, hid_t stored_type, std::int64_t rows,
+                            const std::vector<std::int64_t>& sample_shape) {
+  std::vector<hsize_t> shape{static_cast<hsize_t>(rows)};
+  for (auto extent : sample_shape) shape.push_back(static_cast<hsize_t>(extent));
+  H5Handle space(HPCTRAIN_H5_CHECK(H5Screate_simple(static_cast<int>(shape.size()), shape.data(), nullptr)));
+  const H5Handle creation = row_dataset_layout();
   return H5Handle(
       HPCTRAIN_H5_CHECK(H5Dcreate2(file, path, stored_type, space.get(), H5P_DEFAULT, creation.get(), H5P_DEFAULT)));
 }
@@ -531,17 +521,17 @@ void write_synthetic_dataset(const SyntheticSpec& spec, const std::string& path)
   const bool classification = is_classification(spec.kind);
   const std::int64_t rows = spec.samples, width = spec.features, outputs = spec.outputs;
 
-  H5Handle file = create_file(path);
+  H5Handle file = create_data_file(path);
   const std::vector<std::int64_t> sample_shape = synthetic_sample_shape(spec);
   const std::vector<std::int64_t> target_shape{outputs};
-  H5Handle features = create_chunked_dataset(file.get(), "/features", H5T_IEEE_F32LE, rows, sample_shape);
-  H5Handle answers = classification
-                         ? create_chunked_dataset(file.get(), "/labels", H5T_STD_I32LE, rows, {})
-                         : create_chunked_dataset(file.get(), "/targets", H5T_IEEE_F32LE, rows, target_shape);
+  H5Handle features = create_row_dataset(file.get(), "/features", H5T_IEEE_F32LE, rows, sample_shape);
+  H5Handle answers = classification ? create_row_dataset(file.get(), "/labels", H5T_STD_I32LE, rows, {})
+                                    : create_row_dataset(file.get(), "/targets", H5T_IEEE_F32LE, rows, target_shape);
 
-  // Blocks of at most ~16 MiB of features keep memory bounded for files of any size.
+  // Blocks of at most ~16 MiB of features keep memory bounded for files of any size; whole 2 MiB pieces of the
+  // features where the row size allows (io/hdf5.hpp).
   const std::int64_t block_rows =
-      std::clamp<std::int64_t>((std::int64_t{16} << 20) / (4 * std::max(width, outputs)), 1, rows);
+      std::min(folio_block_rows(4 * std::max(width, outputs), std::int64_t{16} << 20), rows);
   std::vector<float> feature_block(static_cast<std::size_t>(block_rows * width));                        // (block, F)
   std::vector<std::int32_t> label_block(classification ? static_cast<std::size_t>(block_rows) : 0);      // (block)
   std::vector<float> target_block(classification ? 0 : static_cast<std::size_t>(block_rows * outputs));  // (block, K)

@@ -1,10 +1,12 @@
 // The thin HDF5 layer: owning handles, opening files with messages a user can act on, links, attributes, type names.
 #include "hpctrain/io/hdf5.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 
 #include "hpctrain/core/error.hpp"
@@ -158,13 +160,16 @@ H5Handle open_file_read_only(const std::string& path, std::string_view descripti
   return H5Handle(file);
 }
 
-H5Handle create_file(const std::string& path) {
+namespace {
+H5Handle create_file_with(const std::string& path, hsize_t alignment_threshold) {
   const auto lock = lock_hdf5();
   silence_hdf5_error_printing();
   // The default (earliest) format keeps no "open for writing" flag in the superblock, so a file whose writer crashed
   // after a flush opens normally, without h5clear.
   H5Handle access(HPCTRAIN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
   HPCTRAIN_H5_CHECK(H5Pset_file_locking(access.get(), false, true));
+  if (alignment_threshold > 0)
+    HPCTRAIN_H5_CHECK(H5Pset_alignment(access.get(), alignment_threshold, static_cast<hsize_t>(large_folio_bytes)));
   const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get());
   if (file < 0) {
     const std::string detail = take_error_stack_text();
@@ -172,6 +177,28 @@ H5Handle create_file(const std::string& path) {
                      "check that its directory exists and is writable", ErrorScope::this_rank);
   }
   return H5Handle(file);
+}
+}  // namespace
+
+H5Handle create_file(const std::string& path) { return create_file_with(path, 0); }
+
+H5Handle create_data_file(const std::string& path) {
+  return create_file_with(path, static_cast<hsize_t>(aligned_object_bytes));
+}
+
+H5Handle row_dataset_layout() {
+  H5Handle creation(HPCTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+  HPCTRAIN_H5_CHECK(H5Pset_layout(creation.get(), H5D_CONTIGUOUS));
+  HPCTRAIN_H5_CHECK(H5Pset_alloc_time(creation.get(), H5D_ALLOC_TIME_EARLY));
+  HPCTRAIN_H5_CHECK(H5Pset_fill_time(creation.get(), H5D_FILL_TIME_NEVER));
+  return creation;
+}
+
+std::int64_t folio_block_rows(std::int64_t row_bytes, std::int64_t most_bytes) {
+  HPCTRAIN_ASSERT(row_bytes > 0, "rows of " << row_bytes << " bytes");
+  const std::int64_t fit = std::max<std::int64_t>(1, most_bytes / row_bytes);
+  const std::int64_t whole = large_folio_bytes / std::gcd(large_folio_bytes, row_bytes);  // rows in k * 2 MiB
+  return fit >= whole ? fit / whole * whole : fit;
 }
 
 namespace {

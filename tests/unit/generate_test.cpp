@@ -373,7 +373,7 @@ TEST_F(GenerateFileTest, ClassificationFileHoldsWhatGenerateRowsMakes) {
   EXPECT_EQ(read_number_attribute(file.get(), "classes"), 4);
   EXPECT_EQ(read_number_attribute(file.get(), "noise"), spec.noise);
   H5Handle dataset = open_dataset(file.get(), "/features");
-  EXPECT_EQ(storage_description(dataset.get()), "chunks (777, 3), uncompressed");
+  EXPECT_EQ(storage_description(dataset.get()), "contiguous");  // one extent for random row reads (io/hdf5.hpp)
 
   // The same parameters write the same file contents.
   write_synthetic_dataset(spec, path("again.h5"));

@@ -1,9 +1,12 @@
 // Writing data files in hpctrain's layout (/features plus /labels or /targets, one row per sample) from other formats,
 // and carving a validation set out of a file: what `hpctrain data convert` and `hpctrain data split` do.
 //
-// Every writer streams in bounded blocks (files of any size), chunks datasets along the sample axis in chunks of about
-// 1 MiB (one chunk holds whole samples; a random sample costs one chunk read), and with `compress` applies the shuffle
-// filter and gzip level 4 (a good size/speed balance for numeric data). Callers write to a temporary name and rename.
+// Every writer streams in bounded blocks (files of any size). An uncompressed dataset of known size is one contiguous,
+// preallocated extent written in whole 2 MiB pieces (io/hdf5.hpp: the layout random row reads are fastest on); with
+// `compress`, or when the row count is not known in advance (CSV), datasets are chunked along the sample axis in chunks
+// of about 1 MiB (one chunk holds whole samples; a random sample costs one chunk read), and `compress` applies the
+// shuffle filter and gzip level 4 (a good size/speed balance for numeric data). Callers write to a temporary name and
+// rename.
 #pragma once
 
 #include <cstdint>
@@ -14,8 +17,8 @@
 
 namespace hpctrain {
 
-// Rows per chunk for samples of `row_bytes` bytes: about 1 MiB of whole samples, at least one, at most `rows` (when
-// known, > 0).
+// Rows per chunk (of a chunked dataset) for samples of `row_bytes` bytes: about 1 MiB of whole samples, at least one,
+// at most `rows` (when known, > 0).
 std::int64_t chunk_rows_for(std::int64_t row_bytes, std::int64_t rows);
 
 // One dataset being written row block by row block. rows < 0: the count is not known in advance (CSV) and the dataset

@@ -63,6 +63,24 @@ H5Handle open_file_read_only(const std::string& path, std::string_view descripti
 // file that a running job is still appending to.
 H5Handle create_file(const std::string& path);
 
+// Data files for random row reads (what `hpctrain data generate/convert/split` write). Linux's page cache holds a file
+// in folios of up to 2 MiB where the file system allows (ext4 from Linux 6.16, xfs), sized by the writes that filled
+// it, and maps a read-only map 2 MiB at a time wherever a whole 2 MiB folio sits on a 2 MiB boundary: random rows then
+// cost no page fault and no TLB miss each (docs/data.md, "Direct reads"). So a data file is written in pieces of whole
+// 2 MiB at 2 MiB offsets: create_data_file is create_file with every object of 64 MiB or more placed on a 2 MiB
+// boundary (at most 2 MiB of padding each, 3% or less), row_dataset_layout lays a dataset out as one preallocated
+// extent, and writers write blocks of folio_block_rows rows.
+inline constexpr std::int64_t large_folio_bytes = std::int64_t{2} << 20;
+inline constexpr std::int64_t aligned_object_bytes = std::int64_t{64} << 20;
+H5Handle create_data_file(const std::string& path);
+// A dataset creation list for a fixed-size, uncompressed dataset of rows: contiguous, its space allocated when the
+// dataset is created (so nothing HDF5 writes later lands inside it) and no fill values written (the writer fills it;
+// writing fill values first would leave the page cache in the fill writes' small folios).
+H5Handle row_dataset_layout();
+// Rows per write block for rows of `row_bytes` bytes and blocks of at most `most_bytes` (at least one row): the most
+// rows whose bytes are a whole number of 2 MiB pieces when such a count fits, otherwise the most that fit.
+std::int64_t folio_block_rows(std::int64_t row_bytes, std::int64_t most_bytes);
+
 // Files all ranks open together through the MPI-IO driver, for collective reads and writes (parallel HDF5). Collective:
 // every rank passes the same path. Metadata is read and written collectively; file locking is off (not every parallel
 // file system has it). A communicator of one process gets the POSIX driver instead. Both throw LibraryError.
