@@ -12,7 +12,8 @@
 #      per-rank figure, since R readers share the memory bandwidth one stream has alone). The page cache is warm, as
 #      a job finds a data set it has read from storage once: the file is written back, its pages dropped (its own,
 #      no root needed) and read once before timing, so every figure here is "from memory through the kernel". The
-#      global shuffle is also measured on a copy left as just written (the page cache's folios differ: see below).
+#      global shuffle is also measured on a copy made with cp and on the file as 'data generate' leaves it (the page
+#      cache's folios differ: see below).
 #   2. Per-rank read throughput of the loader on R ranks ('hpctrain data bench', data.prefetch = 0 so the reading is
 #      timed, not hidden): bytes of batches delivered per second and rank, median over the ranks, for a global shuffle
 #      (random rows: the first epoch, which also builds each rank's page tables of the file's map, and epochs 2-4 of a
@@ -131,13 +132,17 @@ IMAGE_EPOCH_STEPS=$(( (IMAGE_SAMPLES / RANKS + 256 / RANKS - 1) / (256 / RANKS) 
 # flag; no root needed) and read once. How the pages got into the cache matters to random rows: on kernels whose file
 # system caches large folios (ext4 from Linux 6.16, xfs) a read fills the cache with folios of up to 2 MiB, which the
 # kernel maps with one page-table entry each (a map 2 MiB-aligned, as Linux 6.7+ places large maps), while a file just
-# written on this node sits in the small folios of its writes: 4 KiB entries, a TLB miss per random row. A copy made
-# with cp is such a file: the global shuffle is measured on it too ("as just written").
+# written on this node sits in folios no larger than its writes' pieces and their alignment allow. A copy made with cp
+# has small ones: 4 KiB entries, a TLB miss per random row ("copied with cp"). hpctrain's writers write whole 2 MiB
+# pieces at 2 MiB offsets (io/hdf5.hpp): the file as `data generate` leaves it is measured too ("as generated").
 as_read_from_storage() { sync "$1"; dd if="$1" iflag=nocache count=0 status=none; cat "$1" >/dev/null; }
 cp --reflink=never data.h5 written.h5  # a copy of the bytes, never shared extents (xfs, btrfs)
 sed -e 's/"data.h5"/"written.h5"/' deck.toml >written.toml
 as_read_from_storage data.h5
 as_read_from_storage images.h5
+"$HPCTRAIN" data generate blobs --samples "$SAMPLES" --features "$FEATURES" --classes 10 --noise 100 --seed 1 \
+  --output generated.h5 >/dev/null
+sed -e 's/"data.h5"/"generated.h5"/' deck.toml >generated.toml
 
 # --- 1. raw sequential read ---
 raw=()
@@ -185,6 +190,7 @@ ceiling() {  # ceiling FILE
 }
 ceiling data.h5
 ceiling written.h5
+ceiling generated.h5
 
 # --- 2. per-rank read throughput ---
 declare -A READS  # READS[build-name]: the median over runs of one 'data bench' figure
@@ -204,6 +210,8 @@ bench global-first read --steps "$EPOCH_STEPS"
 bench global-later later-epochs --steps $((4 * EPOCH_STEPS))
 BENCH_DECK=written.toml bench written-first read --steps "$EPOCH_STEPS"
 BENCH_DECK=written.toml bench written-later later-epochs --steps $((4 * EPOCH_STEPS))
+BENCH_DECK=generated.toml bench generated-first read --steps "$EPOCH_STEPS"
+BENCH_DECK=generated.toml bench generated-later later-epochs --steps $((4 * EPOCH_STEPS))
 bench ordered read --set data.shuffle=false
 bench local-staging staging --set data.shuffle=local --steps 1
 bench local-batches read --set data.shuffle=local
@@ -252,10 +260,14 @@ echo "bare copy of random rows (row_copy_ceiling: memcpy + prefetch, no loader),
 row "first epoch (builds each rank's page tables of the map)" "${CEILING[data.h5-first]} MB/s" \
   "$(percent "${CEILING[data.h5-first]}" "$STRIPED")"
 row "later epochs" "${CEILING[data.h5-later]} MB/s" "$(percent "${CEILING[data.h5-later]}" "$STRIPED")"
-row "file as just written: first epoch" "${CEILING[written.h5-first]} MB/s" \
+row "file copied with cp: first epoch" "${CEILING[written.h5-first]} MB/s" \
   "$(percent "${CEILING[written.h5-first]}" "$STRIPED")"
-row "file as just written: later epochs" "${CEILING[written.h5-later]} MB/s" \
+row "file copied with cp: later epochs" "${CEILING[written.h5-later]} MB/s" \
   "$(percent "${CEILING[written.h5-later]}" "$STRIPED")"
+row "file as 'data generate' wrote it: first epoch" "${CEILING[generated.h5-first]} MB/s" \
+  "$(percent "${CEILING[generated.h5-first]}" "$STRIPED")"
+row "file as 'data generate' wrote it: later epochs" "${CEILING[generated.h5-later]} MB/s" \
+  "$(percent "${CEILING[generated.h5-later]}" "$STRIPED")"
 echo "per-rank read throughput ('hpctrain data bench', data.prefetch = 0, median over ranks), vs $RANKS concurrent" \
   "streams (goal >= 80%) and vs one stream:"
 reads() {  # reads NAME LABEL
@@ -266,10 +278,14 @@ reads global-first "global shuffle, first epoch (random rows; maps the file)"
 reads global-later "global shuffle, epochs 2-4 (page tables built)"
 row "  vs the bare copy (first epoch; later epochs)" "" \
   "$(percent "${READS[test-global-first]}" "${CEILING[data.h5-first]}") $(percent "${READS[test-global-later]}" "${CEILING[data.h5-later]}")"
-reads written-first "global shuffle, file as just written: first epoch"
-reads written-later "global shuffle, file as just written: epochs 2-4"
+reads written-first "global shuffle, file copied with cp: first epoch"
+reads written-later "global shuffle, file copied with cp: epochs 2-4"
 row "  vs the bare copy (first epoch; later epochs)" "" \
   "$(percent "${READS[test-written-first]}" "${CEILING[written.h5-first]}") $(percent "${READS[test-written-later]}" "${CEILING[written.h5-later]}")"
+reads generated-first "global shuffle, file as 'data generate' wrote it: first epoch"
+reads generated-later "global shuffle, file as 'data generate' wrote it: epochs 2-4"
+row "  vs the bare copy (first epoch; later epochs)" "" \
+  "$(percent "${READS[test-generated-first]}" "${CEILING[generated.h5-first]}") $(percent "${READS[test-generated-later]}" "${CEILING[generated.h5-later]}")"
 reads ordered "file order (data.shuffle = false)"
 reads local-staging "local shuffle: staging the rank's slice (one-off)"
 reads local-batches "local shuffle: batches from memory"
