@@ -28,7 +28,9 @@
 #      own and competes with the compute, while a rank on a cluster node usually has spare cores; 1 rank on this
 #      machine shows that case.
 # Every figure is the median over --runs repetitions (the runs of the configurations alternate, so load from elsewhere
-# hits them alike). With --baseline DIR every loader figure (2 and 3) is also measured with DIR/bin/hpctrain, each of its
+# hits them alike). A share of dd is the median over the runs of the figure's ratio to a round of the R concurrent
+# dd streams run right before it: rates here drift by 20-40% between minutes, so a figure set against dd measured
+# minutes earlier could be off by as much. With --baseline DIR every loader figure (2 and 3) is also measured with DIR/bin/hpctrain, each of its
 # runs right before the same run of the build under test, and reported next to it with the ratio (this build / baseline).
 set -euo pipefail
 
@@ -154,11 +156,12 @@ for ((run = 0; run < RUNS; ++run)); do
   raw+=("$(awk -v b="$BYTES" -v s="$start" -v e="$end" 'BEGIN {printf "%.1f", 5 * b / (e - s) / 1e6}')")
 done
 RAW=$(printf '%s\n' "${raw[@]}" | median)
-# R concurrent streams over stripes of the file: per-stream MB/s, median over streams, then over runs.
+# R concurrent streams over stripes of the file: per-stream MB/s, median over streams, then over runs. Every figure
+# below is also set against a round of these streams run right before it (its share of dd: the median over runs of the
+# per-run ratios), since this machine's rates drift by 20-40% between minutes.
 STRIPE_BLOCKS=$(( (BYTES + RANKS * 4194304 - 1) / (RANKS * 4194304) ))
-striped=()
-for ((run = 0; run < RUNS; ++run)); do
-  rates=()
+dd_round() {  # prints one round's median per-stream MB/s of RANKS concurrent streams
+  local rates=() stream
   for ((stream = 0; stream < RANKS; ++stream)); do
     (start=$(date +%s.%N)
      for pass in 1 2 3 4 5; do
@@ -171,22 +174,30 @@ for ((run = 0; run < RUNS; ++run)); do
   done
   wait
   for ((stream = 0; stream < RANKS; ++stream)); do rates+=("$(cat "stream-$stream")"); done
-  striped+=("$(printf '%s\n' "${rates[@]}" | median)")
-done
+  printf '%s\n' "${rates[@]}" | median
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.4f", a / b}'; }
+striped=()
+for ((run = 0; run < RUNS; ++run)); do striped+=("$(dd_round)"); done
 STRIPED=$(printf '%s\n' "${striped[@]}" | median)
 # The bare copy of random rows (bench/row_copy_ceiling.cpp) on R ranks: the most a global shuffle can deliver here.
 declare -A CEILING  # CEILING[file-first], CEILING[file-later]: medians over runs, MB/s per rank
+declare -A SHARE    # SHARE[name]: median over runs of (figure / the dd round right before it)
 ceiling() {  # ceiling FILE
-  local first=() later=() line run
-  CEILING[$1-first]=nan CEILING[$1-later]=nan
+  local first=() later=() first_share=() later_share=() line run dd
+  CEILING[$1-first]=nan CEILING[$1-later]=nan SHARE[$1-first]=nan SHARE[$1-later]=nan
   [[ -x $BUILD_DIR/bin/row_copy_ceiling ]] || return 0
   for ((run = 0; run < RUNS; ++run)); do
+    dd=$(dd_round)
     line=$("${MPIEXEC[@]}" -n "$RANKS" "$BUILD_DIR/bin/row_copy_ceiling" "$1" --row-bytes $((FEATURES * 4)) --epochs 4)
     first+=("$(sed -n 's/.*first_epoch_mbps=\([0-9.]*\).*/\1/p' <<<"$line")")
     later+=("$(sed -n 's/.*later_epochs_mbps=\([0-9.]*\).*/\1/p' <<<"$line")")
+    first_share+=("$(ratio "${first[-1]}" "$dd")") later_share+=("$(ratio "${later[-1]}" "$dd")")
   done
   CEILING[$1-first]=$(printf '%s\n' "${first[@]}" | median)
   CEILING[$1-later]=$(printf '%s\n' "${later[@]}" | median)
+  SHARE[$1-first]=$(printf '%s\n' "${first_share[@]}" | median)
+  SHARE[$1-later]=$(printf '%s\n' "${later_share[@]}" | median)
 }
 ceiling data.h5
 ceiling written.h5
@@ -195,16 +206,21 @@ ceiling generated.h5
 # --- 2. per-rank read throughput ---
 declare -A READS  # READS[build-name]: the median over runs of one 'data bench' figure
 bench() {  # bench NAME FIELD ARGS...: runs 'data bench' --runs times per build (alternating), FIELD "read" or "staging"
-  local name=$1 field=$2 build; shift 2
-  declare -A values=()
+  local name=$1 field=$2 build dd value; shift 2
+  declare -A values=() shares=()
   for ((run = 0; run < RUNS; ++run)); do
+    dd=$(dd_round)
     for build in "${BUILDS[@]}"; do
-      values[$build]+="$("${MPIEXEC[@]}" -n "$RANKS" "${BINARY[$build]}" data bench "${BENCH_DECK:-deck.toml}" \
+      value=$("${MPIEXEC[@]}" -n "$RANKS" "${BINARY[$build]}" data bench "${BENCH_DECK:-deck.toml}" \
         --set data.prefetch=0 "$@" \
-        | awk -v f="$field" '$0 ~ "median per-rank " f " throughput" {print $(NF - 1)}') "
+        | awk -v f="$field" '$0 ~ "median per-rank " f " throughput" {print $(NF - 1)}')
+      values[$build]+="$value " shares[$build]+="$(ratio "$value" "$dd") "
     done
   done
-  for build in "${BUILDS[@]}"; do READS[$build-$name]=$(printf '%s\n' ${values[$build]} | median); done
+  for build in "${BUILDS[@]}"; do
+    READS[$build-$name]=$(printf '%s\n' ${values[$build]} | median)
+    SHARE[$build-$name]=$(printf '%s\n' ${shares[$build]} | median)
+  done
 }
 bench global-first read --steps "$EPOCH_STEPS"
 bench global-later later-epochs --steps $((4 * EPOCH_STEPS))
@@ -245,6 +261,8 @@ done
 
 # --- report ---
 row() { printf '  %-58s %10s %s\n' "$@"; }
+share() { awk -v r="${SHARE[$1]}" 'BEGIN {printf "%.0f%%", 100 * r}'; }  # a figure's median share of its dd rounds
+share_of() { awk -v a="${SHARE[$1]}" -v b="${SHARE[$2]}" 'BEGIN {printf "%.0f%%", 100 * a / b}'; }  # A's vs B's
 versus() {  # versus VALUE BASELINE-VALUE: "(baseline X, 1.23x)" when a baseline was measured
   [[ -n $BASELINE_DIR ]] || return 0
   awk -v a="$1" -v b="$2" -v u="$3" 'BEGIN {printf "(baseline %s%s: %.2fx)", b, u, (u == " ms" ? b / a : a / b)}'
@@ -256,36 +274,37 @@ echo "hpctrain data pipeline benchmark: $SAMPLES samples x $FEATURES float32 ($(
 echo "raw sequential read (dd bs=4M to /dev/null):"
 row "one stream" "$RAW MB/s"
 row "$RANKS concurrent streams, one stripe each (per stream)" "$STRIPED MB/s"
-echo "bare copy of random rows (row_copy_ceiling: memcpy + prefetch, no loader), $RANKS ranks, per rank:"
+echo "bare copy of random rows (row_copy_ceiling: memcpy + prefetch, no loader), $RANKS ranks, per rank, vs the dd" \
+  "streams measured right before each run (median of the runs' ratios):"
 row "first epoch (builds each rank's page tables of the map)" "${CEILING[data.h5-first]} MB/s" \
-  "$(percent "${CEILING[data.h5-first]}" "$STRIPED")"
-row "later epochs" "${CEILING[data.h5-later]} MB/s" "$(percent "${CEILING[data.h5-later]}" "$STRIPED")"
+  "$(share data.h5-first)"
+row "later epochs" "${CEILING[data.h5-later]} MB/s" "$(share data.h5-later)"
 row "file copied with cp: first epoch" "${CEILING[written.h5-first]} MB/s" \
-  "$(percent "${CEILING[written.h5-first]}" "$STRIPED")"
+  "$(share written.h5-first)"
 row "file copied with cp: later epochs" "${CEILING[written.h5-later]} MB/s" \
-  "$(percent "${CEILING[written.h5-later]}" "$STRIPED")"
+  "$(share written.h5-later)"
 row "file as 'data generate' wrote it: first epoch" "${CEILING[generated.h5-first]} MB/s" \
-  "$(percent "${CEILING[generated.h5-first]}" "$STRIPED")"
+  "$(share generated.h5-first)"
 row "file as 'data generate' wrote it: later epochs" "${CEILING[generated.h5-later]} MB/s" \
-  "$(percent "${CEILING[generated.h5-later]}" "$STRIPED")"
+  "$(share generated.h5-later)"
 echo "per-rank read throughput ('hpctrain data bench', data.prefetch = 0, median over ranks), vs $RANKS concurrent" \
-  "streams (goal >= 80%) and vs one stream:"
+  "streams measured right before each run (median of the runs' ratios; goal >= 80%) and vs one stream:"
 reads() {  # reads NAME LABEL
   local value=${READS[test-$1]}
-  row "$2" "$value MB/s" "$(percent "$value" "$STRIPED") $(percent "$value" "$RAW") $(versus "$value" "${READS[baseline-$1]:-}" " MB/s")"
+  row "$2" "$value MB/s" "$(share "test-$1") $(percent "$value" "$RAW") $(versus "$value" "${READS[baseline-$1]:-}" " MB/s")"
 }
 reads global-first "global shuffle, first epoch (random rows; maps the file)"
 reads global-later "global shuffle, epochs 2-4 (page tables built)"
-row "  vs the bare copy (first epoch; later epochs)" "" \
-  "$(percent "${READS[test-global-first]}" "${CEILING[data.h5-first]}") $(percent "${READS[test-global-later]}" "${CEILING[data.h5-later]}")"
+row "  vs the bare copy (first epoch; later epochs; shares of dd)" "" \
+  "$(share_of test-global-first data.h5-first) $(share_of test-global-later data.h5-later)"
 reads written-first "global shuffle, file copied with cp: first epoch"
 reads written-later "global shuffle, file copied with cp: epochs 2-4"
-row "  vs the bare copy (first epoch; later epochs)" "" \
-  "$(percent "${READS[test-written-first]}" "${CEILING[written.h5-first]}") $(percent "${READS[test-written-later]}" "${CEILING[written.h5-later]}")"
+row "  vs the bare copy (first epoch; later epochs; shares of dd)" "" \
+  "$(share_of test-written-first written.h5-first) $(share_of test-written-later written.h5-later)"
 reads generated-first "global shuffle, file as 'data generate' wrote it: first epoch"
 reads generated-later "global shuffle, file as 'data generate' wrote it: epochs 2-4"
-row "  vs the bare copy (first epoch; later epochs)" "" \
-  "$(percent "${READS[test-generated-first]}" "${CEILING[generated.h5-first]}") $(percent "${READS[test-generated-later]}" "${CEILING[generated.h5-later]}")"
+row "  vs the bare copy (first epoch; later epochs; shares of dd)" "" \
+  "$(share_of test-generated-first generated.h5-first) $(share_of test-generated-later generated.h5-later)"
 reads ordered "file order (data.shuffle = false)"
 reads local-staging "local shuffle: staging the rank's slice (one-off)"
 reads local-batches "local shuffle: batches from memory"
