@@ -46,8 +46,9 @@ const char* const convert_usage =
     "  --compress              gzip level 4 with the shuffle filter (smaller files, slower random reads)\n"
     "  --force                 replace FILE.h5 if it exists\n"
     "\n"
-    "Datasets are chunked along the sample axis in chunks of about 1 MiB of whole samples. Token ids are stored\n"
-    "as uint8 for a vocabulary up to 256, uint16 up to 65,536, int32 above.\n";
+    "Uncompressed datasets are stored contiguously, large ones on 2 MiB boundaries (fast random reads); with\n"
+    "--compress, or from a CSV, datasets are chunked along the sample axis in chunks of about 1 MiB of whole\n"
+    "samples. Token ids are stored as uint8 for a vocabulary up to 256, uint16 up to 65,536, int32 above.\n";
 
 // --text / --tokens: a token file, and a validation token file with --validation-fraction.
 int convert_token_data(const CommandLine& parsed, const MpiEnvironment& mpi) {
