@@ -15,6 +15,7 @@ export TMPDIR=$WORK
 
 "$bench/data_pipeline.sh" --build-dir "$build" --quick >data.txt 2>&1 || { cat data.txt >&2; fail "data_pipeline.sh"; }
 grep -qE "global shuffle, first epoch .* MB/s" data.txt && grep -qE "background reader .* ms .*vs memory" data.txt &&
+  grep -qE "global shuffle, file as 'data generate' wrote it: epochs 2-4 .* MB/s [0-9]+%" data.txt &&
   pass "data_pipeline.sh --quick prints its table" || { cat data.txt >&2; fail "data_pipeline.sh table"; }
 
 "$bench/augmentation.sh" --build-dir "$build" --quick >augmentation.txt 2>&1 ||
