@@ -116,14 +116,14 @@ int data_bench_command(const Arguments& args, const MpiEnvironment& mpi) {
     }
     std::printf("median per-rank read rate: %.0f samples/s\n", median(rates) * 1e6 / static_cast<double>(row_bytes));
     // Random rows read several times faster where the kernel maps the file 2 MiB at a time, which it does when the page
-    // cache holds the file in large folios (a file read from storage on Linux 6.16+ with ext4, or xfs; not one just
-    // written or copied on this node): say which case this is.
+    // cache holds the file in large folios (Linux 6.16+ with ext4, or xfs: a file read from storage, or written in
+    // whole 2 MiB pieces as hpctrain's writers do; not a cp copy): say which case this is.
     if (const std::optional<PageMapping> pages = data.feature_map_pages(); pages && pages->resident_bytes > 0) {
       const double huge = static_cast<double>(pages->huge_bytes) / static_cast<double>(pages->resident_bytes);
       std::printf("rank 0's memory map of the features: %.1f MB resident, %.0f%% of it in 2 MiB page-table entries%s\n",
                   static_cast<double>(pages->resident_bytes) / 1e6, 100 * huge,
-                  huge < 0.5 ? " (the page cache holds the file in small pages, as a file written or copied on this "
-                               "node: see 'Direct reads' in docs/data.md)"
+                  huge < 0.5 ? " (the page cache holds the file in small pages, as a file copied on this node or "
+                               "written in small pieces: see 'Direct reads' in docs/data.md)"
                              : "");
     }
     std::fflush(stdout);
