@@ -222,16 +222,41 @@ struct Hdf5Dataset::DirectReader {
   // Returns the end of the highest byte read, as for_each_run.
   template <class Out>
   std::uint64_t read_rows(const std::int64_t* indices, std::int64_t count, Out* out) const {
+    if (stores<Out>()) return copy_rows(indices, count, reinterpret_cast<unsigned char*>(out));
     return for_each_run(indices, count, [&](std::int64_t i, const unsigned char* from, std::int64_t run) {
       convert(from, run * values_per_row, out + i * values_per_row);
     });
   }
 
-  // Rows indices[0..count) into out as stored, byte for byte: (count, row_bytes).
+  // Whether the values are stored as Out, so that rows are copied byte for byte.
+  template <class Out>
+  [[nodiscard]] bool stores() const {
+    return (std::is_same_v<Out, float> && kind == StoredKind::f32) ||
+           (std::is_same_v<Out, double> && kind == StoredKind::f64) ||
+           (std::is_same_v<Out, std::int32_t> && kind == StoredKind::i32);
+  }
+
+  // Rows indices[0..count) into out as stored, byte for byte: (count, row_bytes). A label (4 bytes) is one load and
+  // one store, not a call to memcpy.
   std::uint64_t copy_rows(const std::int64_t* indices, std::int64_t count, unsigned char* out) const {
-    return for_each_run(indices, count, [&](std::int64_t i, const unsigned char* from, std::int64_t run) {
-      copy_bytes(out + static_cast<std::size_t>(i) * row_bytes, from, static_cast<std::size_t>(run) * row_bytes);
-    });
+    const auto copy_with = [&](auto&& copy_one) {
+      return for_each_run(indices, count, [&](std::int64_t i, const unsigned char* from, std::int64_t run) {
+        unsigned char* to = out + static_cast<std::size_t>(i) * row_bytes;
+        if (run == 1) return copy_one(to, from);
+        copy_bytes(to, from, static_cast<std::size_t>(run) * row_bytes);
+      });
+    };
+    const auto copy_fixed = [&]<std::size_t bytes>() {
+      return copy_with([](unsigned char* to, const unsigned char* from) { std::memcpy(to, from, bytes); });
+    };
+    switch (row_bytes) {
+      case 4:
+        return copy_fixed.template operator()<4>();
+      case 8:
+        return copy_fixed.template operator()<8>();
+      default:
+        return copy_with([&](unsigned char* to, const unsigned char* from) { copy_bytes(to, from, row_bytes); });
+    }
   }
 
   template <class Out>
