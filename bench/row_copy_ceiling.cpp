@@ -5,10 +5,11 @@
 //
 // The file is taken as rows of B bytes from its start (where they lie does not matter to a ceiling). Each epoch
 // shuffles all rows (std::shuffle, a seed per epoch), and after a barrier rank r copies every R-th of them from r on,
-// in batches of batch / R rows, into one batch buffer, with memcpy and the rows prefetched about 8 KiB ahead as
-// hpctrain does: no sampler, no loader, no guards. The first epoch runs on a fresh map of the file, so it includes
-// building this process's page tables for it (a page fault per 16 pages, as hpctrain's first epoch does); the later
-// ones do not. Rank 0 prints one machine-readable line, the medians over the ranks of each rank's figures (MB/s):
+// in batches of batch / R rows, into one batch buffer, with memcpy and the rows prefetched into the level-2 cache about
+// 8 KiB ahead as hpctrain does: no sampler, no loader, no guards. The first epoch runs on a fresh map of the file, so
+// it includes building this process's page tables for it (a page fault per 16 pages, as hpctrain's first epoch does);
+// the later ones do not. Rank 0 prints one machine-readable line, the medians over the ranks of each rank's figures
+// (MB/s):
 //   ROWCOPY ranks=R first_epoch_mbps=... later_epochs_mbps=...   (a rank's later figure: its median over epochs 2..E)
 #include <fcntl.h>
 #include <mpi.h>
@@ -82,7 +83,7 @@ int main(int argc, char** argv) {
       for (std::size_t i = 0; i < local_batch; ++i) {
         if (i + rows_ahead < local_batch) {
           const unsigned char* next = map + mine[first + i + rows_ahead] * row_bytes;
-          for (std::size_t byte = 0; byte < prefetched; byte += 64) __builtin_prefetch(next + byte);
+          for (std::size_t byte = 0; byte < prefetched; byte += 64) __builtin_prefetch(next + byte, 0, 2);
         }
         std::memcpy(buffer.data() + i * row_bytes, map + mine[first + i] * row_bytes, row_bytes);
       }
