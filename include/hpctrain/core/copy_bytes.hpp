@@ -39,8 +39,8 @@ int read_at_streaming(int descriptor, void* to, std::size_t bytes, std::uint64_t
 // 8 KiB of them (at least one row, at most 32), and their loads overlap the copy. The prefetches fill the level-2
 // cache, not level 1 (prefetcht1): a level-1 prefetch holds one of the core's few level-1 miss buffers until its line
 // arrives, so 8 KiB in flight stalled the loop on full buffers, while the level-2 cache tracks more misses at once and
-// the copy's loads then hit in it. Random 1 KiB rows out of a cached file: 1.65x on a 2-core AMD EPYC (Zen 4), 1.14x
-// for 16 KiB rows, 1.2x for 64-byte rows (docs/performance.md).
+// the copy's loads then hit in it. `hpctrain data bench` on a 2-core AMD EPYC (Zen 4), random 1 KiB rows out of a
+// cached file: 1.63x in a first epoch, 1.88x in later ones; 16 KiB rows 1.06-1.09x (docs/performance.md).
 class RowPrefetch {
  public:
   explicit RowPrefetch(std::size_t row_bytes)
