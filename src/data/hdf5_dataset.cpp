@@ -232,7 +232,6 @@ struct Hdf5Dataset::DirectReader {
   template <class Out>
   [[nodiscard]] bool stores() const {
     return (std::is_same_v<Out, float> && kind == StoredKind::f32) ||
-           (std::is_same_v<Out, double> && kind == StoredKind::f64) ||
            (std::is_same_v<Out, std::int32_t> && kind == StoredKind::i32);
   }
 
