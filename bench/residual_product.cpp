@@ -28,10 +28,6 @@ std::vector<char> random_tensor(Backend& backend, DType dtype, std::int64_t coun
   backend.cast({values.data(), DType::f32, count, 1}, {bytes.data(), dtype, count, 1});
   return bytes;
 }
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -74,8 +70,8 @@ int main(int argc, char** argv) {
       }
       std::cout << std::left << std::setw(7) << dtype_name(dtype) << std::setw(14)
                 << (std::to_string(in) + "->" + std::to_string(width)) << std::right << std::fixed
-                << std::setprecision(3) << std::setw(7) << median(fused) << std::setw(10) << median(separate)
-                << std::setw(16) << median(separate) / median(fused) << "\n";
+                << std::setprecision(3) << std::setw(7) << bench::median(fused) << std::setw(10)
+                << bench::median(separate) << std::setw(16) << bench::median(separate) / bench::median(fused) << "\n";
     }
   return 0;
 }

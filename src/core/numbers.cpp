@@ -7,9 +7,12 @@
 
 namespace hpctrain {
 
-std::pair<std::int64_t, std::int64_t> rank_slice(std::int64_t count, int ranks, int rank) {
+std::pair<std::int64_t, std::int64_t> rank_slice(std::int64_t count, int ranks, int rank, std::int64_t granule) {
+  const std::int64_t granules = (count + granule - 1) / granule;
   // 128-bit products: r * N overflows 64 bits only for absurd N, but costs nothing to rule out.
-  const auto edge = [&](int r) { return static_cast<std::int64_t>(static_cast<__int128>(count) * r / ranks); };
+  const auto edge = [&](int r) {
+    return std::min(count, static_cast<std::int64_t>(static_cast<__int128>(granules) * r / ranks) * granule);
+  };
   return {edge(rank), edge(rank + 1)};
 }
 

@@ -3,11 +3,13 @@
 #include "hpctrain/dist/gradient_allreduce.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <string>
 #include <utility>
 
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/dist/part_exchange.hpp"
 #include "hpctrain/kernels/backend.hpp"
 #include "hpctrain/kernels/cuda_module.hpp"
 
@@ -33,6 +35,16 @@ std::vector<GradientBucket> gradient_buckets(std::int64_t count, const std::vect
     }
   }
   return buckets;
+}
+
+std::vector<GradientBucket> granule_aligned(const std::vector<GradientBucket>& buckets, std::int64_t granule) {
+  std::vector<GradientBucket> aligned;
+  for (const GradientBucket& bucket : buckets) {  // from the buffer's end: each bucket ends where the one before begins
+    const std::int64_t end = aligned.empty() ? buckets.front().end : aligned.back().begin;
+    const std::int64_t begin = std::min(end, (bucket.begin + granule - 1) / granule * granule);
+    if (begin < end) aligned.push_back({begin, end});
+  }
+  return aligned;
 }
 
 std::int64_t mpi_bucket_bytes(std::int64_t parameters) {
@@ -61,6 +73,20 @@ MpiExchangeSettings mpi_exchange_settings(bool serialized) {
                     "library's MPI_Iallreduce), or unset it");
     settings.algorithm = algorithm == "library" ? MpiAllreduce::library : MpiAllreduce::rank_order;
   }
+  settings.optimizer =
+      settings.algorithm == MpiAllreduce::rank_order ? MpiOptimizer::sharded : MpiOptimizer::replicated;
+  if (const char* value = std::getenv("HPCTRAIN_MPI_OPTIMIZER"); value != nullptr && *value != '\0') {
+    const std::string optimizer = value;
+    HPCTRAIN_VERIFY(optimizer == "sharded" || optimizer == "replicated", InputError,
+                    "HPCTRAIN_MPI_OPTIMIZER=" << optimizer << " is not an optimizer layout",
+                    "set it to sharded (each rank updates its slice of the parameters, the default) or replicated "
+                    "(every rank updates all of them), or unset it");
+    HPCTRAIN_VERIFY(optimizer == "replicated" || settings.algorithm == MpiAllreduce::rank_order, InputError,
+                    "HPCTRAIN_MPI_OPTIMIZER=sharded needs the rank-order all-reduce, and HPCTRAIN_MPI_ALLREDUCE is "
+                    "library",
+                    "unset HPCTRAIN_MPI_ALLREDUCE, or set HPCTRAIN_MPI_OPTIMIZER=replicated");
+    settings.optimizer = optimizer == "sharded" ? MpiOptimizer::sharded : MpiOptimizer::replicated;
+  }
   return settings;
 }
 
@@ -74,13 +100,29 @@ GradientAllreduce::GradientAllreduce(MPI_Comm communicator, float* gradients, st
       settings_(settings) {
   HPCTRAIN_MPI_CHECK(MPI_Comm_size(communicator, &ranks_));
   if (ranks_ == 1) return;
+  HPCTRAIN_ASSERT(settings_.optimizer == MpiOptimizer::replicated || settings_.algorithm == MpiAllreduce::rank_order,
+                  "a sharded optimizer needs the rank-order all-reduce");
   if (settings_.algorithm == MpiAllreduce::rank_order) {
+    const bool sharded = sharded_ = settings_.optimizer == MpiOptimizer::sharded;
+    // Sharded: each rank's slices are whole chunks of the gradient norm, so it can sum their squares alone.
+    const std::int64_t granule = sharded ? Backend::gradient_statistics_chunk : 1;
+    if (sharded) buckets_ = granule_aligned(buckets_, granule);
     HPCTRAIN_MPI_CHECK(MPI_Comm_dup(communicator, &exchange_communicator_));
     // Two tags per bucket; tags repeat only between buckets thousands apart, never in flight together.
     constexpr std::size_t tag_pairs = 16383;  // MPI guarantees tags up to 32767
     exchanges_.reserve(buckets_.size());
     for (std::size_t b = 0; b < buckets_.size(); ++b)
-      exchanges_.emplace_back(exchange_communicator_, static_cast<int>(2 * (b % tag_pairs)));
+      exchanges_.emplace_back(
+          exchange_communicator_, static_cast<int>(2 * (b % tag_pairs)), RankOrderAllreduce::default_piece_elements,
+          sharded ? RankOrderAllreduce::Result::reduce_scatter : RankOrderAllreduce::Result::all_reduce, granule);
+    if (sharded) {
+      int rank = 0;
+      HPCTRAIN_MPI_CHECK(MPI_Comm_rank(communicator, &rank));
+      for (std::size_t b = buckets_.size(); b-- > 0;) {  // ascending in the buffer
+        const auto [first, end] = exchanges_[b].slice(buckets_[b].size(), rank);
+        if (first < end) owned_.push_back({buckets_[b].begin + first, buckets_[b].begin + end});
+      }
+    }
   } else {
     requests_.assign(buckets_.size(), MPI_REQUEST_NULL);
   }
@@ -184,6 +226,28 @@ void GradientAllreduce::finish() {
   else
     while (!test_started()) {
     }
+}
+
+void GradientAllreduce::gather_owned(void* values, std::size_t element_bytes) {
+  if (!sharded_) return;
+  const std::lock_guard lock(mutex_);  // the progress thread is parked; the lock orders its last call before these
+  std::vector<std::int64_t> bounds(static_cast<std::size_t>(ranks_) + 1);
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    const GradientBucket& bucket = buckets_[b];
+    for (int rank = 0; rank < ranks_; ++rank)
+      bounds[static_cast<std::size_t>(rank)] = bucket.begin + exchanges_[b].slice(bucket.size(), rank).first;
+    bounds.back() = bucket.end;
+    allgather_parts(values, element_bytes, bounds, communicator_);
+  }
+}
+
+void GradientAllreduce::add_over_ranks(std::span<double> values) {
+  if (!sharded_) return;
+  const std::lock_guard lock(mutex_);
+  for (std::size_t first = 0; first < values.size(); first += INT_MAX)
+    HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data() + first,
+                                     static_cast<int>(std::min<std::size_t>(INT_MAX, values.size() - first)),
+                                     MPI_DOUBLE, MPI_SUM, communicator_));
 }
 
 StagedGradientAllreduce::StagedGradientAllreduce(MPI_Comm communicator, Backend& backend, float* gradients,

@@ -34,9 +34,11 @@ void sum_in_order(float* out, std::span<const float* const> sources, std::int64_
   }
 }
 
-RankOrderAllreduce::RankOrderAllreduce(MPI_Comm communicator, int tag, std::int64_t piece_elements)
-    : communicator_(communicator), tag_(tag), piece_(piece_elements) {
+RankOrderAllreduce::RankOrderAllreduce(MPI_Comm communicator, int tag, std::int64_t piece_elements, Result result,
+                                       std::int64_t granule)
+    : communicator_(communicator), tag_(tag), piece_(piece_elements), result_(result), granule_(granule) {
   HPCTRAIN_ASSERT(piece_elements > 0 && piece_elements <= INT_MAX, "a piece of " << piece_elements << " elements");
+  HPCTRAIN_ASSERT(granule > 0, "a granule of " << granule << " elements");
   HPCTRAIN_MPI_CHECK(MPI_Comm_rank(communicator, &rank_));
   HPCTRAIN_MPI_CHECK(MPI_Comm_size(communicator, &ranks_));
   sources_.resize(static_cast<std::size_t>(ranks_));
@@ -48,6 +50,8 @@ RankOrderAllreduce::RankOrderAllreduce(RankOrderAllreduce&& other) noexcept
       rank_(other.rank_),
       ranks_(other.ranks_),
       piece_(other.piece_),
+      result_(other.result_),
+      granule_(other.granule_),
       phase_(std::exchange(other.phase_, Phase::idle)),
       data_(other.data_),
       count_(other.count_),
@@ -62,6 +66,10 @@ RankOrderAllreduce::RankOrderAllreduce(RankOrderAllreduce&& other) noexcept
       sum_sends_(std::move(other.sum_sends_)) {}
 
 RankOrderAllreduce::~RankOrderAllreduce() { release_requests(); }
+
+std::pair<std::int64_t, std::int64_t> RankOrderAllreduce::slice(std::int64_t count, int rank) const {
+  return rank_slice(count, ranks_, rank, granule_);
+}
 
 void RankOrderAllreduce::release_requests() noexcept {
   // Only on an error path (an exception during backward): receives are cancelled, so nothing writes into the range
@@ -82,21 +90,22 @@ void RankOrderAllreduce::start(float* data, std::int64_t count) {
   data_ = data;
   count_ = count;
   if (ranks_ == 1 || count == 0) return;
-  const auto [own_begin, own_end] = rank_slice(count, ranks_, rank_);
+  const auto [own_begin, own_end] = slice(count, rank_);
   own_begin_ = own_begin;
   own_length_ = own_end - own_begin;
   stride_ = std::min(piece_, own_length_);
   const auto peers = static_cast<std::size_t>(ranks_ - 1);
   std::size_t peer_pieces = 0;  // pieces of all the peers' slices
   for (int peer = 0; peer < ranks_; ++peer) {
-    const auto [begin, end] = rank_slice(count, ranks_, peer);
+    const auto [begin, end] = slice(count, peer);
     if (peer != rank_) peer_pieces += static_cast<std::size_t>(pieces(end - begin));
   }
   // The same sizes every step: these allocate in the first step only.
   staging_.resize(peers * 2 * static_cast<std::size_t>(stride_));
   receives_.assign(std::max(peers * 2, peer_pieces), MPI_REQUEST_NULL);
   slice_sends_.assign(peer_pieces, MPI_REQUEST_NULL);
-  sum_sends_.assign(peers * static_cast<std::size_t>(pieces(own_length_)), MPI_REQUEST_NULL);
+  const bool gathers = result_ == Result::all_reduce;
+  sum_sends_.assign(gathers ? peers * static_cast<std::size_t>(pieces(own_length_)) : 0, MPI_REQUEST_NULL);
 
   // Receives first, so a peer's sends find their match at once.
   summed_pieces_ = 0;
@@ -104,7 +113,7 @@ void RankOrderAllreduce::start(float* data, std::int64_t count) {
   std::size_t next = 0;
   for (int peer = 0; peer < ranks_; ++peer) {
     if (peer == rank_) continue;
-    const auto [begin, end] = rank_slice(count, ranks_, peer);
+    const auto [begin, end] = slice(count, peer);
     for (std::int64_t first = begin; first < end; first += piece_)
       HPCTRAIN_MPI_CHECK(MPI_Isend(data_ + first, static_cast<int>(std::min(piece_, end - first)), MPI_FLOAT, peer,
                                    tag_, communicator_, &slice_sends_[next++]));
@@ -139,7 +148,7 @@ bool RankOrderAllreduce::sum_arrived_pieces() {
           source == rank_ ? data_ + first : staging_.data() + ((index++) * 2 + slot) * stride_;
     sum_in_order(data_ + first, sources_, length);
     // The piece's sums go to every peer at once: the gather overlaps the rest of the reduce.
-    for (int peer = 0, index = 0; peer < ranks_; ++peer) {
+    for (int peer = 0, index = 0; peer < ranks_ && result_ == Result::all_reduce; ++peer) {
       if (peer == rank_) continue;
       HPCTRAIN_MPI_CHECK(MPI_Isend(data_ + first, static_cast<int>(length), MPI_FLOAT, peer, tag_ + 1, communicator_,
                                    &sum_sends_[static_cast<std::size_t>(index * total + piece)]));
@@ -155,7 +164,7 @@ void RankOrderAllreduce::post_gather() {
   std::size_t next = 0;
   for (int peer = 0; peer < ranks_; ++peer) {
     if (peer == rank_) continue;
-    const auto [begin, end] = rank_slice(count_, ranks_, peer);
+    const auto [begin, end] = slice(count_, peer);
     for (std::int64_t first = begin; first < end; first += piece_)
       HPCTRAIN_MPI_CHECK(MPI_Irecv(data_ + first, static_cast<int>(std::min(piece_, end - first)), MPI_FLOAT, peer,
                                    tag_ + 1, communicator_, &receives_[next++]));
@@ -173,6 +182,10 @@ bool RankOrderAllreduce::test() {
     if (!sum_arrived_pieces()) return false;
     // The gather receives into the slices the reduce's sends read: only once those are done.
     if (!all_done(slice_sends_)) return false;
+    if (result_ == Result::reduce_scatter) {
+      phase_ = Phase::idle;
+      return true;
+    }
     post_gather();
   }
   if (phase_ == Phase::gather) {

@@ -17,6 +17,12 @@ void Backend::smoothed_softmax_cross_entropy(const TensorView&, const std::int32
                                              const float*, const TensorView&, LossSums*) {
   not_supported(*this, "cross-entropy with class weights or label smoothing");
 }
+void Backend::gradient_chunk_statistics(const float*, std::int64_t, std::span<const ElementRange>, double*) {
+  not_supported(*this, "the sharded optimizer's gradient statistics");
+}
+void Backend::statistics_from_chunks(const double*, std::int64_t, const OptimizerHyper&, StepScalars*) {
+  not_supported(*this, "the sharded optimizer's gradient statistics");
+}
 void Backend::count_class_hits(const TensorView&, const std::int32_t*, double*, bool) {
   not_supported(*this, "counting class hits (evaluation)");
 }

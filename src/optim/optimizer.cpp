@@ -1,6 +1,9 @@
 // Optimizer: state allocation and the fused update over the flat buffers.
 #include "hpctrain/optim/optimizer.hpp"
 
+#include <algorithm>
+#include <utility>
+
 #include "hpctrain/config/run_config.hpp"
 #include "hpctrain/nn/model.hpp"
 
@@ -49,24 +52,50 @@ Optimizer::Optimizer(const OptimizerSection& section, Model& model, Backend& bac
 
 Optimizer::~Optimizer() = default;
 
+void Optimizer::shard(std::span<const ElementRange> owned, std::function<void(std::span<double>)> add_over_ranks) {
+  sharded_ = true;
+  owned_.assign(owned.begin(), owned.end());
+  add_over_ranks_ = std::move(add_over_ranks);
+}
+
 void Optimizer::gradient_statistics(StepScalars* scalars) {
-  backend_.gradient_statistics(static_cast<const float*>(model_.gradients()), model_.parameter_count(), hyper_,
-                               scalars);
+  const auto* gradients = static_cast<const float*>(model_.gradients());
+  const std::int64_t count = model_.parameter_count();
+  if (!sharded_) {
+    backend_.gradient_statistics(gradients, count, hyper_, scalars);
+    return;
+  }
+  const std::int64_t chunks = (count + Backend::gradient_statistics_chunk - 1) / Backend::gradient_statistics_chunk;
+  // Other ranks' chunks stay 0 here, so the sum over the ranks is exact.
+  partials_.assign(static_cast<std::size_t>(2 * chunks), 0.0);
+  backend_.gradient_chunk_statistics(gradients, count, owned_, partials_.data());
+  add_over_ranks_(partials_);
+  backend_.statistics_from_chunks(partials_.data(), chunks, hyper_, scalars);
 }
 
 void Optimizer::step(const StepScalars* scalars) {
   auto* parameters = static_cast<float*>(model_.master());
   const auto* gradients = static_cast<const float*>(model_.gradients());
   const TensorView working = model_.working_copy();
-  for (const Range& range : ranges_) {
+  const auto update = [&](std::int64_t offset, std::int64_t count, bool decay) {
     const TensorView working_range{
-        working.data
-            ? static_cast<char*>(working.data) + range.offset * static_cast<std::int64_t>(dtype_size(working.dtype))
-            : nullptr,
-        working.dtype, range.count, 1};
-    backend_.optimizer_step(hyper_, range.decay, parameters + range.offset, gradients + range.offset,
-                            state_[0].data ? state(0) + range.offset : nullptr,
-                            state_[1].data ? state(1) + range.offset : nullptr, range.count, working_range, scalars);
+        working.data ? static_cast<char*>(working.data) + offset * static_cast<std::int64_t>(dtype_size(working.dtype))
+                     : nullptr,
+        working.dtype, count, 1};
+    backend_.optimizer_step(hyper_, decay, parameters + offset, gradients + offset,
+                            state_[0].data ? state(0) + offset : nullptr, state_[1].data ? state(1) + offset : nullptr,
+                            count, working_range, scalars);
+  };
+  for (const Range& range : ranges_) {
+    if (!sharded_) {
+      update(range.offset, range.count, range.decay);
+      continue;
+    }
+    for (const ElementRange& mine : owned_) {  // the update is element-wise: any split of a range gives the same bits
+      const std::int64_t begin = std::max(mine.begin, range.offset);
+      const std::int64_t end = std::min(mine.end, range.offset + range.count);
+      if (begin < end) update(begin, end - begin, range.decay);
+    }
   }
 }
 

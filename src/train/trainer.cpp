@@ -201,8 +201,10 @@ void Trainer::Impl::set_up_step() {
                                              layer_begins, 25 << 20);
   else {
     const MpiExchangeSettings settings = mpi_exchange_settings(mpi_.serialized());
-    exchange_name_ = settings.algorithm == MpiAllreduce::rank_order ? "MPI (rank-order reduce-scatter + all-gather)"
-                                                                    : "MPI_Iallreduce";
+    exchange_name_ = settings.algorithm == MpiAllreduce::library ? "MPI_Iallreduce"
+                     : settings.optimizer == MpiOptimizer::sharded
+                         ? "MPI (rank-order reduce-scatter; each rank updates its slice, then all-gather)"
+                         : "MPI (rank-order reduce-scatter + all-gather)";
     exchange_ = std::make_unique<GradientAllreduce>(mpi_.world(), gradients, model_->parameter_count(), layer_begins,
                                                     mpi_bucket_bytes(model_->parameter_count()), settings);
   }
@@ -382,6 +384,9 @@ void Trainer::Impl::save_checkpoint(std::int64_t step, bool best) {
   state.schedule_origin = schedule_origin_;
   state.schedule_total_steps = total_steps_;
   const double start = MPI_Wtime();
+  // A sharded update leaves each rank's optimizer state current on its own elements only: gather it first.
+  for (int i = 0; i < 2; ++i)
+    if (optimizer_->state(i) != nullptr) exchange_->gather_owned(optimizer_->state(i), sizeof(float));
   const std::string path = checkpoints_->save(*model_, *optimizer_, *backend_, state, to_toml(config_), best);
   char line[512];
   std::snprintf(line, sizeof line, "checkpoint %s written in %.4f s%s", path.c_str(), MPI_Wtime() - start,

@@ -35,6 +35,8 @@ TrainingStep::TrainingStep(Backend& backend, Model& model, Optimizer& optimizer,
       gradient_scale_(backend, sizeof(float)) {
   HPCTRAIN_MPI_CHECK(MPI_Comm_size(world, &ranks_));
   if (model.loss().weighted() || model.positions() > 1) label_weights_ = BackendBuffer(backend, sizeof(float));
+  if (exchange.sharded())
+    optimizer.shard(exchange.owned(), [&exchange](std::span<double> values) { exchange.add_over_ranks(values); });
 }
 
 void TrainingStep::micro_batch(std::int64_t step, std::int64_t rows, float global_rows, bool first, bool last) {
@@ -60,6 +62,12 @@ void TrainingStep::update() {
   timer_.begin(Phase::optimizer);
   optimizer_.gradient_statistics(scaler_.device());
   optimizer_.step(scaler_.device());
+  if (exchange_.sharded()) {  // a sharded update: every rank gathers the parameters the others updated
+    timer_.begin(Phase::allreduce);
+    exchange_.gather_owned(model_.master(), sizeof(float));
+    const TensorView working = model_.working_copy();
+    if (working.data != nullptr) exchange_.gather_owned(working.data, dtype_size(working.dtype));
+  }
 }
 
 double TrainingStep::loss_denominator(const HostBatch& batch, std::int64_t global_rows) {

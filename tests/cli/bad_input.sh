@@ -42,6 +42,10 @@ HPCTRAIN_MPI_PROGRESS=async expect_error bad_progress_variable "HPCTRAIN_MPI_PRO
   train good.toml
 HPCTRAIN_MPI_ALLREDUCE=ring expect_error bad_allreduce_variable \
   "HPCTRAIN_MPI_ALLREDUCE=ring is not an all-reduce algorithm" 2 train good.toml
+HPCTRAIN_MPI_OPTIMIZER=split expect_error bad_optimizer_variable \
+  "HPCTRAIN_MPI_OPTIMIZER=split is not an optimizer layout" 2 train good.toml
+HPCTRAIN_MPI_OPTIMIZER=sharded HPCTRAIN_MPI_ALLREDUCE=library expect_error sharded_with_library \
+  "HPCTRAIN_MPI_OPTIMIZER=sharded needs the rank-order all-reduce" 2 train good.toml
 # residual blocks: a branch that changes the shape (found when the model is built), an empty branch, nesting
 write_deck residual_shape.toml && sed -i 's/{ type = "relu" }/{ type = "residual", layers = [ { type = "linear", out = 8 } ] }/' residual_shape.toml
 expect_error residual_shape "residual_shape.toml:[0-9]+:[0-9]+: the branch of residual block 'residual1' turns samples \(N, 16\) into \(N, 8\)" 2 \

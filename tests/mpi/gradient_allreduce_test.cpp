@@ -2,14 +2,16 @@
 // algorithm and the order in which backward reports layers (values chosen so float sums are exact); the rank-order
 // algorithm gives every element the bits of its sum in rank order, on every rank (random values, whose sums depend
 // on the order); so does the all-reduce staged through host memory (used by CUDA ranks sharing a GPU), run here on
-// the CPU backend; buckets tile the buffer.
+// the CPU backend; buckets tile the buffer; the sharded optimizer's reduce-scatter and gather.
 #include "hpctrain/dist/gradient_allreduce.hpp"
 
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <random>
 #include <thread>
 #include <tuple>
@@ -138,6 +140,23 @@ TEST(RankSlice, TilesTheCountInSlicesThatDifferByOneAtMost) {
     }
 }
 
+TEST(RankSlice, WithAGranuleTilesTheCountInWholeGranulesButTheLast) {
+  for (const int ranks : {1, 2, 3, 4, 7})
+    for (const std::int64_t count : {0, 1, 64, 65, 1000, 4096 * 5 + 3}) {
+      std::int64_t end = 0;
+      const std::int64_t granule = 64, granules = (count + granule - 1) / granule;
+      for (int rank = 0; rank < ranks; ++rank) {
+        const auto [first, last] = rank_slice(count, ranks, rank, granule);
+        EXPECT_EQ(first, end) << count << " over " << ranks;
+        EXPECT_EQ(first % granule, 0);
+        EXPECT_TRUE(last % granule == 0 || last == count) << last;
+        EXPECT_LE(last - first, (granules + ranks - 1) / ranks * granule);
+        end = last;
+      }
+      EXPECT_EQ(end, count);
+    }
+}
+
 TEST(RankOrderAllreduce, SumInOrderWritesOverAnyOfItsSources) {
   const std::int64_t count = 2500;  // over two staging blocks
   for (const std::size_t sources : {std::size_t{2}, std::size_t{3}, std::size_t{5}})
@@ -226,6 +245,126 @@ TEST(GradientBuckets, TileTheBufferFromItsEndAlongLayerBoundaries) {
   EXPECT_EQ(buckets.front().end, 5200);
   EXPECT_EQ(buckets.back().begin, 0);
   for (std::size_t i = 1; i < buckets.size(); ++i) EXPECT_EQ(buckets[i].end, buckets[i - 1].begin);
+}
+
+TEST(GradientBuckets, AlignedToAGranuleStillTileTheBuffer) {
+  const std::int64_t granule = 1024;
+  const auto buckets = gradient_buckets(9000, {0, 100, 1030, 2000, 2040, 5150, 8999}, 4 * 900);
+  const auto aligned = granule_aligned(buckets, granule);
+  ASSERT_FALSE(aligned.empty());
+  EXPECT_EQ(aligned.front().end, 9000);
+  EXPECT_EQ(aligned.back().begin, 0);
+  for (std::size_t i = 0; i < aligned.size(); ++i) {
+    EXPECT_LT(aligned[i].begin, aligned[i].end);
+    EXPECT_EQ(aligned[i].begin % granule, 0) << aligned[i].begin;
+    if (i > 0) EXPECT_EQ(aligned[i].end, aligned[i - 1].begin);
+    // Each begin is the first multiple at or above a bucket's begin: it starts no later than that bucket did.
+    bool found = false;
+    for (const GradientBucket& bucket : buckets)
+      found = found || (bucket.begin <= aligned[i].begin && aligned[i].begin < bucket.begin + granule);
+    EXPECT_TRUE(found) << aligned[i].begin;
+  }
+  EXPECT_EQ(aligned.size(), buckets.size() - 1) << "the bucket at 1030 rounds up to 2048, where the next begins";
+  // The buffer's last bucket left empty: the next one takes its elements.
+  const auto top = granule_aligned(gradient_buckets(300, {0, 100}, 4), granule);
+  ASSERT_EQ(top.size(), 1u);
+  EXPECT_EQ(top[0].begin, 0);
+  EXPECT_EQ(top[0].end, 300);
+}
+
+// The sharded optimizer's exchange: every rank owns whole chunks of the gradient norm, the ranks together own every
+// element once, and after finish() a rank holds the rank-order sums of its own elements; gather_owned then gives
+// every rank every owner's values (4- and 2-byte elements), and add_over_ranks sums doubles over the ranks.
+TEST(ShardedGradientAllreduce, OwnsWholeChunksSumsThemAndGathersEveryOwnersValues) {
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  const std::int64_t chunk = Backend::gradient_statistics_chunk, count = 9 * chunk + 77;
+  const std::vector<std::int64_t> layer_begins{0, 1000, 3 * chunk + 5, 5 * chunk - 3, 9 * chunk};
+  std::vector<float> gradients = random_values(rank, count, 9);
+  GradientAllreduce allreduce(MPI_COMM_WORLD, gradients.data(), count, layer_begins, 2 * chunk * 4,
+                              {.optimizer = MpiOptimizer::sharded});
+  const auto owned = allreduce.owned();
+  if (ranks == 1) {
+    EXPECT_FALSE(allreduce.sharded()) << "one rank updates everything: nothing to shard";
+    return;
+  }
+  EXPECT_TRUE(allreduce.sharded());
+  EXPECT_GE(allreduce.bucket_count(), 3u);
+  std::vector<int> owners(count, 0);
+  for (const ElementRange& range : owned) {
+    EXPECT_EQ(range.begin % chunk, 0) << range.begin;
+    EXPECT_TRUE(range.end % chunk == 0 || range.end == count) << range.end;
+    for (std::int64_t i = range.begin; i < range.end; ++i) ++owners[i];
+  }
+  MPI_Allreduce(MPI_IN_PLACE, owners.data(), static_cast<int>(count), MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_EQ(std::count(owners.begin(), owners.end(), 1), count) << "elements with one owner";
+
+  for (int repeat = 0; repeat < 2; ++repeat) {
+    if (repeat == 1) {  // in place: the exchange holds the buffer's address
+      const std::vector<float> fresh = random_values(rank, count, 9);
+      std::copy(fresh.begin(), fresh.end(), gradients.begin());
+    }
+    allreduce.begin_step();
+    for (auto it = layer_begins.rbegin(); it != layer_begins.rend(); ++it) allreduce.ready_from(*it);
+    allreduce.finish();
+    const std::vector<float> expected = rank_order_sums(ranks, count, 9);
+    std::int64_t wrong = 0;  // counted, not asserted: every rank must go on to the collective calls below
+    for (const ElementRange& range : owned)
+      for (std::int64_t i = range.begin; i < range.end; ++i) wrong += gradients[i] != expected[i] ? 1 : 0;
+    EXPECT_EQ(wrong, 0) << "owned elements without their rank-order sums, repeat " << repeat;
+  }
+
+  // Each owner writes its elements (a value that names the element), the rest is poison; after the gather every
+  // rank holds every element's value.
+  std::vector<float> values(count, std::nanf(""));
+  std::vector<std::uint16_t> halves(count, 0);
+  for (const ElementRange& range : owned)
+    for (std::int64_t i = range.begin; i < range.end; ++i) {
+      values[i] = static_cast<float>(i) * 0.5f;
+      halves[i] = static_cast<std::uint16_t>(i % 65000 + 1);
+    }
+  allreduce.gather_owned(values.data(), sizeof(float));
+  allreduce.gather_owned(halves.data(), sizeof(std::uint16_t));
+  std::int64_t wrong_values = 0, wrong_halves = 0;
+  for (std::int64_t i = 0; i < count; ++i) {
+    wrong_values += values[i] != static_cast<float>(i) * 0.5f ? 1 : 0;
+    wrong_halves += halves[i] != i % 65000 + 1 ? 1 : 0;
+  }
+  EXPECT_EQ(wrong_values, 0) << "4-byte elements without their owner's value";
+  EXPECT_EQ(wrong_halves, 0) << "2-byte elements without their owner's value";
+  std::vector<double> partials{static_cast<double>(rank + 1), rank == 0 ? 0.25 : 0.0};
+  allreduce.add_over_ranks(partials);
+  EXPECT_EQ(partials[0], ranks * (ranks + 1) / 2.0);
+  EXPECT_EQ(partials[1], 0.25);
+}
+
+// Fewer chunks than ranks: the ranks without one own nothing, yet they take part in the sharded exchange's gathers
+// (every rank must make the same collective calls).
+TEST(ShardedGradientAllreduce, RanksThatOwnNothingStillGather) {
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  const std::int64_t count = 300;  // one chunk: the last rank owns it
+  std::vector<float> gradients(count, static_cast<float>(rank + 1));
+  GradientAllreduce allreduce(MPI_COMM_WORLD, gradients.data(), count, {0, 100}, 4,
+                              {.optimizer = MpiOptimizer::sharded});
+  EXPECT_EQ(allreduce.sharded(), ranks > 1);
+  if (ranks == 1) return;
+  const bool last = rank == ranks - 1;
+  EXPECT_EQ(allreduce.owned().size(), last ? 1u : 0u);
+  allreduce.begin_step();
+  allreduce.ready_from(100);
+  allreduce.ready_from(0);
+  allreduce.finish();
+  const float sum = ranks * (ranks + 1) / 2.0f;
+  if (last) {
+    EXPECT_EQ(std::count(gradients.begin(), gradients.end(), sum), count) << "elements summed";
+  } else {
+    std::fill(gradients.begin(), gradients.end(), std::nanf(""));
+  }
+  allreduce.gather_owned(gradients.data(), sizeof(float));
+  EXPECT_EQ(std::count(gradients.begin(), gradients.end(), sum), count) << "elements gathered";
 }
 
 TEST(StagedGradientAllreduce, SumsEveryElementOnceOnTheCpuBackend) {

@@ -1,13 +1,18 @@
 // Tests of the CPU backend's optimizer kernels (the others: cpu_kernels_test.cpp): gradient statistics (norm,
 // non-finite detection, clipping, determinism across thread counts); the fused optimizer step against references over
-// several steps; the loss scaler through finish_step.
+// several steps, and in pieces against whole (the sharded optimizer's split, with the norm's chunk statistics); the
+// loss scaler through finish_step.
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "../../src/kernels/cpu/cpu_gradient_norm.hpp"  // the unit under test of the path check (private to the backend)
@@ -218,6 +223,49 @@ TEST_F(CpuKernels, GradientNormSkipsZeroBlocksExactly) {
   EXPECT_EQ(s_zero.clip_coefficient, 1.0f);
 }
 
+// A sharded update (each rank the chunks it owns): the partials of any split into whole chunks, summed over the
+// "ranks", give gradient_statistics' bits, with a NaN and without; a range that cuts a chunk is refused.
+TEST_F(CpuKernels, ChunkStatisticsOfAnySplitIntoWholeChunksGiveTheWholeBuffersBits) {
+  const std::int64_t chunk = Backend::gradient_statistics_chunk, chunks = 8, count = 7 * chunk + 123;
+  const float loss_scale = 64.0f;
+  std::vector<float> gradients;
+  for (double value : random_values(static_cast<std::size_t>(count), 401))
+    gradients.push_back(static_cast<float>(value * loss_scale));
+  const ElementRange first[] = {{0, 2 * chunk}, {4 * chunk, 7 * chunk}}, second[] = {{2 * chunk, 4 * chunk}},
+                     third[] = {{7 * chunk, count}};  // the last chunk is partial
+  OptimizerHyper hyper;
+  hyper.max_grad_norm = 1.0f;
+  for (const bool broken : {false, true}) {
+    SCOPED_TRACE(broken ? "a NaN in chunk 5" : "finite");
+    if (broken) gradients[5 * chunk + 9] = std::nanf("");
+    const StepScalars whole = statistics_of(*backend, gradients, loss_scale, hyper.max_grad_norm);
+    TestArray<float> buffer(*backend, gradients);
+    std::vector<double> sum(2 * chunks, 0.0);
+    for (const std::span<const ElementRange> owned :
+         {std::span<const ElementRange>(first), std::span<const ElementRange>(second),
+          std::span<const ElementRange>(third)}) {
+      std::vector<double> partials(2 * chunks, 0.0);
+      backend->gradient_chunk_statistics(buffer.data(), count, owned, partials.data());
+      for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += partials[i];
+    }
+    StepScalars initial;
+    initial.loss_scale = loss_scale;
+    TestArray<StepScalars> scalars(*backend, std::vector<StepScalars>{initial});
+    backend->statistics_from_chunks(sum.data(), chunks, hyper, scalars.data());
+    const StepScalars sharded = scalars.get()[0];
+    EXPECT_EQ(sharded.found_nonfinite, broken ? 1 : 0);
+    EXPECT_EQ(sharded.found_nonfinite, whole.found_nonfinite);
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(sharded.grad_norm), std::bit_cast<std::uint32_t>(whole.grad_norm))
+        << sharded.grad_norm << " vs " << whole.grad_norm;
+    EXPECT_EQ(sharded.clip_coefficient, whole.clip_coefficient);
+    if (!broken) EXPECT_LT(whole.clip_coefficient, 1.0f) << "the test should exercise clipping";
+  }
+  TestArray<float> buffer(*backend, gradients);
+  std::vector<double> partials(2 * chunks, 0.0);
+  const ElementRange cut[] = {{100, chunk}};
+  EXPECT_ANY_THROW(backend->gradient_chunk_statistics(buffer.data(), count, cut, partials.data()));
+}
+
 // ---- optimizer ----
 
 struct ParameterState {
@@ -361,6 +409,78 @@ TEST_F(CpuKernels, OptimizerWithoutWorkingCopy) {
   const auto p = parameters.get();
   EXPECT_NEAR(p[0], 0.9f, 1e-6);  // first AdamW step: lr * sign(g)
   EXPECT_NEAR(p[1], -0.9f, 1e-6);
+}
+
+// The update is element-wise: a range updated in pieces, cut anywhere (off the vector width and alignment), gets the
+// bits of the range updated whole, parameters, state and working copy. The sharded optimizer relies on it.
+TEST_F(CpuKernels, OptimizerStepOfARangeInPiecesGivesTheWholeRangesBits) {
+  const std::int64_t count = 10'007;
+  const std::vector<std::int64_t> cuts{0, 1, 18, 4096, 4099, 7777, count};
+  OptimizerHyper adamw;
+  adamw.type = OptimizerType::adamw;
+  adamw.weight_decay = 0.1f;
+  OptimizerHyper sgd;
+  sgd.type = OptimizerType::sgd;
+  sgd.momentum = 0.9f;
+  sgd.nesterov = true;
+  sgd.weight_decay = 0.01f;
+  for (const auto& [hyper, working_dtype] :
+       {std::pair{adamw, DType::bf16}, std::pair{adamw, DType::f32}, std::pair{sgd, DType::f16}}) {
+    SCOPED_TRACE(::testing::Message() << (hyper.type == OptimizerType::adamw ? "adamw " : "sgd ")
+                                      << dtype_name(working_dtype));
+    const bool with_working = working_dtype != DType::f32;
+    const auto values = [&](std::uint64_t seed, double scale) {
+      std::vector<float> out;
+      for (double value : random_values(static_cast<std::size_t>(count), seed))
+        out.push_back(static_cast<float>(value * scale));
+      return out;
+    };
+    const std::vector<float> parameters = values(501, 1.0), gradients = values(502, 8.0), first = values(503, 0.1),
+                             second = values(504, 0.01);
+    std::vector<float> second_positive;
+    for (float v : second) second_positive.push_back(std::fabs(v));
+    StepScalars s;
+    s.loss_scale = 8.0f;
+    s.learning_rate = 0.01f;
+    s.clip_coefficient = 0.7f;
+    s.applied_steps = 3;
+    TestArray<StepScalars> scalars(*backend, std::vector<StepScalars>{s});
+    TestArray<float> grad(*backend, gradients);
+    std::vector<std::vector<float>> results;
+    std::vector<std::vector<double>> working_results;
+    for (const bool pieces : {false, true}) {
+      TestArray<float> p(*backend, parameters), m(*backend, first), v(*backend, second_positive);
+      TestTensor working(*backend, working_dtype, 1, count);
+      working.poison();
+      const auto update = [&](std::int64_t begin, std::int64_t end) {
+        const TensorView view{with_working ? static_cast<char*>(working.view().data) +
+                                                 begin * static_cast<std::int64_t>(dtype_size(working_dtype))
+                                           : nullptr,
+                              working_dtype, end - begin, 1};
+        backend->optimizer_step(hyper, true, p.data() + begin, grad.data() + begin, m.data() + begin,
+                                hyper.type == OptimizerType::adamw ? v.data() + begin : nullptr, end - begin, view,
+                                scalars.data());
+      };
+      if (pieces) {
+        for (std::size_t c = 0; c + 1 < cuts.size(); ++c) update(cuts[c], cuts[c + 1]);
+      } else {
+        update(0, count);
+      }
+      results.push_back(p.get());
+      results.push_back(m.get());
+      results.push_back(v.get());
+      if (with_working) working_results.push_back(working.get());
+    }
+    EXPECT_NE(results[0], parameters) << "the update changed nothing";
+    for (int k = 0; k < 3; ++k) {
+      ASSERT_EQ(results[k].size(), results[k + 3].size());
+      EXPECT_EQ(std::memcmp(results[k].data(), results[k + 3].data(), results[k].size() * sizeof(float)), 0)
+          << (k == 0   ? "parameters"
+              : k == 1 ? "first state"
+                       : "second state");
+    }
+    if (with_working) EXPECT_EQ(working_results[0], working_results[1]) << "working copy";
+  }
 }
 
 // ---- loss scaler ----

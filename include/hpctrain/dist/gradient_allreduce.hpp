@@ -14,9 +14,11 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
+#include "hpctrain/core/numbers.hpp"
 #include "hpctrain/dist/rank_order_allreduce.hpp"
 
 namespace hpctrain {
@@ -24,12 +26,13 @@ namespace hpctrain {
 class Backend;
 
 // [begin, end) element ranges of the flat gradient buffer, from its end to its start.
-struct GradientBucket {
-  std::int64_t begin, end;
-};
+using GradientBucket = ElementRange;
 // layer_begins: element offsets where each layer's gradients start (any order, any number of layers).
 std::vector<GradientBucket> gradient_buckets(std::int64_t count, const std::vector<std::int64_t>& layer_begins,
                                              std::int64_t bucket_bytes);
+// The same buckets with every begin moved up to a multiple of `granule` (a bucket left empty joins the next): a bucket
+// still starts as soon as backward has finished its layers, and its ranks' slices can be whole granules.
+std::vector<GradientBucket> granule_aligned(const std::vector<GradientBucket>& buckets, std::int64_t granule);
 
 // What the training step needs from a gradient all-reduce.
 class GradientExchange {
@@ -41,6 +44,18 @@ class GradientExchange {
   // Start what is left and complete all buckets. NCCL: the backend's stream waits for them (an event); the host does
   // not wait, so the next step's host work overlaps the all-reduce.
   virtual void finish() = 0;
+  // A sharded optimizer update (the MPI rank-order exchange with MpiOptimizer::sharded on more than one rank; every
+  // rank agrees): finish() leaves on this rank the sums of its owned() elements only (its slice of every bucket,
+  // whole Backend::gradient_statistics_chunk chunks; none where a model has fewer chunks than ranks); the rank updates
+  // them alone and gathers the results with gather_owned. Not sharded: every rank holds every sum and updates
+  // everything.
+  [[nodiscard]] virtual bool sharded() const { return false; }
+  [[nodiscard]] virtual std::span<const ElementRange> owned() const { return {}; }
+  // Sharded update only: `values` (host memory), laid out like the gradients with elements of element_bytes, holds on
+  // each rank its owned() elements up to date; afterwards every rank holds all of them. Collective.
+  virtual void gather_owned(void* /*values*/, std::size_t /*element_bytes*/) {}
+  // Sharded update only: sums `values` over the ranks, in place (the gradient norm's partial sums). Collective.
+  virtual void add_over_ranks(std::span<double> /*values*/) {}
   // Ends the communication in order at the end of a run (NCCL: waits for it, then ncclCommDestroy). Call after
   // Backend::release_graphs(): NCCL 2.28's ncclCommDestroy waits until no graph uses the communicator. Does nothing
   // on an error path (an exception in flight, or after a communication error): MPI_Abort ends the processes then.
@@ -76,14 +91,23 @@ enum class MpiProgress : std::uint8_t { calls, thread };
 // `library` by the MPI library's MPI_Iallreduce (its own algorithm and summation order; Open MPI 4.1 runs a binomial
 // tree, 2.5x slower on the benchmark MLP's 25 MB over 2 ranks). 2 ranks get the same bits from either.
 enum class MpiAllreduce : std::uint8_t { rank_order, library };
+// Who updates which parameters. `replicated`: every rank all-reduces the gradients and updates every parameter.
+// `sharded` (rank-order only): the exchange is a reduce-scatter, each rank computes the gradient norm's chunks and
+// the optimizer update of its own slice of each bucket, and the updated parameters are all-gathered: the same bytes on
+// the wire as the all-reduce, 1/ranks of the optimizer's memory traffic per rank (the optimizer state keeps its full
+// size; checkpoints gather it first). The same bits either way: each element's sum and update, and the norm's
+// chunks added in order, do not depend on which rank computes them.
+enum class MpiOptimizer : std::uint8_t { replicated, sharded };
 struct MpiExchangeSettings {
   MpiProgress mode = MpiProgress::calls;
   std::chrono::microseconds interval{100};
   MpiAllreduce algorithm = MpiAllreduce::rank_order;
+  MpiOptimizer optimizer = MpiOptimizer::replicated;
 };
-// The settings a run uses: HPCTRAIN_MPI_PROGRESS=calls|thread (unset: calls) and HPCTRAIN_MPI_ALLREDUCE=
-// rank-order|library (unset: rank-order); InputError for any other value, or for `thread` when `serialized`, what
-// MPI_Init_thread provided, is false.
+// The settings a run uses: HPCTRAIN_MPI_PROGRESS=calls|thread (unset: calls), HPCTRAIN_MPI_ALLREDUCE=
+// rank-order|library (unset: rank-order) and HPCTRAIN_MPI_OPTIMIZER=sharded|replicated (unset: sharded with
+// rank-order, replicated with library); InputError for any other value, for `thread` when `serialized`, what
+// MPI_Init_thread provided, is false, and for sharded with library.
 MpiExchangeSettings mpi_exchange_settings(bool serialized);
 
 // The bucketed all-reduce of gradients in host memory (CPU backend), over MPI.
@@ -99,6 +123,10 @@ class GradientAllreduce final : public GradientExchange {
   void begin_step() override;
   void ready_from(std::int64_t begin) override;
   void finish() override;
+  [[nodiscard]] bool sharded() const override { return sharded_; }
+  [[nodiscard]] std::span<const ElementRange> owned() const override { return owned_; }
+  void gather_owned(void* values, std::size_t element_bytes) override;
+  void add_over_ranks(std::span<double> values) override;
 
   [[nodiscard]] std::size_t bucket_count() const { return buckets_.size(); }
   // Tests made by the progress thread so far (0 without one).
@@ -118,6 +146,8 @@ class GradientAllreduce final : public GradientExchange {
   MpiExchangeSettings settings_;
   MPI_Comm exchange_communicator_ = MPI_COMM_NULL;  // rank_order: a duplicate, so no other message can match
   std::vector<RankOrderAllreduce> exchanges_;       // rank_order: one per bucket
+  bool sharded_ = false;                            // a sharded update on more than one rank
+  std::vector<ElementRange> owned_;                 // sharded: this rank's slices of the buckets, ascending
   std::vector<MPI_Request> requests_;               // library: one per bucket
   std::size_t started_ = 0;
 

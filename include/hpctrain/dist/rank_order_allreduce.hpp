@@ -19,12 +19,18 @@
 //
 // Progress: MPI moves the messages only inside MPI calls; test() advances the exchange as far as it can (sums the
 // pieces that are in, posts the next receives) and is cheap when nothing arrived.
+//
+// Reduce-scatter: with Result::reduce_scatter the exchange ends after the reduce, each rank holding the sums of its own
+// slice only (the rest of the range keeps this rank's own values). A sharded optimizer update runs on that slice, and
+// the updated values are then gathered (GradientAllreduce::gather_owned). Slices can be whole multiples of a granule
+// (rank_slice), so that each of the gradient norm's chunks has one owner.
 #pragma once
 
 #include <mpi.h>
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace hpctrain {
@@ -37,8 +43,12 @@ class RankOrderAllreduce {
  public:
   static constexpr std::int64_t default_piece_elements = std::int64_t{1} << 16;  // 256 KiB of floats
 
+  enum class Result : std::uint8_t { all_reduce, reduce_scatter };
+
   // `communicator` carries only this exchange's messages with tags `tag` and `tag` + 1; the caller keeps both alive.
-  RankOrderAllreduce(MPI_Comm communicator, int tag, std::int64_t piece_elements = default_piece_elements);
+  // A rank's slice of a range is whole `granule`s of elements (but the last rank's).
+  RankOrderAllreduce(MPI_Comm communicator, int tag, std::int64_t piece_elements = default_piece_elements,
+                     Result result = Result::all_reduce, std::int64_t granule = 1);
   ~RankOrderAllreduce();  // an exchange still in flight (an error path) is cancelled where MPI allows
   RankOrderAllreduce(const RankOrderAllreduce&) = delete;
   RankOrderAllreduce& operator=(const RankOrderAllreduce&) = delete;
@@ -51,6 +61,8 @@ class RankOrderAllreduce {
   bool test();
   void wait();
   [[nodiscard]] bool active() const { return phase_ != Phase::idle; }
+  // The slice [first, second) of a `count`-element range whose sums `rank` computes.
+  [[nodiscard]] std::pair<std::int64_t, std::int64_t> slice(std::int64_t count, int rank) const;
 
  private:
   enum class Phase : std::uint8_t { idle, reduce, gather };
@@ -63,6 +75,8 @@ class RankOrderAllreduce {
   MPI_Comm communicator_;
   int tag_, rank_ = 0, ranks_ = 1;
   std::int64_t piece_;
+  Result result_;
+  std::int64_t granule_;
   Phase phase_ = Phase::idle;
   float* data_ = nullptr;
   std::int64_t count_ = 0;
@@ -74,7 +88,7 @@ class RankOrderAllreduce {
   // Reduce: (peers x 2) the staging buffers' receives; gather: one per piece of every peer's slice.
   std::vector<MPI_Request> receives_;
   std::vector<MPI_Request> slice_sends_;  // the reduce's sends, one per piece of every peer's slice
-  std::vector<MPI_Request> sum_sends_;    // the gather's sends, peers x pieces of this rank's slice
+  std::vector<MPI_Request> sum_sends_;    // the gather's sends, peers x pieces of this rank's slice (all_reduce)
 };
 
 }  // namespace hpctrain

@@ -16,10 +16,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/core/numbers.hpp"
 #include "hpctrain/core/tensor.hpp"
 
 namespace hpctrain {
@@ -354,10 +356,22 @@ class Backend {
                              float* target_log_probability);
 
   // ---- optimizer (flat fp32 buffers) ----
+  // Elements per partial sum of the gradient statistics (a fixed split, so the norm does not depend on the threads).
+  static constexpr std::int64_t gradient_statistics_chunk = 4096;
   // Global statistics of the (all-reduced, still scaled) gradients: sets scalars->found_nonfinite, grad_norm
   // (unscaled: sqrt(sum g^2) / loss_scale) and clip_coefficient. The reduction order is fixed (deterministic).
   virtual void gradient_statistics(const float* gradients, std::int64_t count, const OptimizerHyper& hyper,
                                    StepScalars* scalars) = 0;
+  // gradient_statistics in two halves, for an optimizer sharded over the ranks (GradientExchange::owned). First the
+  // sum of squares and the non-finite flag (1 or 0) of each chunk of gradient_statistics_chunk elements that lies in
+  // `owned` (whole chunks, but the buffer's last), into partials[chunk] and partials[chunks + chunk] (host memory, 2 x
+  // chunks doubles; the other entries are left as they are). Then, once every rank's partials are summed (each chunk
+  // has one owner, so the sums are exact), the statistics from them: the chunks added in order, the same bits as
+  // gradient_statistics over the whole buffer. Defaults: NotSupported.
+  virtual void gradient_chunk_statistics(const float* gradients, std::int64_t count,
+                                         std::span<const ElementRange> owned, double* partials);
+  virtual void statistics_from_chunks(const double* partials, std::int64_t chunks, const OptimizerHyper& hyper,
+                                      StepScalars* scalars);
   // One fused pass: unscale, clip, update parameters and state, refresh the 16-bit working copy (if working.data is not
   // null; working has `count` elements). Does nothing when scalars->found_nonfinite. state1: momentum / AdamW m;
   // state2: AdamW v (may be null for SGD). decay: whether weight decay applies to this range.

@@ -571,22 +571,40 @@ class CpuBackend final : public Backend {
   void gradient_statistics(const float* gradients, std::int64_t count, const OptimizerHyper& hyper,
                            StepScalars* scalars) override {
     const std::int64_t chunks = (count + cpu::statistics_chunk - 1) / cpu::statistics_chunk;
-    double* partial_sums = partial_sums_.reserve_elements<double>(static_cast<std::size_t>(chunks));  // (chunks)
-    unsigned char* partial_nonfinite = partial_flags_.reserve_elements<unsigned char>(static_cast<std::size_t>(chunks));
-#pragma omp parallel for schedule(static) if (count > parallel_threshold)
-    for (std::int64_t chunk = 0; chunk < chunks; ++chunk) {
-      const std::int64_t begin = chunk * cpu::statistics_chunk;
-      const std::int64_t end = std::min(count, begin + cpu::statistics_chunk);
-      int nonfinite = 0;
-      const double sum = cpu::chunk_sum_of_squares(gradients, begin, end, nonfinite);
-      partial_sums[chunk] = sum;
-      partial_nonfinite[chunk] = static_cast<unsigned char>(nonfinite);
+    double* partials = partial_sums_.reserve_elements<double>(static_cast<std::size_t>(2 * chunks));  // (2, chunks)
+    const ElementRange whole{0, count};
+    gradient_chunk_statistics(gradients, count, {&whole, 1}, partials);
+    statistics_from_chunks(partials, chunks, hyper, scalars);
+  }
+
+  void gradient_chunk_statistics(const float* gradients, std::int64_t count, std::span<const ElementRange> owned,
+                                 double* partials) override {
+    const std::int64_t chunks = (count + cpu::statistics_chunk - 1) / cpu::statistics_chunk;
+    for (const ElementRange& range : owned) {
+      HPCTRAIN_ASSERT(range.begin % cpu::statistics_chunk == 0 && range.begin <= range.end && range.end <= count &&
+                          (range.end % cpu::statistics_chunk == 0 || range.end == count),
+                      "gradient statistics of elements [" << range.begin << ", " << range.end
+                                                          << "): not whole chunks of " << cpu::statistics_chunk);
+      const std::int64_t first = range.begin / cpu::statistics_chunk;
+      const std::int64_t last = (range.end + cpu::statistics_chunk - 1) / cpu::statistics_chunk;
+#pragma omp parallel for schedule(static) if (range.size() > parallel_threshold)
+      for (std::int64_t chunk = first; chunk < last; ++chunk) {
+        const std::int64_t begin = chunk * cpu::statistics_chunk;
+        const std::int64_t end = std::min(count, begin + cpu::statistics_chunk);
+        int nonfinite = 0;
+        partials[chunk] = cpu::chunk_sum_of_squares(gradients, begin, end, nonfinite);
+        partials[chunks + chunk] = nonfinite != 0 ? 1.0 : 0.0;
+      }
     }
+  }
+
+  void statistics_from_chunks(const double* partials, std::int64_t chunks, const OptimizerHyper& hyper,
+                              StepScalars* scalars) override {
     double sum_of_squares = 0.0;
     bool any_nonfinite = false;
     for (std::int64_t chunk = 0; chunk < chunks; ++chunk) {  // in order: deterministic
-      sum_of_squares += partial_sums[chunk];
-      any_nonfinite |= partial_nonfinite[chunk] != 0;
+      sum_of_squares += partials[chunk];
+      any_nonfinite |= partials[chunks + chunk] != 0.0;
     }
     const double norm = std::sqrt(sum_of_squares) / static_cast<double>(scalars->loss_scale);
     scalars->found_nonfinite = any_nonfinite ? 1 : 0;
@@ -707,9 +725,8 @@ class CpuBackend final : public Backend {
   cpu::CpuAttention attention_;
   cpu::CpuEmbedding embedding_;
   SpatialLayout preferred_layout_;
-  cpu::ScratchBuffer row_results_;    // (rows, 2) per-row loss and correct flag
-  cpu::ScratchBuffer partial_sums_;   // (chunks) gradient statistics
-  cpu::ScratchBuffer partial_flags_;  // (chunks)
+  cpu::ScratchBuffer row_results_;   // (rows, 2) per-row loss and correct flag
+  cpu::ScratchBuffer partial_sums_;  // (2, chunks) gradient statistics: sums of squares, non-finite flags
 };
 
 // Flush subnormal floats to zero (FTZ) and read them as zero (DAZ) in the calling thread's floating-point control.

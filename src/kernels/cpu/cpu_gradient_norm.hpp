@@ -4,11 +4,13 @@
 
 #include <cstdint>
 
+#include "hpctrain/kernels/backend.hpp"
+
 namespace hpctrain::cpu {
 
 // Elements per partial sum of the gradient statistics; the partials are added in order, so the result does not depend
 // on the thread count.
-constexpr std::int64_t statistics_chunk = 4096;
+constexpr std::int64_t statistics_chunk = Backend::gradient_statistics_chunk;
 
 // How the blocks of a chunk were summed (for tests): in fp32, skipped as all +-0 (they add exactly 0), or again in
 // fp64 (fp32 may have flushed or overflowed). The buffer's last partial block is in none of them.
