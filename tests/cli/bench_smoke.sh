@@ -36,6 +36,7 @@ if (($(env -u OMP_NUM_THREADS nproc) >= 2)); then
     { cat weak.txt >&2; fail "weak_scaling.sh"; }
   grep -qE "^1 rank, batch 128 +[0-9]+ +[0-9.]+ ms" weak.txt &&
     grep -qE "^2 ranks, rank-order +[0-9]+ +[0-9.]+ +[0-9.]+ ms +[0-9.]+ ms" weak.txt &&
+    grep -qE "^2 ranks, rank-order-replicated +[0-9]+ +[0-9.]+ +[0-9.]+ ms +[0-9.]+ ms" weak.txt &&
     grep -qE "^2 ranks, library +[0-9]+ +[0-9.]+ +[0-9.]+ ms +[0-9.]+ ms" weak.txt &&
     pass "weak_scaling.sh prints a row per all-reduce algorithm" || { cat weak.txt >&2; fail "weak_scaling.sh table"; }
 fi
@@ -49,7 +50,8 @@ if [[ -x $build/bin/gemm_ceiling ]]; then
     pass "run.sh --quick compares the optimizer phase with the pass from flushed caches" ||
     { cat run.txt >&2; fail "run.sh flushed-cache row"; }
   grep -qE "^\| fp32 1x[0-9]+ +\| step +\| [0-9.]+ +\| [0-9.]+ +\| [0-9.]+ +\| sum of the limits" run.txt &&
-    { ((CORES < 2)) || grep -qE "^\| fp32 2x1 b256 +\| all-reduce +\| [0-9.]+ +\| [0-9.]+ +\| [0-9.]+" run.txt; } &&
+    { ((CORES < 2)) || { grep -qE "^\| fp32 2x1 b256 +\| all-reduce +\| [0-9.]+ +\| [0-9.]+ +\| [0-9.]+" run.txt &&
+      grep -qE "^\| fp32 2x1 b256 +\| optimizer +\|.*\(half: each rank's slice\)" run.txt; }; } &&
     pass "run.sh --quick prints the roofline table" || { cat run.txt >&2; fail "run.sh roofline table"; }
   # run.sh takes bench/install-torch.sh's environment when it exists, else Debian's python3.
   twin_python=${HPCTRAIN_TORCH_VENV:-$bench/.venv}/bin/python
