@@ -102,6 +102,16 @@ GradientAllreduce::GradientAllreduce(MPI_Comm communicator, float* gradients, st
   if (ranks_ == 1) return;
   HPCTRAIN_ASSERT(settings_.optimizer == MpiOptimizer::replicated || settings_.algorithm == MpiAllreduce::rank_order,
                   "a sharded optimizer needs the rank-order all-reduce");
+  // Ranks with different settings would make different MPI calls and hang: compare them first (every rank decides
+  // alike, so the error is reported once).
+  const int code = static_cast<int>(settings_.algorithm) * 4 + static_cast<int>(settings_.optimizer) * 2 +
+                   static_cast<int>(settings_.mode);
+  int extremes[2] = {code, -code};  // the largest code and minus the smallest
+  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, extremes, 2, MPI_INT, MPI_MAX, communicator));
+  HPCTRAIN_VERIFY(extremes[0] == -extremes[1], InputError,
+                  "the ranks were started with different HPCTRAIN_MPI_ALLREDUCE, HPCTRAIN_MPI_OPTIMIZER or "
+                  "HPCTRAIN_MPI_PROGRESS values",
+                  "give every rank the same environment (mpiexec -x VARIABLE, or export it before srun)");
   if (settings_.algorithm == MpiAllreduce::rank_order) {
     const bool sharded = sharded_ = settings_.optimizer == MpiOptimizer::sharded;
     // Sharded: each rank's slices are whole chunks of the gradient norm, so it can sum their squares alone.

@@ -46,6 +46,12 @@ HPCTRAIN_MPI_OPTIMIZER=split expect_error bad_optimizer_variable \
   "HPCTRAIN_MPI_OPTIMIZER=split is not an optimizer layout" 2 train good.toml
 HPCTRAIN_MPI_OPTIMIZER=sharded HPCTRAIN_MPI_ALLREDUCE=library expect_error sharded_with_library \
   "HPCTRAIN_MPI_OPTIMIZER=sharded needs the rank-order all-reduce" 2 train good.toml
+# Rank 1 alone started with another optimizer layout: one clear error instead of a hang.
+printf '#!/bin/sh\n[ "${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}" = 1 ] && export HPCTRAIN_MPI_OPTIMIZER=replicated\nexec "%s" "$@"\n' \
+  "$HPCTRAIN" >rank1-replicated.sh
+chmod +x rank1-replicated.sh
+HPCTRAIN=$PWD/rank1-replicated.sh expect_error ranks_disagree \
+  "the ranks were started with different HPCTRAIN_MPI_ALLREDUCE, HPCTRAIN_MPI_OPTIMIZER" 2 train good.toml
 # residual blocks: a branch that changes the shape (found when the model is built), an empty branch, nesting
 write_deck residual_shape.toml && sed -i 's/{ type = "relu" }/{ type = "residual", layers = [ { type = "linear", out = 8 } ] }/' residual_shape.toml
 expect_error residual_shape "residual_shape.toml:[0-9]+:[0-9]+: the branch of residual block 'residual1' turns samples \(N, 16\) into \(N, 8\)" 2 \
