@@ -28,7 +28,7 @@ namespace {
 std::vector<hsize_t> dims_of(const std::vector<std::int64_t>& shape) { return {shape.begin(), shape.end()}; }
 
 // This rank's contiguous part [begin, end) of a flat vector of `count` elements.
-std::pair<std::int64_t, std::int64_t> rank_slice(std::int64_t count, int rank, int ranks) {
+std::pair<std::int64_t, std::int64_t> part_slice(std::int64_t count, int rank, int ranks) {
   const std::int64_t per_rank = (count + ranks - 1) / ranks;
   const std::int64_t begin = std::min<std::int64_t>(per_rank * rank, count);
   return {begin, std::min<std::int64_t>(begin + per_rank, count)};
@@ -141,32 +141,45 @@ std::uint32_t read_crc(hid_t dataset, const std::string& path, const std::string
   return crc;
 }
 
-// The CRC-32 of every whole tensor from each rank's parts: `mine` holds, per tensor, the CRC and the byte count of the
-// part inside this rank's slice of the flat vector, which starts at `slice_begin`; the slices are disjoint and cover
-// the vector. The parts are gathered and zlib's crc32_combine joins them in the slices' order. All ranks get the same
-// values.
-std::vector<std::uint32_t> combine_checksums(std::vector<std::uint64_t> mine, std::int64_t slice_begin,
-                                             const MpiEnvironment& mpi) {
+// A checksummed part of a tensor: its CRC-32 over `bytes` bytes from element `offset` of the flat vector.
+struct ChecksumPiece {
+  std::uint64_t tensor, offset, crc, bytes;
+};
+
+// The CRC-32 of every whole tensor from the ranks' pieces (every rank passes its own; together they cover each tensor
+// once): the pieces are gathered and zlib's crc32_combine joins each tensor's in the order of their offsets. All ranks
+// get the same values.
+std::vector<std::uint32_t> combine_pieces(const std::vector<ChecksumPiece>& mine, std::size_t tensors,
+                                          const MpiEnvironment& mpi) {
   const CheckpointPhaseScope phase(CheckpointPhase::checksum);
-  const std::size_t tensors = mine.size() / 2;
-  mine.push_back(static_cast<std::uint64_t>(slice_begin));
-  std::vector<std::uint64_t> all(mine.size() * static_cast<std::size_t>(mpi.size()));
-  HPCTRAIN_MPI_CHECK(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_UINT64_T, all.data(),
-                                   static_cast<int>(mine.size()), MPI_UINT64_T, mpi.world()));
-  std::vector<std::size_t> order(static_cast<std::size_t>(mpi.size()));  // ranks by where their slices begin
-  for (std::size_t r = 0; r < order.size(); ++r) order[r] = r;
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return all[a * mine.size() + 2 * tensors] < all[b * mine.size() + 2 * tensors];
+  constexpr int fields = 4;
+  const int sent = static_cast<int>(mine.size()) * fields;
+  std::vector<int> counts(static_cast<std::size_t>(mpi.size())), offsets(counts.size(), 0);
+  HPCTRAIN_MPI_CHECK(MPI_Allgather(&sent, 1, MPI_INT, counts.data(), 1, MPI_INT, mpi.world()));
+  for (std::size_t r = 1; r < counts.size(); ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
+  std::vector<ChecksumPiece> all(static_cast<std::size_t>(offsets.back() + counts.back()) / fields);
+  static_assert(sizeof(ChecksumPiece) == fields * sizeof(std::uint64_t));
+  HPCTRAIN_MPI_CHECK(MPI_Allgatherv(mine.data(), sent, MPI_UINT64_T, all.data(), counts.data(), offsets.data(),
+                                    MPI_UINT64_T, mpi.world()));
+  std::stable_sort(all.begin(), all.end(), [](const ChecksumPiece& a, const ChecksumPiece& b) {
+    return a.tensor != b.tensor ? a.tensor < b.tensor : a.offset < b.offset;
   });
   std::vector<std::uint32_t> checksums(tensors, 0);
-  for (std::size_t t = 0; t < tensors; ++t)
-    for (const std::size_t r : order) {
-      const std::size_t base = r * mine.size() + 2 * t;
-      if (all[base + 1] > 0)
-        checksums[t] = static_cast<std::uint32_t>(
-            crc32_combine(checksums[t], static_cast<uLong>(all[base]), static_cast<z_off_t>(all[base + 1])));
-    }
+  for (const ChecksumPiece& piece : all)
+    if (piece.bytes > 0)
+      checksums[piece.tensor] = static_cast<std::uint32_t>(
+          crc32_combine(checksums[piece.tensor], static_cast<uLong>(piece.crc), static_cast<z_off_t>(piece.bytes)));
   return checksums;
+}
+
+// The same where `mine` holds, per tensor, the CRC and the byte count of the part inside this rank's slice of the
+// flat vector, which starts at `slice_begin` (the slices are disjoint and cover the vector).
+std::vector<std::uint32_t> combine_checksums(const std::vector<std::uint64_t>& mine, std::int64_t slice_begin,
+                                             const MpiEnvironment& mpi) {
+  std::vector<ChecksumPiece> pieces;
+  for (std::size_t t = 0; t < mine.size() / 2; ++t)
+    pieces.push_back({t, static_cast<std::uint64_t>(slice_begin), mine[2 * t], mine[2 * t + 1]});
+  return combine_pieces(pieces, mine.size() / 2, mpi);
 }
 
 // What a rank reads of a replicated flat vector of `count` elements: [begin, end), of which it checksums
@@ -180,11 +193,11 @@ struct ReadShare {
 
 ReadShare read_share(std::int64_t count, const MpiEnvironment& mpi) {
   if (!mpi.uniform_nodes()) {
-    const auto [begin, end] = rank_slice(count, mpi.rank(), mpi.size());
+    const auto [begin, end] = part_slice(count, mpi.rank(), mpi.size());
     return {begin, end, begin, end};
   }
-  const auto [begin, end] = rank_slice(count, mpi.node_index(), mpi.node_count());
-  const auto [first, last] = rank_slice(end - begin, mpi.local_rank(), mpi.local_size());
+  const auto [begin, end] = part_slice(count, mpi.node_index(), mpi.node_count());
+  const auto [first, last] = part_slice(end - begin, mpi.local_rank(), mpi.local_size());
   return {begin, end, begin + first, begin + last};
 }
 
@@ -198,7 +211,7 @@ void gather_shares(float* flat, std::int64_t count, const MpiEnvironment& mpi) {
   MPI_Comm peers = mpi.world();
   if (by_node) HPCTRAIN_MPI_CHECK(MPI_Comm_split(mpi.world(), mpi.local_rank(), mpi.node_index(), &peers));
   std::vector<std::int64_t> bounds = {0};
-  for (int p = 0; p < parts; ++p) bounds.push_back(rank_slice(count, p, parts).second);
+  for (int p = 0; p < parts; ++p) bounds.push_back(part_slice(count, p, parts).second);
   allgather_parts(flat, bounds, peers);  // a failure ends the job: the communicator need not be freed on that path
   if (by_node) HPCTRAIN_MPI_CHECK(MPI_Comm_free(&peers));
 }
@@ -206,7 +219,7 @@ void gather_shares(float* flat, std::int64_t count, const MpiEnvironment& mpi) {
 // The CRC-32 of every whole tensor of a vector every rank holds, computed in parallel (each rank checksums its slice).
 std::vector<std::uint32_t> tensor_checksums(const std::vector<FlatTensor>& tensors, const float* flat,
                                             std::int64_t count, const MpiEnvironment& mpi) {
-  const auto [slice_begin, slice_end] = rank_slice(count, mpi.rank(), mpi.size());
+  const auto [slice_begin, slice_end] = part_slice(count, mpi.rank(), mpi.size());
   std::vector<std::uint64_t> mine(2 * tensors.size());  // per tensor: crc, bytes
   {
     const CheckpointPhaseScope phase(CheckpointPhase::checksum);
@@ -372,7 +385,7 @@ H5Handle open_object(hid_t file, const std::string& path) {
 
 // This rank's slice of each tensor (collective: every rank calls for every tensor).
 void CheckpointFileWriter::write_vector(const std::vector<FlatTensor>& tensors, const float* flat, std::int64_t count) {
-  const auto [slice_begin, slice_end] = rank_slice(count, mpi_.rank(), mpi_.size());
+  const auto [slice_begin, slice_end] = part_slice(count, mpi_.rank(), mpi_.size());
   const std::vector<std::uint32_t> checksums = tensor_checksums(tensors, flat, count, mpi_);
   OwnedDescriptor opened;
   const int descriptor = posix_descriptor(file_, opened);
@@ -437,17 +450,50 @@ void CheckpointFileWriter::write_integer_attribute(const std::string& object, co
 
 // --- reading ---
 
+namespace {
+
+// Reads elements [begin, end) of `tensor` (offsets in the flat vector) into flat and returns the CRC-32 of its part
+// [checked_begin, checked_end): in pieces, each checksummed right after it is read; directly, on all the rank's
+// threads, where the values lie in the file as they are (`descriptor` >= 0), otherwise through HDF5.
+std::uint32_t read_tensor_range(hid_t dataset, const FlatTensor& tensor, float* flat, std::int64_t begin,
+                                std::int64_t end, std::int64_t checked_begin, std::int64_t checked_end, int descriptor,
+                                const std::string& file, std::uint32_t crc = 0) {
+  const std::optional<std::uint64_t> raw =
+      descriptor >= 0 && end > begin ? raw_float_offset(dataset, tensor.count) : std::nullopt;
+  if (raw) {
+    const CheckpointPhaseScope data(CheckpointPhase::data);  // the checksums included: they run in the same pass
+    return read_raw_floats(descriptor, *raw + static_cast<std::uint64_t>(begin - tensor.offset) * sizeof(float),
+                           flat + begin, end - begin, checked_begin - begin, checked_end - begin, file, tensor.path);
+  }
+  for (std::int64_t piece = begin; piece < end; piece += read_piece_elements) {
+    const std::int64_t piece_end = std::min(piece + read_piece_elements, end);
+    const SliceSelection slice = select_slice(dataset, tensor, piece, piece_end);
+    {
+      const CheckpointPhaseScope data(CheckpointPhase::data);
+      HPCTRAIN_H5_CHECK(
+          H5Dread(dataset, H5T_NATIVE_FLOAT, slice.memory.get(), slice.file.get(), H5P_DEFAULT, flat + piece));
+    }
+    const CheckpointPhaseScope checksum(CheckpointPhase::checksum);
+    const std::int64_t first = std::max(piece, checked_begin), last = std::min(piece_end, checked_end);
+    if (last > first) crc = crc32(flat + first, static_cast<std::size_t>(last - first) * sizeof(float), crc);
+  }
+  return crc;
+}
+
+}  // namespace
+
 // Each rank reads its share of each tensor into flat (read_share), then the shares are gathered: afterwards every
 // rank holds the whole vector. Each rank checksums a disjoint part of what it read, and the checksums are checked on
-// the assembled tensors.
-void CheckpointFileReader::read_vector(const std::vector<FlatTensor>& tensors, float* flat, std::int64_t count) {
+// the assembled tensors. With `needed`, each rank reads and checksums its own ranges only and nothing is gathered.
+void CheckpointFileReader::read_vector(const std::vector<FlatTensor>& tensors, float* flat, std::int64_t count,
+                                       std::optional<std::span<const ElementRange>> needed) {
   const ReadShare share = read_share(count, mpi_);
-  std::vector<std::uint64_t> mine(2 * tensors.size());  // per tensor: the CRC and byte count of this rank's part
+  std::vector<ChecksumPiece> pieces;  // what this rank checksummed
   // Under MPI-IO each rank reads through a descriptor of its own (what ROMIO's independent reads do underneath).
   // Without one, HDF5 reads.
   OwnedDescriptor opened;
-  const int descriptor = posix_descriptor(file_, opened);
-  const bool direct = descriptor >= 0 && addresses_are_file_offsets(file_);
+  const int posix = posix_descriptor(file_, opened);
+  const int descriptor = posix >= 0 && addresses_are_file_offsets(file_) ? posix : -1;
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const FlatTensor& tensor = tensors[t];
     const CheckpointPhaseScope phase(CheckpointPhase::metadata);
@@ -462,39 +508,31 @@ void CheckpointFileReader::read_vector(const std::vector<FlatTensor>& tensors, f
                     "checkpoint '" << path_ << "': tensor " << tensor.path << " has shape " << shape_text(shape)
                                    << " but the deck's model needs " << shape_text(tensor.shape),
                     "resume with the deck the checkpoint was written with (stored in its 'deck' attribute)");
-    // This rank's share of the tensor, in pieces, each checksummed (as far as it is this rank's part to check) right
-    // after it is read: directly, on all the rank's threads, where the values lie in the file as they are; otherwise
-    // through HDF5.
+    if (needed) {
+      for (const ElementRange& range : *needed) {
+        const std::int64_t begin = std::max(tensor.offset, range.begin);
+        const std::int64_t end = std::min(tensor.offset + tensor.count, range.end);
+        if (begin >= end) continue;
+        const std::uint32_t crc =
+            read_tensor_range(dataset.get(), tensor, flat, begin, end, begin, end, descriptor, path_);
+        pieces.push_back(
+            {t, static_cast<std::uint64_t>(begin), crc, static_cast<std::uint64_t>(end - begin) * sizeof(float)});
+      }
+      continue;
+    }
+    // This rank's share of the tensor, checksummed as far as it is this rank's part to check.
     const std::int64_t begin = std::max(tensor.offset, share.begin);
     const std::int64_t end = std::min(tensor.offset + tensor.count, share.end);
     const std::int64_t checked_begin = std::clamp(share.checked_begin, begin, std::max(begin, end));
     const std::int64_t checked_end = std::clamp(share.checked_end, checked_begin, std::max(begin, end));
-    std::uint32_t crc = 0;
-    const std::optional<std::uint64_t> raw =
-        direct && end > begin ? raw_float_offset(dataset.get(), tensor.count) : std::nullopt;
-    if (raw) {
-      const CheckpointPhaseScope data(CheckpointPhase::data);  // the checksums included: they run in the same pass
-      crc = read_raw_floats(descriptor, *raw + static_cast<std::uint64_t>(begin - tensor.offset) * sizeof(float),
-                            flat + begin, end - begin, checked_begin - begin, checked_end - begin, path_, tensor.path);
-    }
-    for (std::int64_t piece = begin; !raw && piece < end; piece += read_piece_elements) {
-      const std::int64_t piece_end = std::min(piece + read_piece_elements, end);
-      const SliceSelection slice = select_slice(dataset.get(), tensor, piece, piece_end);
-      {
-        const CheckpointPhaseScope data(CheckpointPhase::data);
-        HPCTRAIN_H5_CHECK(
-            H5Dread(dataset.get(), H5T_NATIVE_FLOAT, slice.memory.get(), slice.file.get(), H5P_DEFAULT, flat + piece));
-      }
-      const CheckpointPhaseScope checksum(CheckpointPhase::checksum);
-      const std::int64_t first = std::max(piece, checked_begin), last = std::min(piece_end, checked_end);
-      if (last > first) crc = crc32(flat + first, static_cast<std::size_t>(last - first) * sizeof(float), crc);
-    }
-    mine[2 * t] = crc;
-    mine[2 * t + 1] = static_cast<std::uint64_t>(checked_end - checked_begin) * sizeof(float);
+    const std::uint32_t crc =
+        read_tensor_range(dataset.get(), tensor, flat, begin, end, checked_begin, checked_end, descriptor, path_);
+    pieces.push_back({t, static_cast<std::uint64_t>(share.checked_begin), crc,
+                      static_cast<std::uint64_t>(checked_end - checked_begin) * sizeof(float)});
   }
   // Checksums of the whole tensors from the parts just read, before the shares are assembled.
-  const std::vector<std::uint32_t> checksums = combine_checksums(std::move(mine), share.checked_begin, mpi_);
-  gather_shares(flat, count, mpi_);
+  const std::vector<std::uint32_t> checksums = combine_pieces(pieces, tensors.size(), mpi_);
+  if (!needed) gather_shares(flat, count, mpi_);
   const CheckpointPhaseScope phase(CheckpointPhase::metadata);
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const FlatTensor& tensor = tensors[t];

@@ -119,8 +119,12 @@ void load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer
         stored_type == wanted_type, CheckpointMismatch,
         "checkpoint '" << path << "' holds " << stored_type << " state but the deck asks for " << wanted_type,
         "resume with the optimizer the checkpoint was written with");
+    // A sharded update reads only this rank's part of the optimizer state: the rest it never reads, and a checkpoint
+    // write gathers it from its owners first.
+    std::optional<std::span<const ElementRange>> needed;
+    if (optimizer.sharded()) needed = optimizer.owned();
     for (std::size_t i = 0; i < names.size(); ++i)
-      file.read_vector(tensors_of(model, "/optimizer/" + names[i]), vectors[i + 1], count);
+      file.read_vector(tensors_of(model, "/optimizer/" + names[i]), vectors[i + 1], count, needed);
     state.scalars = StepScalars{};
     state.scalars.applied_steps = static_cast<std::int32_t>(file.read_int64("/optimizer/step"));
     state.scalars.loss_scale = file.read_float("/precision/loss_scale");

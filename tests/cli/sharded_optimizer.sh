@@ -4,7 +4,8 @@
 # with AdamW, gradient clipping and no decay on biases, in bf16 with SGD and Nesterov momentum (its 16-bit working
 # copy gathered too), and with a model of fewer gradient-norm chunks than ranks, every dataset of /model and
 # /optimizer in the final checkpoints and every loss and gradient norm in metrics.h5 are identical. A checkpoint
-# written in the middle of a sharded run resumes to the same end. (The variable's bad values: cli/bad_input.sh.)
+# written in the middle of a sharded run resumes to the same end, and one whose optimizer state was changed in either
+# rank's part is refused. (The variable's bad values: cli/bad_input.sh.)
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 make_spirals train.h5 2048 5
@@ -120,4 +121,24 @@ for deck in ("adamw", "sgd", "tiny"):
 same("adamw-2-sharded/checkpoints/step-00000012.h5", "adamw-default/checkpoints/step-00000012.h5", "default run")
 same("adamw-2-sharded/checkpoints/step-00000012.h5", "adamw-resumed/checkpoints/step-00000012.h5", "resumed run")
 PY
+
+# A sharded resume reads each rank's part of the optimizer state only, yet every tensor's checksum is checked whole:
+# a value changed in rank 0's part or in rank 1's part of exp_avg (the first and the last element) is found.
+$PYTHON - <<'PY' || fail "could not write the damaged checkpoints"
+import h5py, shutil
+for name, index in (("first", 0), ("last", -1)):
+    path = f"damaged-{name}.h5"
+    shutil.copy("adamw-2-sharded/checkpoints/step-00000006.h5", path)
+    with h5py.File(path, "r+") as f:
+        tensor = f["/optimizer/exp_avg/linear0/weight" if index == 0 else "/optimizer/exp_avg/linear6/bias"]
+        values = tensor[()]
+        values.flat[index] += 1.0
+        tensor[...] = values
+PY
+for name in first last; do
+  run_ranks 2 train adamw.toml --output damaged-$name --resume damaged-$name.h5 >damaged-$name.log 2>&1 &&
+    fail "a resume from a checkpoint with its $name exp_avg value changed ran"
+  grep -q "exp_avg/linear.*fails its checksum" damaged-$name.log ||
+    { cat damaged-$name.log >&2; fail "damaged $name exp_avg value: no checksum error"; }
+done
 finish

@@ -16,10 +16,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "hpctrain/core/error.hpp"
+#include "hpctrain/core/numbers.hpp"
 #include "hpctrain/dist/mpi_environment.hpp"
 #include "hpctrain/io/crc32.hpp"
 
@@ -73,8 +76,11 @@ class CheckpointFileReader {
  public:
   CheckpointFileReader(hid_t file, std::string path, const MpiEnvironment& mpi)
       : file_(file), path_(std::move(path)), mpi_(mpi) {}
-  // Every rank gets the whole vector.
-  void read_vector(const std::vector<FlatTensor>& tensors, float* flat, std::int64_t count);
+  // Every rank gets the whole vector. With `needed` (ascending, disjoint; the ranks' ranges tile the vector once: a
+  // sharded optimizer's state), a rank reads and checksums only those elements, nothing is gathered, and the rest of
+  // `flat` keeps what it held; every tensor's checksum is still checked whole, from the ranks' parts.
+  void read_vector(const std::vector<FlatTensor>& tensors, float* flat, std::int64_t count,
+                   std::optional<std::span<const ElementRange>> needed = std::nullopt);
   [[nodiscard]] std::int64_t read_int64(const std::string& path);
   [[nodiscard]] std::uint64_t read_uint64(const std::string& path);
   [[nodiscard]] float read_float(const std::string& path);

@@ -26,6 +26,9 @@ class Optimizer {
   // chunks and the update of `owned` only (whole Backend::gradient_statistics_chunk chunks, ascending; may be none),
   // and `add_over_ranks` sums the norm's partials over the ranks. The caller gathers the updated parameters.
   void shard(std::span<const ElementRange> owned, std::function<void(std::span<double>)> add_over_ranks);
+  [[nodiscard]] bool sharded() const { return sharded_; }
+  // Sharded: the elements this rank updates, whose state it alone keeps current (a checkpoint read fills only these).
+  [[nodiscard]] std::span<const ElementRange> owned() const { return owned_; }
   // Statistics of the all-reduced gradients (norm, non-finite flag, clip coefficient) into scalars.
   void gradient_statistics(StepScalars* scalars);
   // The fused update (skipped on the backend when scalars->found_nonfinite).
