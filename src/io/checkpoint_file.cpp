@@ -172,16 +172,6 @@ std::vector<std::uint32_t> combine_pieces(const std::vector<ChecksumPiece>& mine
   return checksums;
 }
 
-// The same where `mine` holds, per tensor, the CRC and the byte count of the part inside this rank's slice of the
-// flat vector, which starts at `slice_begin` (the slices are disjoint and cover the vector).
-std::vector<std::uint32_t> combine_checksums(const std::vector<std::uint64_t>& mine, std::int64_t slice_begin,
-                                             const MpiEnvironment& mpi) {
-  std::vector<ChecksumPiece> pieces;
-  for (std::size_t t = 0; t < mine.size() / 2; ++t)
-    pieces.push_back({t, static_cast<std::uint64_t>(slice_begin), mine[2 * t], mine[2 * t + 1]});
-  return combine_pieces(pieces, mine.size() / 2, mpi);
-}
-
 // What a rank reads of a replicated flat vector of `count` elements: [begin, end), of which it checksums
 // [checked_begin, checked_end). Where every node runs as many ranks, each rank reads its node's whole slice and
 // checksums its own part of it: the node's page cache serves the file once, and a cached read fills memory faster
@@ -216,21 +206,23 @@ void gather_shares(float* flat, std::int64_t count, const MpiEnvironment& mpi) {
   if (by_node) HPCTRAIN_MPI_CHECK(MPI_Comm_free(&peers));
 }
 
-// The CRC-32 of every whole tensor of a vector every rank holds, computed in parallel (each rank checksums its slice).
+// The CRC-32 of every whole tensor of a vector, computed in parallel: each rank checksums its parts (disjoint ranges
+// of the flat vector; together the ranks' parts cover it).
 std::vector<std::uint32_t> tensor_checksums(const std::vector<FlatTensor>& tensors, const float* flat,
-                                            std::int64_t count, const MpiEnvironment& mpi) {
-  const auto [slice_begin, slice_end] = part_slice(count, mpi.rank(), mpi.size());
-  std::vector<std::uint64_t> mine(2 * tensors.size());  // per tensor: crc, bytes
+                                            const std::vector<ElementRange>& parts, const MpiEnvironment& mpi) {
+  std::vector<ChecksumPiece> pieces;
   {
     const CheckpointPhaseScope phase(CheckpointPhase::checksum);
-    for (std::size_t t = 0; t < tensors.size(); ++t) {
-      const auto [first, last] = overlap(tensors[t], slice_begin, slice_end);
-      const std::size_t bytes = static_cast<std::size_t>(last - first) * sizeof(float);
-      mine[2 * t] = crc32_parallel(flat + tensors[t].offset + static_cast<std::int64_t>(first), bytes);
-      mine[2 * t + 1] = bytes;
-    }
+    for (std::size_t t = 0; t < tensors.size(); ++t)
+      for (const ElementRange& part : parts) {
+        const auto [first, last] = overlap(tensors[t], part.begin, part.end);
+        const std::size_t bytes = static_cast<std::size_t>(last - first) * sizeof(float);
+        if (bytes == 0) continue;
+        const std::int64_t offset = tensors[t].offset + static_cast<std::int64_t>(first);
+        pieces.push_back({t, static_cast<std::uint64_t>(offset), crc32_parallel(flat + offset, bytes), bytes});
+      }
   }
-  return combine_checksums(std::move(mine), slice_begin, mpi);
+  return combine_pieces(pieces, tensors.size(), mpi);
 }
 
 // Elements a read through HDF5 takes at a time, to checksum them while they are still in the cache (4 MiB).
@@ -384,32 +376,45 @@ H5Handle open_object(hid_t file, const std::string& path) {
 // --- writing ---
 
 // This rank's slice of each tensor (collective: every rank calls for every tensor).
-void CheckpointFileWriter::write_vector(const std::vector<FlatTensor>& tensors, const float* flat, std::int64_t count) {
-  const auto [slice_begin, slice_end] = part_slice(count, mpi_.rank(), mpi_.size());
-  const std::vector<std::uint32_t> checksums = tensor_checksums(tensors, flat, count, mpi_);
+void CheckpointFileWriter::write_vector(const std::vector<FlatTensor>& tensors, const float* flat, std::int64_t count,
+                                        std::optional<std::span<const ElementRange>> owned) {
+  // This rank's parts of the vector: its slice, or the ranges it owns (a sharded optimizer's state, current there).
+  std::vector<ElementRange> parts;
+  if (owned) {
+    parts.assign(owned->begin(), owned->end());
+  } else {
+    const auto [slice_begin, slice_end] = part_slice(count, mpi_.rank(), mpi_.size());
+    parts.push_back({slice_begin, slice_end});
+  }
+  const std::vector<std::uint32_t> checksums = tensor_checksums(tensors, flat, parts, mpi_);
   OwnedDescriptor opened;
   const int descriptor = posix_descriptor(file_, opened);
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const FlatTensor& tensor = tensors[t];
-    write_step_collectively(mpi_, [&, begin = slice_begin, end = slice_end] {
+    write_step_collectively(mpi_, [&] {
       const CheckpointPhaseScope phase(CheckpointPhase::metadata);
       H5Handle dataset = create_dataset(file_, tensor.path, H5T_IEEE_F32LE, tensor.shape);
-      // This rank's part of the tensor; independent I/O: it is one contiguous range of the file, which collective
+      // This rank's parts of the tensor; independent I/O: each is one contiguous range of the file, which collective
       // buffering would only shuffle between the ranks first. (A rank with no part still selects nothing, once.)
-      const std::int64_t part_begin = std::max(tensor.offset, begin);
-      const std::int64_t part_end = std::max(part_begin, std::min(tensor.offset + tensor.count, end));
-      // Pieces only where the write-out can be started (a descriptor); otherwise one write per rank and tensor.
-      const std::int64_t piece_elements = descriptor >= 0 ? write_piece_elements : part_end - part_begin;
-      std::int64_t piece = part_begin;
-      do {
-        const std::int64_t piece_end = std::min(piece + piece_elements, part_end);
-        const SliceSelection slice = select_slice(dataset.get(), tensor, piece, piece_end);
-        const CheckpointPhaseScope data(CheckpointPhase::data);
-        HPCTRAIN_H5_CHECK(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, slice.memory.get(), slice.file.get(), H5P_DEFAULT,
-                                   flat + tensor.offset + static_cast<std::int64_t>(slice.first)));
-        start_writeback(descriptor);
-        piece = piece_end;
-      } while (piece < part_end);
+      bool wrote = false;
+      for (std::size_t p = 0; p < parts.size(); ++p) {
+        const std::int64_t part_begin = std::max(tensor.offset, parts[p].begin);
+        const std::int64_t part_end = std::max(part_begin, std::min(tensor.offset + tensor.count, parts[p].end));
+        if (part_begin == part_end && (wrote || p + 1 < parts.size())) continue;
+        // Pieces only where the write-out can be started (a descriptor); otherwise one write per part.
+        const std::int64_t piece_elements = descriptor >= 0 ? write_piece_elements : part_end - part_begin;
+        std::int64_t piece = part_begin;
+        do {
+          const std::int64_t piece_end = std::min(piece + piece_elements, part_end);
+          const SliceSelection slice = select_slice(dataset.get(), tensor, piece, piece_end);
+          const CheckpointPhaseScope data(CheckpointPhase::data);
+          HPCTRAIN_H5_CHECK(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, slice.memory.get(), slice.file.get(), H5P_DEFAULT,
+                                     flat + tensor.offset + static_cast<std::int64_t>(slice.first)));
+          start_writeback(descriptor);
+          piece = piece_end;
+        } while (piece < part_end);
+        wrote = true;
+      }
       write_crc(dataset.get(), checksums[t]);  // the same value on every rank, as a collective attribute needs
     });
   }
@@ -484,9 +489,9 @@ std::uint32_t read_tensor_range(hid_t dataset, const FlatTensor& tensor, float* 
 
 // Each rank reads its share of each tensor into flat (read_share), then the shares are gathered: afterwards every
 // rank holds the whole vector. Each rank checksums a disjoint part of what it read, and the checksums are checked on
-// the assembled tensors. With `needed`, each rank reads and checksums its own ranges only and nothing is gathered.
+// the assembled tensors. With `owned`, each rank reads and checksums its own ranges only and nothing is gathered.
 void CheckpointFileReader::read_vector(const std::vector<FlatTensor>& tensors, float* flat, std::int64_t count,
-                                       std::optional<std::span<const ElementRange>> needed) {
+                                       std::optional<std::span<const ElementRange>> owned) {
   const ReadShare share = read_share(count, mpi_);
   std::vector<ChecksumPiece> pieces;  // what this rank checksummed
   // Under MPI-IO each rank reads through a descriptor of its own (what ROMIO's independent reads do underneath).
@@ -508,8 +513,8 @@ void CheckpointFileReader::read_vector(const std::vector<FlatTensor>& tensors, f
                     "checkpoint '" << path_ << "': tensor " << tensor.path << " has shape " << shape_text(shape)
                                    << " but the deck's model needs " << shape_text(tensor.shape),
                     "resume with the deck the checkpoint was written with (stored in its 'deck' attribute)");
-    if (needed) {
-      for (const ElementRange& range : *needed) {
+    if (owned) {
+      for (const ElementRange& range : *owned) {
         const std::int64_t begin = std::max(tensor.offset, range.begin);
         const std::int64_t end = std::min(tensor.offset + tensor.count, range.end);
         if (begin >= end) continue;
@@ -532,7 +537,7 @@ void CheckpointFileReader::read_vector(const std::vector<FlatTensor>& tensors, f
   }
   // Checksums of the whole tensors from the parts just read, before the shares are assembled.
   const std::vector<std::uint32_t> checksums = combine_pieces(pieces, tensors.size(), mpi_);
-  if (!needed) gather_shares(flat, count, mpi_);
+  if (!owned) gather_shares(flat, count, mpi_);
   const CheckpointPhaseScope phase(CheckpointPhase::metadata);
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const FlatTensor& tensor = tensors[t];

@@ -20,6 +20,13 @@ const char* optimizer_type_name(const Optimizer& optimizer) {
   return optimizer.hyper().type == OptimizerType::adamw ? "adamw" : "sgd";
 }
 
+// The optimizer state a rank writes and reads: with a sharded update only the elements it owns (the rest it neither
+// reads nor keeps current; the ranks' parts tile the state once), otherwise (nullopt) all of it as usual.
+std::optional<std::span<const ElementRange>> owned_state(const Optimizer& optimizer) {
+  if (!optimizer.sharded()) return std::nullopt;
+  return optimizer.owned();
+}
+
 // The model's parameters as tensors of a flat vector, under `prefix` ("/model", "/optimizer/exp_avg").
 std::vector<FlatTensor> tensors_of(const Model& model, const std::string& prefix) {
   std::vector<FlatTensor> tensors;
@@ -75,7 +82,7 @@ std::string CheckpointStore::save(const Model& model, const Optimizer& optimizer
       [&](CheckpointFileWriter& file) {
         file.write_vector(tensors_of(model, "/model"), vectors[0], count);
         for (std::size_t i = 0; i < names.size(); ++i)
-          file.write_vector(tensors_of(model, "/optimizer/" + names[i]), vectors[i + 1], count);
+          file.write_vector(tensors_of(model, "/optimizer/" + names[i]), vectors[i + 1], count, owned_state(optimizer));
         file.write_int64("/optimizer/step", state.scalars.applied_steps);
         file.write_float("/precision/loss_scale", state.scalars.loss_scale);
         file.write_int64("/precision/growth_tracker", state.scalars.growth_tracker);
@@ -119,12 +126,8 @@ void load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer
         stored_type == wanted_type, CheckpointMismatch,
         "checkpoint '" << path << "' holds " << stored_type << " state but the deck asks for " << wanted_type,
         "resume with the optimizer the checkpoint was written with");
-    // A sharded update reads only this rank's part of the optimizer state: the rest it never reads, and a checkpoint
-    // write gathers it from its owners first.
-    std::optional<std::span<const ElementRange>> needed;
-    if (optimizer.sharded()) needed = optimizer.owned();
     for (std::size_t i = 0; i < names.size(); ++i)
-      file.read_vector(tensors_of(model, "/optimizer/" + names[i]), vectors[i + 1], count, needed);
+      file.read_vector(tensors_of(model, "/optimizer/" + names[i]), vectors[i + 1], count, owned_state(optimizer));
     state.scalars = StepScalars{};
     state.scalars.applied_steps = static_cast<std::int32_t>(file.read_int64("/optimizer/step"));
     state.scalars.loss_scale = file.read_float("/precision/loss_scale");

@@ -384,9 +384,6 @@ void Trainer::Impl::save_checkpoint(std::int64_t step, bool best) {
   state.schedule_origin = schedule_origin_;
   state.schedule_total_steps = total_steps_;
   const double start = MPI_Wtime();
-  // A sharded update leaves each rank's optimizer state current on its own elements only: gather it first.
-  for (int i = 0; i < 2; ++i)
-    if (optimizer_->state(i) != nullptr) exchange_->gather_owned(optimizer_->state(i), sizeof(float));
   const std::string path = checkpoints_->save(*model_, *optimizer_, *backend_, state, to_toml(config_), best);
   char line[512];
   std::snprintf(line, sizeof line, "checkpoint %s written in %.4f s%s", path.c_str(), MPI_Wtime() - start,

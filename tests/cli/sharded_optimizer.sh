@@ -9,8 +9,9 @@
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 make_spirals train.h5 2048 5
-# 2-192-192-192-3: about 75k parameters, 19 chunks of the gradient norm, so every rank owns several; biases between
-# the weights split the decay ranges inside the ranks' slices.
+# 2-512-1024-512-3: about 1.05M parameters in 3 all-reduce buckets (a quarter of the gradients each, at least 1 MiB),
+# so every rank owns a slice of each, several chunks of the gradient norm, and writes and reads several ranges of
+# the optimizer state; biases between the weights split the decay ranges inside the ranks' slices.
 cat >adamw.toml <<'TOML'
 [run]
 seed = 11
@@ -19,12 +20,12 @@ train = "train.h5"
 batch_size = 48
 [model]
 layers = [
-  { type = "linear", out = 192 }, { type = "gelu" }, { type = "linear", out = 192 }, { type = "tanh" },
-  { type = "linear", out = 192 }, { type = "relu" }, { type = "linear", out = 3 },
+  { type = "linear", out = 512 }, { type = "gelu" }, { type = "linear", out = 1024 }, { type = "tanh" },
+  { type = "linear", out = 512 }, { type = "relu" }, { type = "linear", out = 3 },
 ]
 [optimizer]
 type = "adamw"
-lr = 0.01
+lr = 0.001
 weight_decay = 0.05
 grad_clip = 0.5
 no_decay = ["bias"]
@@ -35,6 +36,7 @@ log_every = 1
 every_steps = 6
 keep = 4
 TOML
+# 2-192-192-192-3 (75k parameters, one bucket, 19 chunks).
 cat >sgd.toml <<'TOML'
 [run]
 seed = 12

@@ -57,7 +57,10 @@ class CheckpointFileWriter {
  public:
   CheckpointFileWriter(hid_t file, hid_t transfer, const MpiEnvironment& mpi)
       : file_(file), transfer_(transfer), mpi_(mpi) {}
-  void write_vector(const std::vector<FlatTensor>& tensors, const float* flat, std::int64_t count);
+  // Each rank writes its slice of the vector, or with `owned` (ascending, disjoint; the ranks' ranges tile the vector
+  // once: a sharded optimizer's state, current on each rank only there) those ranges.
+  void write_vector(const std::vector<FlatTensor>& tensors, const float* flat, std::int64_t count,
+                    std::optional<std::span<const ElementRange>> owned = std::nullopt);
   void write_int64(const std::string& path, std::int64_t value);
   void write_uint64(const std::string& path, std::uint64_t value);
   void write_float(const std::string& path, float value);
@@ -76,11 +79,11 @@ class CheckpointFileReader {
  public:
   CheckpointFileReader(hid_t file, std::string path, const MpiEnvironment& mpi)
       : file_(file), path_(std::move(path)), mpi_(mpi) {}
-  // Every rank gets the whole vector. With `needed` (ascending, disjoint; the ranks' ranges tile the vector once: a
+  // Every rank gets the whole vector. With `owned` (ascending, disjoint; the ranks' ranges tile the vector once: a
   // sharded optimizer's state), a rank reads and checksums only those elements, nothing is gathered, and the rest of
   // `flat` keeps what it held; every tensor's checksum is still checked whole, from the ranks' parts.
   void read_vector(const std::vector<FlatTensor>& tensors, float* flat, std::int64_t count,
-                   std::optional<std::span<const ElementRange>> needed = std::nullopt);
+                   std::optional<std::span<const ElementRange>> owned = std::nullopt);
   [[nodiscard]] std::int64_t read_int64(const std::string& path);
   [[nodiscard]] std::uint64_t read_uint64(const std::string& path);
   [[nodiscard]] float read_float(const std::string& path);
