@@ -4,8 +4,8 @@
 # with AdamW, gradient clipping and no decay on biases, in bf16 with SGD and Nesterov momentum (its 16-bit working
 # copy gathered too), and with a model of fewer gradient-norm chunks than ranks, every dataset of /model and
 # /optimizer in the final checkpoints and every loss and gradient norm in metrics.h5 are identical. A checkpoint
-# written in the middle of a sharded run resumes to the same end, and one whose optimizer state was changed in either
-# rank's part is refused. (The variable's bad values: cli/bad_input.sh.)
+# written in the middle of a sharded run resumes to the same end (on 3 ranks too, sharded as replicated), and one
+# whose optimizer state was changed in either rank's part is refused. (The variable's bad values: cli/bad_input.sh.)
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 make_spirals train.h5 2048 5
@@ -92,6 +92,12 @@ run_ranks 2 train adamw.toml --output adamw-default >adamw-default.log 2>&1 || {
 grep -q "each rank updates its slice" adamw-default.log || fail "the default run on 2 ranks is not sharded"
 run_ranks 2 train adamw.toml --output adamw-resumed --resume adamw-2-sharded/checkpoints/step-00000006.h5 \
   >adamw-resumed.log 2>&1 || { cat adamw-resumed.log >&2; fail "resumed run"; }
+# The same checkpoint resumed on 3 ranks (each reads its own thirds of the state), sharded and replicated: the same end.
+for layout in replicated sharded; do
+  HPCTRAIN_MPI_OPTIMIZER=$layout run_ranks 3 train adamw.toml --output on-3-$layout \
+    --resume adamw-2-sharded/checkpoints/step-00000006.h5 >on-3-$layout.log 2>&1 ||
+    { cat on-3-$layout.log >&2; fail "resumed on 3 ranks, $layout"; }
+done
 
 $PYTHON - <<'PY' || fail "the sharded update's results differ from the replicated one's"
 import h5py, numpy as np
@@ -122,6 +128,7 @@ for deck in ("adamw", "sgd", "tiny"):
         assert loss[-1] < loss[0] if deck != "sgd" else len(set(loss)) > 6, (deck, ranks, "no training", loss)
 same("adamw-2-sharded/checkpoints/step-00000012.h5", "adamw-default/checkpoints/step-00000012.h5", "default run")
 same("adamw-2-sharded/checkpoints/step-00000012.h5", "adamw-resumed/checkpoints/step-00000012.h5", "resumed run")
+same("on-3-replicated/checkpoints/step-00000012.h5", "on-3-sharded/checkpoints/step-00000012.h5", "resumed on 3 ranks")
 PY
 
 # A sharded resume reads each rank's part of the optimizer state only, yet every tensor's checksum is checked whole:
