@@ -5,7 +5,7 @@
 # copy gathered too), and with a model of fewer gradient-norm chunks than ranks, every dataset of /model and
 # /optimizer in the final checkpoints and every loss and gradient norm in metrics.h5 are identical. A checkpoint
 # written in the middle of a sharded run resumes to the same end (on 3 ranks too, sharded as replicated), and one
-# whose optimizer state was changed in either rank's part is refused. (The variable's bad values: cli/bad_input.sh.)
+# whose optimizer state was changed in either rank's part is refused; with the MPI progress thread too. (The variable's bad values: cli/bad_input.sh.)
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 make_spirals train.h5 2048 5
@@ -87,6 +87,13 @@ for deck in adamw sgd tiny; do
     grep -q "each rank updates its slice" $deck-$ranks-replicated.log && fail "$deck on $ranks ranks: replicated run logs a sharded update"
   done
 done
+# With the MPI progress thread (it tests the buckets while backward computes; the gathers run once it is parked).
+for layout in replicated sharded; do
+  HPCTRAIN_MPI_PROGRESS=thread HPCTRAIN_MPI_OPTIMIZER=$layout run_ranks 2 train adamw.toml --output thread-$layout \
+    >thread-$layout.log 2>&1 && continue
+  grep -q "needs MPI_THREAD_SERIALIZED" thread-$layout.log && echo "skipped: no MPI_THREAD_SERIALIZED" ||
+    { cat thread-$layout.log >&2; fail "progress thread, $layout"; }
+done
 # A default run (no variable) is sharded; a sharded run resumed from its step-6 checkpoint ends where it did.
 run_ranks 2 train adamw.toml --output adamw-default >adamw-default.log 2>&1 || { cat adamw-default.log >&2; fail "default run"; }
 grep -q "each rank updates its slice" adamw-default.log || fail "the default run on 2 ranks is not sharded"
@@ -129,6 +136,10 @@ for deck in ("adamw", "sgd", "tiny"):
 same("adamw-2-sharded/checkpoints/step-00000012.h5", "adamw-default/checkpoints/step-00000012.h5", "default run")
 same("adamw-2-sharded/checkpoints/step-00000012.h5", "adamw-resumed/checkpoints/step-00000012.h5", "resumed run")
 same("on-3-replicated/checkpoints/step-00000012.h5", "on-3-sharded/checkpoints/step-00000012.h5", "resumed on 3 ranks")
+import os
+if os.path.exists("thread-sharded/checkpoints/step-00000012.h5"):
+    same("thread-replicated/checkpoints/step-00000012.h5", "thread-sharded/checkpoints/step-00000012.h5",
+         "progress thread")
 PY
 
 # A sharded resume reads each rank's part of the optimizer state only, yet every tensor's checksum is checked whole:
