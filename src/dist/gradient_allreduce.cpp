@@ -125,12 +125,19 @@ GradientAllreduce::GradientAllreduce(MPI_Comm communicator, float* gradients, st
       exchanges_.emplace_back(
           exchange_communicator_, static_cast<int>(2 * (b % tag_pairs)), RankOrderAllreduce::default_piece_elements,
           sharded ? RankOrderAllreduce::Result::reduce_scatter : RankOrderAllreduce::Result::all_reduce, granule);
-    if (sharded) {
+    if (sharded) {  // the slices' bounds, for owned() and each step's gathers
       int rank = 0;
       HPCTRAIN_MPI_CHECK(MPI_Comm_rank(communicator, &rank));
+      for (std::size_t b = 0; b < buckets_.size(); ++b) {
+        std::vector<std::int64_t>& bounds = slice_bounds_.emplace_back();
+        for (int r = 0; r < ranks_; ++r)
+          bounds.push_back(buckets_[b].begin + exchanges_[b].slice(buckets_[b].size(), r).first);
+        bounds.push_back(buckets_[b].end);
+      }
       for (std::size_t b = buckets_.size(); b-- > 0;) {  // ascending in the buffer
-        const auto [first, end] = exchanges_[b].slice(buckets_[b].size(), rank);
-        if (first < end) owned_.push_back({buckets_[b].begin + first, buckets_[b].begin + end});
+        const std::int64_t first = slice_bounds_[b][static_cast<std::size_t>(rank)];
+        const std::int64_t end = slice_bounds_[b][static_cast<std::size_t>(rank) + 1];
+        if (first < end) owned_.push_back({first, end});
       }
     }
   } else {
@@ -241,14 +248,8 @@ void GradientAllreduce::finish() {
 void GradientAllreduce::gather_owned(void* values, std::size_t element_bytes) {
   if (!sharded_) return;
   const std::lock_guard lock(mutex_);  // the progress thread is parked; the lock orders its last call before these
-  std::vector<std::int64_t> bounds(static_cast<std::size_t>(ranks_) + 1);
-  for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    const GradientBucket& bucket = buckets_[b];
-    for (int rank = 0; rank < ranks_; ++rank)
-      bounds[static_cast<std::size_t>(rank)] = bucket.begin + exchanges_[b].slice(bucket.size(), rank).first;
-    bounds.back() = bucket.end;
+  for (const std::vector<std::int64_t>& bounds : slice_bounds_)
     allgather_parts(values, element_bytes, bounds, communicator_);
-  }
 }
 
 void GradientAllreduce::add_over_ranks(std::span<double> values) {

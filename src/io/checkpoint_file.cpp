@@ -375,13 +375,14 @@ H5Handle open_object(hid_t file, const std::string& path) {
 
 // --- writing ---
 
-// This rank's slice of each tensor (collective: every rank calls for every tensor).
+// This rank's parts of each tensor (collective: every rank calls for every tensor).
 void CheckpointFileWriter::write_vector(const std::vector<FlatTensor>& tensors, const float* flat, std::int64_t count,
                                         std::optional<std::span<const ElementRange>> owned) {
   // This rank's parts of the vector: its slice, or the ranges it owns (a sharded optimizer's state, current there).
   std::vector<ElementRange> parts;
   if (owned) {
     parts.assign(owned->begin(), owned->end());
+    if (parts.empty()) parts.push_back({0, 0});  // a rank that owns nothing still selects nothing, once (below)
   } else {
     const auto [slice_begin, slice_end] = part_slice(count, mpi_.rank(), mpi_.size());
     parts.push_back({slice_begin, slice_end});
@@ -462,7 +463,7 @@ namespace {
 // threads, where the values lie in the file as they are (`descriptor` >= 0), otherwise through HDF5.
 std::uint32_t read_tensor_range(hid_t dataset, const FlatTensor& tensor, float* flat, std::int64_t begin,
                                 std::int64_t end, std::int64_t checked_begin, std::int64_t checked_end, int descriptor,
-                                const std::string& file, std::uint32_t crc = 0) {
+                                const std::string& file) {
   const std::optional<std::uint64_t> raw =
       descriptor >= 0 && end > begin ? raw_float_offset(dataset, tensor.count) : std::nullopt;
   if (raw) {
@@ -470,6 +471,7 @@ std::uint32_t read_tensor_range(hid_t dataset, const FlatTensor& tensor, float* 
     return read_raw_floats(descriptor, *raw + static_cast<std::uint64_t>(begin - tensor.offset) * sizeof(float),
                            flat + begin, end - begin, checked_begin - begin, checked_end - begin, file, tensor.path);
   }
+  std::uint32_t crc = 0;
   for (std::int64_t piece = begin; piece < end; piece += read_piece_elements) {
     const std::int64_t piece_end = std::min(piece + read_piece_elements, end);
     const SliceSelection slice = select_slice(dataset, tensor, piece, piece_end);

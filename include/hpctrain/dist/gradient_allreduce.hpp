@@ -95,8 +95,8 @@ enum class MpiAllreduce : std::uint8_t { rank_order, library };
 // `sharded` (rank-order only): the exchange is a reduce-scatter, each rank computes the gradient norm's chunks and
 // the optimizer update of its own slice of each bucket, and the updated parameters are all-gathered: the same bytes on
 // the wire as the all-reduce, 1/ranks of the optimizer's memory traffic per rank (the optimizer state keeps its full
-// size; checkpoints gather it first). The same bits either way: each element's sum and update, and the norm's
-// chunks added in order, do not depend on which rank computes them.
+// size; a checkpoint writes and reads each rank's own slices of it). The same bits either way: each element's sum and
+// update, and the norm's chunks added in order, do not depend on which rank computes them.
 enum class MpiOptimizer : std::uint8_t { replicated, sharded };
 struct MpiExchangeSettings {
   MpiProgress mode = MpiProgress::calls;
@@ -144,11 +144,12 @@ class GradientAllreduce final : public GradientExchange {
   std::int64_t count_;
   std::vector<GradientBucket> buckets_;  // from the end of the buffer to its start
   MpiExchangeSettings settings_;
-  MPI_Comm exchange_communicator_ = MPI_COMM_NULL;  // rank_order: a duplicate, so no other message can match
-  std::vector<RankOrderAllreduce> exchanges_;       // rank_order: one per bucket
-  bool sharded_ = false;                            // a sharded update on more than one rank
-  std::vector<ElementRange> owned_;                 // sharded: this rank's slices of the buckets, ascending
-  std::vector<MPI_Request> requests_;               // library: one per bucket
+  MPI_Comm exchange_communicator_ = MPI_COMM_NULL;       // rank_order: a duplicate, so no other message can match
+  std::vector<RankOrderAllreduce> exchanges_;            // rank_order: one per bucket
+  bool sharded_ = false;                                 // a sharded update on more than one rank
+  std::vector<ElementRange> owned_;                      // sharded: this rank's slices of the buckets, ascending
+  std::vector<std::vector<std::int64_t>> slice_bounds_;  // sharded: per bucket, where each rank's slice begins, + end
+  std::vector<MPI_Request> requests_;                    // library: one per bucket
   std::size_t started_ = 0;
 
   mutable std::mutex mutex_;  // orders every MPI call of this object between the two threads

@@ -27,7 +27,8 @@ class Optimizer {
   // and `add_over_ranks` sums the norm's partials over the ranks. The caller gathers the updated parameters.
   void shard(std::span<const ElementRange> owned, std::function<void(std::span<double>)> add_over_ranks);
   [[nodiscard]] bool sharded() const { return sharded_; }
-  // Sharded: the elements this rank updates, whose state it alone keeps current (a checkpoint read fills only these).
+  // Sharded: the elements this rank updates, whose state it alone keeps current (a checkpoint writes and reads only
+  // these of it).
   [[nodiscard]] std::span<const ElementRange> owned() const { return owned_; }
   // Statistics of the all-reduced gradients (norm, non-finite flag, clip coefficient) into scalars.
   void gradient_statistics(StepScalars* scalars);
